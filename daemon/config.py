@@ -1,0 +1,210 @@
+"""Settings: a YAML file plus MEMORYD_* environment variables, defaults that work with neither.
+
+Where the file is: `--config PATH`, else `$MEMORYD_CONFIG`, else
+`~/.config/memoryd/config.yaml` (absent is fine). Environment variables win
+over the file; nested keys use `__` (`MEMORYD_MEMORY__BACKEND=sqlite`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from daemon.errors import ConfigError
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string such as `2s`, `30m`, `1h30m`, `250ms`."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '30m'")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION_PART.findall(text)
+            if not parts or _DURATION_PART.sub("", text).strip():
+                raise ValueError(
+                    f"{value!r} is not a duration (use seconds or e.g. '2s', '30m', '1h')"
+                ) from None
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError("a duration is a number of seconds or a string like '30m'")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _expand_path(value: object) -> object:
+    if isinstance(value, str):
+        return Path(os.path.expandvars(value)).expanduser()
+    if isinstance(value, Path):
+        return value.expanduser()
+    return value
+
+
+ExpandedPath = Annotated[Path, BeforeValidator(_expand_path)]
+
+
+class SourceKind(StrEnum):
+    CLAUDE = "claude"
+    CODEX = "codex"
+    GEMINI = "gemini"
+
+
+DEFAULT_ROOTS: Mapping[SourceKind, str] = {
+    SourceKind.CLAUDE: "~/.claude/projects",
+    SourceKind.CODEX: "~/.codex/sessions",
+    SourceKind.GEMINI: "~/.gemini/tmp",
+}
+
+
+class SourceConfig(BaseModel):
+    """One transcript root to follow."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SourceKind
+    root: ExpandedPath
+    enabled: bool = True
+
+
+def default_sources() -> list[SourceConfig]:
+    return [SourceConfig(kind=kind, root=Path(root)) for kind, root in DEFAULT_ROOTS.items()]
+
+
+def default_state_dir() -> Path:
+    if sys.platform == "darwin":
+        return Path("~/Library/Application Support/memoryd").expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path("~/.local/share").expanduser()) / "memoryd"
+
+
+def default_config_path() -> Path:
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg else Path("~/.config").expanduser()
+    return base / "memoryd" / "config.yaml"
+
+
+class Settings(BaseSettings):
+    """Every setting memoryd reads; config.example.yaml documents each one."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORYD_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    state_dir: ExpandedPath = Field(default_factory=default_state_dir)
+    poll_interval: Duration = 2.0
+    sources: list[SourceConfig] = Field(default_factory=default_sources)
+    read_chunk_bytes: int = Field(default=1 << 20, ge=4096)
+    shutdown_grace: Duration = 5.0
+    log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
+    log_format: str = Field(default="auto", pattern="^(auto|console|json)$")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The YAML file arrives as init kwargs; the environment overrides it.
+        return (env_settings, init_settings)
+
+    @property
+    def database_path(self) -> Path:
+        return self.state_dir / "memoryd.db"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.state_dir / "memoryd.lock"
+
+    def enabled_sources(self) -> list[SourceConfig]:
+        return [s for s in self.sources if s.enabled]
+
+
+def _format_validation_error(exc: ValidationError) -> ConfigError:
+    first = exc.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        return ConfigError(key, "unknown setting")
+    return ConfigError(key, str(first["msg"]))
+
+
+def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, bool]:
+    """The config file to read, and whether its absence is an error."""
+    if explicit:
+        return Path(explicit).expanduser(), True
+    from_env = os.environ.get("MEMORYD_CONFIG")
+    if from_env:
+        return Path(from_env).expanduser(), True
+    return default_config_path(), False
+
+
+_NOT_SETTINGS = {"config"}
+
+
+def _reject_unknown_environment() -> None:
+    for name in os.environ:
+        if not name.startswith("MEMORYD_"):
+            continue
+        key = name.removeprefix("MEMORYD_").split("__", 1)[0].lower()
+        if key not in Settings.model_fields and key not in _NOT_SETTINGS:
+            raise ConfigError(name, "unknown setting in the environment")
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None, **overrides: Any
+) -> Settings:
+    """Read the settings, raising ConfigError with the offending key on any problem."""
+    path, required = resolve_config_path(config_path)
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}" if mark is not None else "file"
+            raise ConfigError(str(path), f"not valid YAML ({where})") from None
+        except OSError as exc:
+            raise ConfigError(str(path), f"cannot be read: {exc.strerror}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(str(path), "the file must hold a mapping of settings")
+        data = loaded
+    elif required:
+        raise ConfigError(str(path), "config file does not exist")
+    data.update(overrides)
+    _reject_unknown_environment()
+    # MEMORYD_CONFIG names the file; it is not a setting.
+    saved = os.environ.pop("MEMORYD_CONFIG", None)
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        raise _format_validation_error(exc) from None
+    finally:
+        if saved is not None:
+            os.environ["MEMORYD_CONFIG"] = saved

@@ -1,0 +1,1 @@
+"""Discovering transcripts and following them into the store, exactly once."""

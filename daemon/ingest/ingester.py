@@ -1,0 +1,244 @@
+"""The file server: resolves which file is which, and gives every file a fair turn.
+
+The periodic scan is the source of truth; watch notifications only wake it early.
+Files are opened for one turn at a time, so a backfill of thousands of files holds
+at most one open, and each turn reads a bounded number of bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import aiosqlite
+import structlog
+
+from daemon.clock import Clock
+from daemon.config import Settings, SourceConfig
+from daemon.errors import StoreError
+from daemon.ingest.discovery import Candidate, Mode, classify_any, discover
+from daemon.ingest.fingerprint import digest
+from daemon.ingest.tailer import Tailer, Tracked, TurnOutcome, TurnResult
+from daemon.store.ingest import load_states, mark_missing, move_state
+from daemon.store.records import FileState
+
+log = structlog.get_logger("memoryd.ingest")
+
+ProgressCallback = Callable[[int], None]
+
+
+@dataclass(slots=True)
+class PassStats:
+    files: int = 0
+    bytes_read: int = 0
+    messages: int = 0
+
+
+def _same_head(path: str, state: FileState) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(state.head_length)
+    except OSError:
+        return False
+    return len(head) == state.head_length and digest(head) == state.head_hash
+
+
+class Ingester:
+    def __init__(self, conn: aiosqlite.Connection, settings: Settings, clock: Clock) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._clock = clock
+        self._tailer = Tailer(conn, clock, settings.read_chunk_bytes)
+        self._tracked: dict[str, Tracked] = {}
+        self._states: list[FileState] = []
+        self._rescan_requested = True
+        self._hinted: set[str] = set()
+        self.wake = asyncio.Event()
+        self.sources: list[SourceConfig] = settings.enabled_sources()
+
+    @property
+    def tracked(self) -> dict[str, Tracked]:
+        return self._tracked
+
+    async def load(self) -> None:
+        """Read every file's saved state; paths are resolved against it on the first scan."""
+        self._states = await load_states(self._conn)
+
+    def notify(self, paths: Iterable[str]) -> None:
+        """A watch notification: a hint that these paths changed."""
+        for path in paths:
+            if path not in self._tracked and classify_any(path, self.sources) is not None:
+                self._rescan_requested = True
+        self._hinted.update(paths)
+        self.wake.set()
+
+    # -- identity resolution -----------------------------------------------------------
+
+    async def scan(self) -> None:
+        """Match what is on disk against what is stored: renames, replacements, new files."""
+        self._rescan_requested = False
+        found: dict[str, tuple[Candidate, os.stat_result]] = {}
+        for candidate in discover(self.sources):
+            try:
+                found[candidate.path] = (candidate, os.stat(candidate.path))
+            except OSError:
+                continue
+        states = {t.path: t.state for t in self._tracked.values() if t.state is not None}
+        for state in self._states:
+            states.setdefault(state.path, state)
+        self._states = []
+        by_inode = {
+            (s.device, s.inode): s for s in states.values() if s.head_hash != "document"
+        }
+        tracked: dict[str, Tracked] = {}
+        claimed: set[str] = set()
+
+        # 1. Same path, same file.
+        for path, (candidate, st) in found.items():
+            state = states.get(path)
+            if state is not None and (state.device, state.inode) == (st.st_dev, st.st_ino):
+                tracked[path] = self._keep(path, candidate, state)
+                claimed.add(path)
+        # 2. A known file at a new path: renamed or moved, it continues where it was.
+        for path, (candidate, st) in found.items():
+            if path in tracked or candidate.mode is Mode.DOCUMENT:
+                continue
+            state = by_inode.get((st.st_dev, st.st_ino))
+            if state is None or state.path in claimed or not _same_head(path, state):
+                continue
+            await move_state(self._conn, state, path, self._clock.now())
+            log.info("transcript_moved", old_path=state.path, new_path=path,
+                     session_id=state.session_id)
+            claimed.add(state.path)
+            state.path = path
+            tracked[path] = Tracked(candidate, state)
+        # 3. A known path that now names another file: replaced, checked before reading.
+        # 4. Anything else is new.
+        for path, (candidate, _st) in found.items():
+            if path in tracked:
+                continue
+            state = states.get(path)
+            if state is not None and path not in claimed:
+                claimed.add(path)
+                previous = self._tracked.get(path)
+                tracked[path] = Tracked(candidate, state, verify=True,
+                                        rejected_logged=bool(previous and previous.rejected_logged))
+            else:
+                tracked[path] = self._tracked.get(path) or Tracked(candidate)
+                if tracked[path].state is not None:  # its state was taken by a rename
+                    tracked[path] = Tracked(candidate)
+        # What was stored but is no longer on disk keeps its session and messages.
+        for path, state in states.items():
+            if path not in claimed and not state.missing:
+                state.missing = True
+                await mark_missing(self._conn, path, True)
+                log.info("transcript_missing", path=path, session_id=state.session_id)
+            if path not in claimed:
+                self._states.append(state)
+        self._tracked = tracked
+
+    def _keep(self, path: str, candidate: Candidate, state: FileState) -> Tracked:
+        current = self._tracked.get(path)
+        if current is not None and current.state is state:
+            return current
+        return Tracked(candidate, state)
+
+    # -- fair turns --------------------------------------------------------------------
+
+    def pending_bytes(self) -> int:
+        total = 0
+        for tracked in self._tracked.values():
+            try:
+                size = os.stat(tracked.path).st_size
+            except OSError:
+                continue
+            offset = tracked.state.offset if tracked.state else 0
+            if tracked.candidate.mode is Mode.DOCUMENT:
+                total += size if tracked.state is None or size != offset else 0
+            else:
+                total += max(0, size - offset)
+        return total
+
+    async def pump(
+        self,
+        stop: asyncio.Event | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> PassStats:
+        """Give every file a turn, round after round, until none has anything new."""
+        stats = PassStats()
+        touched: set[str] = set()
+        active = list(self._tracked.values())
+        while active:
+            still: list[Tracked] = []
+            for tracked in active:
+                if stop is not None and stop.is_set():
+                    return stats
+                result = await self._turn(tracked)
+                if result.outcome is TurnOutcome.PROGRESS:
+                    still.append(tracked)
+                    touched.add(tracked.path)
+                    stats.bytes_read += result.bytes_read
+                    stats.messages += result.stored
+                    if progress is not None:
+                        progress(result.bytes_read)
+                elif result.outcome is TurnOutcome.RESCAN:
+                    self._rescan_requested = True
+            active = still
+            if self._rescan_requested:
+                break
+        stats.files = len(touched)
+        return stats
+
+    async def _turn(self, tracked: Tracked) -> TurnResult:
+        try:
+            return await self._tailer.turn(tracked)
+        except StoreError:
+            raise
+        except OSError as exc:
+            log.warning("transcript_read_failed", path=tracked.path, error=str(exc))
+            return TurnResult(TurnOutcome.IDLE)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    async def run_once(self, progress: ProgressCallback | None = None) -> PassStats:
+        """One full pass: scan, then read every file to its end."""
+        await self.scan()
+        total = PassStats()
+        while True:
+            stats = await self.pump(progress=progress)
+            total.files += stats.files
+            total.bytes_read += stats.bytes_read
+            total.messages += stats.messages
+            if not self._rescan_requested:
+                return total
+            await self.scan()
+
+    async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
+        """Follow every transcript until `stop` is set."""
+        poll = self._settings.poll_interval
+        next_scan = self._clock.monotonic()
+        while not stop.is_set():
+            now = self._clock.monotonic()
+            if self._rescan_requested or now >= next_scan:
+                await self.scan()
+                next_scan = now + poll
+            self._hinted.clear()
+            self.wake.clear()
+            await self.pump(stop)
+            if on_pass is not None:
+                on_pass()
+            if stop.is_set() or self._rescan_requested:
+                continue
+            timeout = max(0.0, next_scan - self._clock.monotonic())
+            await _wait_any(stop, self.wake, timeout)
+
+
+async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

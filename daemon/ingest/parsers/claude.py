@@ -1,0 +1,148 @@
+"""Claude Code transcripts: `~/.claude/projects/<project>/<session>.jsonl`.
+
+One row per `user` and `assistant` line and per `system` compact_boundary;
+`summary` lines and compaction summaries feed the session's summary; progress,
+snapshots, queue operations and other bookkeeping are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.ingest.parsers.base import (
+    ParsedMessage,
+    RecordOutcome,
+    as_str,
+    clip,
+    image_placeholder,
+    json_text,
+    utc_timestamp,
+)
+
+
+def _block_text(block: object) -> str:
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, dict):
+        return ""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text") or "")
+    if kind == "thinking":
+        thinking = block.get("thinking")
+        return f"[thinking] {thinking}" if thinking else ""
+    if kind == "redacted_thinking":
+        return "[redacted thinking]"
+    if kind == "tool_use":
+        name = block.get("name") or "tool"
+        return f"[tool_use {name}] {clip(json_text(block.get('input')))}"
+    if kind == "tool_result":
+        return _tool_result_text(block)
+    if kind == "image":
+        source = block.get("source")
+        if isinstance(source, dict):
+            return image_placeholder(source.get("media_type"), source.get("data"))
+        return "[image]"
+    if kind == "document":
+        return "[document]"
+    return f"[{kind}]" if isinstance(kind, str) else ""
+
+
+def _tool_result_text(block: dict[str, Any]) -> str:
+    inner = block.get("content")
+    if isinstance(inner, list):
+        text = "\n".join(filter(None, (_block_text(part) for part in inner)))
+    elif inner is None:
+        text = ""
+    else:
+        text = str(inner)
+    prefix = "[tool error] " if block.get("is_error") is True else ""
+    return prefix + clip(text)
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(filter(None, (_block_text(block) for block in content)))
+    return ""
+
+
+def _is_tool_results(content: object) -> bool:
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
+def _first_tool_use(content: object) -> dict[str, Any] | None:
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                return block
+    return None
+
+
+class ClaudeParser:
+    replaces_by_id = False
+
+    def parse(self, record: dict[str, Any]) -> RecordOutcome:
+        kind = record.get("type")
+        hints: dict[str, str] = {}
+        cwd = as_str(record.get("cwd"))
+        if cwd:
+            hints["project"] = cwd
+        if kind == "summary":
+            text = as_str(record.get("summary"))
+            return RecordOutcome(summary=("summary", text) if text else None, hints=hints)
+        if kind in ("user", "assistant"):
+            return RecordOutcome(message=self._message(kind, record), hints=hints,
+                                 summary=self._compact_summary(record))
+        if kind == "system" and record.get("subtype") == "compact_boundary":
+            message = ParsedMessage(
+                role="system",
+                content=as_str(record.get("content")) or "Conversation compacted",
+                kind="compact_boundary",
+                tool_input=json_text(record.get("compactMetadata"))
+                if record.get("compactMetadata") is not None else None,
+                uuid=as_str(record.get("uuid")),
+                timestamp=utc_timestamp(record.get("timestamp")),
+                is_sidechain=record.get("isSidechain") is True,
+            )
+            return RecordOutcome(message=message, hints=hints)
+        return RecordOutcome(hints=hints)
+
+    def _message(self, kind: str, record: dict[str, Any]) -> ParsedMessage:
+        envelope = record.get("message")
+        content = envelope.get("content") if isinstance(envelope, dict) else envelope
+        role = kind
+        message_kind = "message"
+        tool_name = tool_input = None
+        if kind == "user" and _is_tool_results(content):
+            role, message_kind = "tool", "tool_result"
+        elif kind == "assistant":
+            tool_use = _first_tool_use(content)
+            if tool_use is not None:
+                message_kind = "tool_call"
+                tool_name = as_str(tool_use.get("name"))
+                tool_input = json_text(tool_use.get("input"))
+        return ParsedMessage(
+            role=role,
+            content=_content_text(content),
+            kind=message_kind,
+            tool_name=tool_name,
+            tool_input=tool_input,
+            uuid=as_str(record.get("uuid")),
+            timestamp=utc_timestamp(record.get("timestamp")),
+            is_sidechain=record.get("isSidechain") is True,
+        )
+
+    @staticmethod
+    def _compact_summary(record: dict[str, Any]) -> tuple[str, str] | None:
+        if record.get("isCompactSummary") is not True:
+            return None
+        envelope = record.get("message")
+        content = envelope.get("content") if isinstance(envelope, dict) else None
+        text = _content_text(content)
+        return ("compact_summary", text) if text else None

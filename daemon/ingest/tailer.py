@@ -1,0 +1,272 @@
+"""One turn on one file: read from the saved offset, frame complete lines, parse, commit.
+
+The rows a turn read and the file's new offset commit together (store.ingest), so a
+crash before the commit re-reads the same lines and a crash after it never does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+
+import aiosqlite
+import orjson
+import structlog
+
+from daemon.clock import Clock
+from daemon.ingest.discovery import Candidate, Mode
+from daemon.ingest.fingerprint import MARKER_BYTES, digest
+from daemon.ingest.framing import Line, LineFramer
+from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
+from daemon.store.ingest import commit_batch
+from daemon.store.records import Batch, FileState, MessageRow, NewSession
+
+log = structlog.get_logger("memoryd.ingest")
+
+_BOM = b"\xef\xbb\xbf"
+_READ_SIZE = 256 * 1024
+
+
+class TurnOutcome(Enum):
+    IDLE = "idle"  # nothing new, or only a partial line
+    PROGRESS = "progress"  # committed something
+    GONE = "gone"  # the path no longer exists
+    RESCAN = "rescan"  # the path now names another file: identities must be resolved again
+
+
+@dataclass(slots=True)
+class Tracked:
+    """A transcript the ingester follows; `state` is None until its first line is stored."""
+
+    candidate: Candidate
+    state: FileState | None = None
+    verify: bool = False  # identity changed under this path: check head and marker first
+    stalled_size: int = -1  # size at which the last turn found nothing complete
+    rejected_logged: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.candidate.path
+
+
+@dataclass(slots=True)
+class TurnResult:
+    outcome: TurnOutcome
+    bytes_read: int = 0
+    stored: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _dedupe_key(uuid: str | None, raw: bytes) -> str:
+    return uuid if uuid else "h:" + digest(raw)
+
+
+class Tailer:
+    def __init__(self, conn: aiosqlite.Connection, clock: Clock, read_chunk: int) -> None:
+        self._conn = conn
+        self._clock = clock
+        self._read_chunk = read_chunk
+        self._parsers: dict[str, RecordParser] = {}
+
+    def _parser(self, candidate: Candidate) -> RecordParser:
+        parser = self._parsers.get(candidate.kind)
+        if parser is None:
+            parser = self._parsers[candidate.kind] = record_parser_for(candidate.kind)
+        return parser
+
+    async def turn(self, tracked: Tracked) -> TurnResult:
+        try:
+            fd = os.open(tracked.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return TurnResult(TurnOutcome.GONE)
+        except OSError as exc:
+            log.warning("transcript_unreadable", path=tracked.path, error=exc.strerror)
+            return TurnResult(TurnOutcome.IDLE)
+        try:
+            if tracked.candidate.mode is Mode.DOCUMENT:
+                return await self._document_turn(tracked, fd)
+            return await self._lines_turn(tracked, fd)
+        finally:
+            os.close(fd)
+
+    # -- append-only JSONL -------------------------------------------------------------
+
+    async def _lines_turn(self, tracked: Tracked, fd: int) -> TurnResult:
+        st = os.fstat(fd)
+        # Work on a copy: the tracked state moves only once the commit has succeeded.
+        state = dataclasses.replace(tracked.state) if tracked.state is not None else None
+        if state is not None and (st.st_dev, st.st_ino) != (state.device, state.inode):
+            if not tracked.verify:
+                return TurnResult(TurnOutcome.RESCAN)
+            state.device, state.inode = st.st_dev, st.st_ino
+        if state is not None:
+            self._check_rewrite(tracked, state, fd, st.st_size)
+        offset = state.offset if state is not None else 0
+        if st.st_size <= offset or st.st_size == tracked.stalled_size:
+            return TurnResult(TurnOutcome.IDLE)
+
+        framer = LineFramer(offset)
+        lines: list[Line] = []
+        position = offset
+        while True:
+            data = os.pread(fd, _READ_SIZE, position)
+            if not data:
+                break
+            position += len(data)
+            lines.extend(framer.feed(data))
+            if lines and position - offset >= self._read_chunk:
+                break
+        if not lines:
+            tracked.stalled_size = st.st_size
+            return TurnResult(TurnOutcome.IDLE)
+        tracked.stalled_size = -1
+
+        new_session = None
+        if state is None:
+            head = lines[0].data + b"\n"
+            state = FileState(
+                path=tracked.path, source=tracked.candidate.kind.value, device=st.st_dev,
+                inode=st.st_ino, head_hash=digest(head), head_length=len(head),
+            )
+            new_session = NewSession(
+                source=state.source, transcript_path=tracked.path,
+                external_id=tracked.candidate.external_id,
+                parent_external_id=tracked.candidate.parent_external_id,
+            )
+
+        batch = Batch(state=state, new_session=new_session,
+                      replaces_by_id=self._parser(tracked.candidate).replaces_by_id)
+        self._parse_lines(tracked, lines, batch)
+        end = framer.committed_end
+        state.offset = end
+        state.marker_hash = digest(os.pread(fd, min(MARKER_BYTES, end), end - min(MARKER_BYTES, end)))
+        state.missing = False
+        result = await commit_batch(self._conn, batch, self._clock.now())
+        tracked.state = state
+        tracked.verify = False
+        self._log_rejections(tracked, batch)
+        return TurnResult(TurnOutcome.PROGRESS, bytes_read=end - offset, stored=result.stored)
+
+    def _check_rewrite(self, tracked: Tracked, state: FileState, fd: int, size: int) -> None:
+        """A file shorter than its offset, or with other bytes before it, was rewritten."""
+        reason = None
+        if size < state.offset:
+            reason = "truncated"
+        elif state.offset > 0:
+            start = max(0, state.offset - MARKER_BYTES)
+            if digest(os.pread(fd, state.offset - start, start)) != state.marker_hash:
+                reason = "rewritten"
+        if reason is None and tracked.verify:
+            head = os.pread(fd, state.head_length, 0)
+            if len(head) < state.head_length or digest(head) != state.head_hash:
+                reason = "replaced"
+        if reason is None:
+            return
+        log.warning("transcript_rewritten", path=tracked.path, reason=reason,
+                    previous_offset=state.offset, size=size)
+        state.offset = 0
+        state.marker_hash = ""
+        state.dedupe = True
+        state.rewrites += 1
+        tracked.stalled_size = -1
+        first_line = os.pread(fd, 1 << 16, 0)
+        newline = first_line.find(b"\n")
+        if newline >= 0:
+            state.head_hash = digest(first_line[: newline + 1])
+            state.head_length = newline + 1
+
+    def _parse_lines(self, tracked: Tracked, lines: list[Line], batch: Batch) -> None:
+        parser = self._parser(tracked.candidate)
+        for line in lines:
+            data = line.data
+            if data.endswith(b"\r"):
+                data = data[:-1]
+            if line.offset == 0 and data.startswith(_BOM):
+                data = data[3:]
+            if not data.strip():
+                continue
+            batch.lines_read += 1
+            try:
+                record = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                try:
+                    # Decode what can be decoded: a stray invalid byte should not lose the line.
+                    record = json.loads(data.decode("utf-8", "replace"))
+                except ValueError:
+                    batch.rejected.append((line.offset, line.data, "not JSON"))
+                    continue
+            if not isinstance(record, dict):
+                batch.rejected.append((line.offset, line.data, "JSON but not an object"))
+                continue
+            outcome = parser.parse(record)
+            batch.hints.update(outcome.hints)
+            if outcome.summary is not None:
+                batch.summaries.append((*outcome.summary, line.offset))
+            message = outcome.message
+            if message is None:
+                batch.lines_skipped += 1
+                continue
+            batch.messages.append(
+                MessageRow(message, line.data, line.offset, _dedupe_key(message.uuid, line.data))
+            )
+
+    def _log_rejections(self, tracked: Tracked, batch: Batch) -> None:
+        if batch.rejected and not tracked.rejected_logged:
+            tracked.rejected_logged = True
+            offset, _raw, reason = batch.rejected[0]
+            log.warning("lines_rejected", path=tracked.path, count=len(batch.rejected),
+                        first_offset=offset, reason=reason)
+
+    # -- whole documents (Gemini classic JSON) -----------------------------------------
+
+    async def _document_turn(self, tracked: Tracked, fd: int) -> TurnResult:
+        st = os.fstat(fd)
+        state = dataclasses.replace(tracked.state) if tracked.state is not None else None
+        if st.st_size == tracked.stalled_size and state is not None:
+            return TurnResult(TurnOutcome.IDLE)
+        chunks = []
+        position = 0
+        while data := os.pread(fd, _READ_SIZE, position):
+            chunks.append(data)
+            position += len(data)
+        data = b"".join(chunks)
+        doc_hash = digest(data)
+        if state is not None and state.marker_hash == doc_hash:
+            tracked.stalled_size = st.st_size
+            return TurnResult(TurnOutcome.IDLE)
+        try:
+            document = parse_document(data)
+        except ValueError as exc:
+            # Most likely caught mid-rewrite; the next change brings a whole document.
+            if not tracked.rejected_logged:
+                tracked.rejected_logged = True
+                log.warning("document_unreadable", path=tracked.path, error=str(exc))
+            tracked.stalled_size = st.st_size
+            return TurnResult(TurnOutcome.IDLE)
+        new_session = None
+        if state is None:
+            state = FileState(path=tracked.path, source=tracked.candidate.kind.value,
+                              device=st.st_dev, inode=st.st_ino, head_hash="document",
+                              head_length=0)
+            new_session = NewSession(
+                source=state.source, transcript_path=tracked.path,
+                external_id=document.external_id or tracked.candidate.external_id,
+            )
+        state.device, state.inode = st.st_dev, st.st_ino
+        state.offset = len(data)
+        state.marker_hash = doc_hash
+        state.missing = False
+        batch = Batch(state=state, new_session=new_session, replaces_by_id=True)
+        if document.summary:
+            batch.summaries.append(("summary", document.summary, 0))
+        for entry in document.entries:
+            batch.lines_read += 1
+            batch.messages.append(MessageRow(entry.message, entry.raw, 0,
+                                             _dedupe_key(entry.message.uuid, entry.raw)))
+        result = await commit_batch(self._conn, batch, self._clock.now())
+        tracked.state = state
+        tracked.stalled_size = st.st_size
+        return TurnResult(TurnOutcome.PROGRESS, bytes_read=len(data), stored=result.stored)

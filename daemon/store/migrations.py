@@ -1,0 +1,139 @@
+"""Versioned schema migrations; each applies with its bookkeeping row in one transaction.
+
+Table and column names of `sessions`, `session_messages` and
+`session_message_state` are read by operators and other tools: never rename them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import aiosqlite
+import structlog
+
+from daemon.store.connection import transaction
+
+log = structlog.get_logger("memoryd.store")
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "sessions, messages, file state, rejected lines, summaries",
+        """
+        CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            source TEXT NOT NULL CHECK (source IN ('claude', 'codex', 'gemini')),
+            external_id TEXT,
+            parent_session_id INTEGER REFERENCES sessions(id),
+            parent_external_id TEXT,
+            project TEXT,
+            transcript_path TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused', 'ended')),
+            started_at TEXT,
+            last_message_at TEXT,
+            last_ingested_at TEXT,
+            memory_sync_index INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            summary_markdown TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX sessions_by_external_id ON sessions (source, external_id);
+        CREATE INDEX sessions_by_parent_external_id ON sessions (parent_external_id)
+            WHERE parent_session_id IS NULL AND parent_external_id IS NOT NULL;
+
+        CREATE TABLE session_messages (
+            id INTEGER PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            message_index INTEGER NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+            kind TEXT NOT NULL DEFAULT 'message',
+            content TEXT NOT NULL,
+            tool_name TEXT,
+            tool_input TEXT,
+            uuid TEXT,
+            timestamp TEXT,
+            is_sidechain INTEGER NOT NULL DEFAULT 0,
+            raw BLOB NOT NULL,
+            byte_offset INTEGER,
+            dedupe_key TEXT NOT NULL,
+            UNIQUE (session_id, message_index)
+        );
+        CREATE INDEX session_messages_by_dedupe_key ON session_messages (session_id, dedupe_key);
+
+        CREATE TABLE session_message_state (
+            path TEXT PRIMARY KEY,
+            fingerprint TEXT NOT NULL,
+            device INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            head_hash TEXT NOT NULL,
+            head_length INTEGER NOT NULL,
+            source TEXT NOT NULL,
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            last_byte_offset INTEGER NOT NULL DEFAULT 0,
+            last_message_index INTEGER NOT NULL DEFAULT -1,
+            last_processed_at TEXT,
+            marker_hash TEXT NOT NULL DEFAULT '',
+            dedupe INTEGER NOT NULL DEFAULT 0,
+            lines_read INTEGER NOT NULL DEFAULT 0,
+            lines_skipped INTEGER NOT NULL DEFAULT 0,
+            lines_rejected INTEGER NOT NULL DEFAULT 0,
+            rewrites INTEGER NOT NULL DEFAULT 0,
+            missing INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX session_message_state_by_inode ON session_message_state (device, inode);
+
+        CREATE TABLE rejected_lines (
+            id INTEGER PRIMARY KEY,
+            path TEXT NOT NULL,
+            session_id INTEGER REFERENCES sessions(id),
+            byte_offset INTEGER NOT NULL,
+            raw BLOB NOT NULL,
+            reason TEXT NOT NULL,
+            rejected_at TEXT NOT NULL,
+            UNIQUE (path, byte_offset, raw)
+        );
+
+        CREATE TABLE session_summaries (
+            id INTEGER PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            kind TEXT NOT NULL,
+            content TEXT NOT NULL,
+            byte_offset INTEGER,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (session_id, kind, content)
+        );
+        """,
+    ),
+]
+
+
+async def current_version(conn: aiosqlite.Connection) -> int:
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    async with conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+async def migrate(conn: aiosqlite.Connection) -> int:
+    """Apply every migration newer than the database; returns the resulting version."""
+    version = await current_version(conn)
+    for number, description, script in MIGRATIONS:
+        if number <= version:
+            continue
+        async with transaction(conn):
+            for statement in _statements(script):
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
+                (number, description, datetime.now(UTC).isoformat()),
+            )
+        log.info("migration_applied", version=number, description=description)
+        version = number
+    return version

@@ -1,0 +1,127 @@
+"""Read-only queries behind `status`, `sessions` and `show`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiosqlite
+
+SESSION_COLUMNS = (
+    "id, source, external_id, parent_session_id, project, transcript_path, status, started_at,"
+    " last_message_at, memory_sync_index, message_count, summary_markdown"
+)
+
+
+def _session_dict(row: aiosqlite.Row) -> dict[str, Any]:
+    data = dict(row)
+    data["unsynced_messages"] = max(0, data["message_count"] - data["memory_sync_index"])
+    return data
+
+
+async def list_sessions(
+    conn: aiosqlite.Connection, *, status: str | None = None, source: str | None = None
+) -> list[dict[str, Any]]:
+    where, params = [], []
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    if source:
+        where.append("source = ?")
+        params.append(source)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    async with conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions{clause}"
+        " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC",
+        params,
+    ) as cursor:
+        return [_session_dict(row) for row in await cursor.fetchall()]
+
+
+async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] | None:
+    """A session by its numeric id, its external id, or a unique prefix of the external id."""
+    queries: list[tuple[str, tuple[Any, ...]]] = []
+    if ref.isdigit():
+        queries.append(("id = ?", (int(ref),)))
+    queries.append(("external_id = ?", (ref,)))
+    queries.append(("external_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),)))
+    for clause, params in queries:
+        async with conn.execute(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {clause} ORDER BY id LIMIT 2", params
+        ) as cursor:
+            rows = await cursor.fetchall()
+        if len(rows) == 1:
+            return _session_dict(rows[0])
+    return None
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def session_messages(
+    conn: aiosqlite.Connection, session_id: int, *, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
+    async with conn.execute(
+        "SELECT message_index, role, kind, content, tool_name, tool_input, uuid, timestamp,"
+        " is_sidechain, byte_offset FROM session_messages WHERE session_id = ?"
+        " ORDER BY message_index LIMIT ? OFFSET ?",
+        (session_id, -1 if limit is None else limit, offset),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [{**dict(r), "is_sidechain": bool(r["is_sidechain"])} for r in rows]
+
+
+async def session_summaries(conn: aiosqlite.Connection, session_id: int) -> list[dict[str, Any]]:
+    async with conn.execute(
+        "SELECT kind, content, byte_offset FROM session_summaries WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    ) as cursor:
+        return [dict(r) for r in await cursor.fetchall()]
+
+
+async def totals(conn: aiosqlite.Connection) -> dict[str, Any]:
+    async def one(sql: str) -> Any:
+        async with conn.execute(sql) as cursor:
+            row = await cursor.fetchone()
+        return row[0] if row else None
+
+    by_source: dict[str, dict[str, int]] = {}
+    async with conn.execute(
+        "SELECT source, COUNT(*), COALESCE(SUM(message_count), 0),"
+        " COALESCE(SUM(MAX(message_count - memory_sync_index, 0)), 0)"
+        " FROM sessions GROUP BY source"
+    ) as cursor:
+        for source, sessions, messages, unsynced in await cursor.fetchall():
+            by_source[source] = {"sessions": sessions, "messages": messages,
+                                 "unsynced_messages": unsynced, "files": 0}
+    async with conn.execute(
+        "SELECT source, COUNT(*), SUM(missing) FROM session_message_state GROUP BY source"
+    ) as cursor:
+        for source, files, missing in await cursor.fetchall():
+            entry = by_source.setdefault(source, {"sessions": 0, "messages": 0,
+                                                  "unsynced_messages": 0, "files": 0})
+            entry["files"] = files
+            entry["missing_files"] = missing or 0
+    statuses: dict[str, int] = {}
+    async with conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status") as cursor:
+        for status, count in await cursor.fetchall():
+            statuses[status] = count
+    return {
+        "sessions": await one("SELECT COUNT(*) FROM sessions"),
+        "messages": await one("SELECT COUNT(*) FROM session_messages"),
+        "rejected_lines": await one("SELECT COUNT(*) FROM rejected_lines"),
+        "skipped_lines": await one("SELECT COALESCE(SUM(lines_skipped), 0)"
+                                   " FROM session_message_state"),
+        "unsynced_messages": await one(
+            "SELECT COALESCE(SUM(MAX(message_count - memory_sync_index, 0)), 0) FROM sessions"),
+        "sessions_by_status": statuses,
+        "sources": by_source,
+    }
+
+
+async def file_offsets(conn: aiosqlite.Connection) -> list[tuple[str, str, int, bool]]:
+    async with conn.execute(
+        "SELECT path, source, last_byte_offset, head_hash = 'document'"
+        " FROM session_message_state WHERE missing = 0"
+    ) as cursor:
+        return [(r[0], r[1], r[2], bool(r[3])) for r in await cursor.fetchall()]

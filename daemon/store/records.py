@@ -1,0 +1,70 @@
+"""Plain values passed between the tailer and the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.ingest.parsers.base import ParsedMessage
+
+
+@dataclass(slots=True)
+class FileState:
+    """One row of `session_message_state`: how far a transcript file has been stored."""
+
+    path: str
+    source: str
+    device: int
+    inode: int
+    head_hash: str
+    head_length: int
+    session_id: int = 0  # 0 until the file's first batch creates its session
+    offset: int = 0
+    last_message_index: int = -1
+    marker_hash: str = ""
+    dedupe: bool = False  # after a rewrite: match messages already stored before inserting
+    rewrites: int = 0
+    missing: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{self.device}:{self.inode}:{self.head_hash}:{self.head_length}"
+
+
+@dataclass(slots=True)
+class NewSession:
+    source: str
+    transcript_path: str
+    external_id: str | None
+    parent_external_id: str | None = None
+    project: str | None = None
+
+
+@dataclass(slots=True)
+class MessageRow:
+    message: ParsedMessage
+    raw: bytes
+    byte_offset: int
+    dedupe_key: str
+
+
+@dataclass(slots=True)
+class Batch:
+    """Everything one read of one file produced; committed in one transaction."""
+
+    state: FileState
+    new_session: NewSession | None = None
+    messages: list[MessageRow] = field(default_factory=list)
+    summaries: list[tuple[str, str, int]] = field(default_factory=list)  # kind, text, offset
+    rejected: list[tuple[int, bytes, str]] = field(default_factory=list)  # offset, raw, reason
+    hints: dict[str, str] = field(default_factory=dict)
+    lines_read: int = 0
+    lines_skipped: int = 0
+    replaces_by_id: bool = False
+
+
+@dataclass(slots=True)
+class CommitResult:
+    session_id: int
+    stored: int
+    updated: int
+    duplicates: int
