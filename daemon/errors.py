@@ -40,7 +40,7 @@ class AlreadyRunningError(MemorydError):
     def __init__(self, state_dir: str, pid: int | None) -> None:
         who = f"pid {pid}" if pid else "another process"
         super().__init__(
-            f"memoryd is already running on {state_dir} ({who}); "
+            f"already running on {state_dir} ({who}); "
             "stop it first or use another state_dir"
         )
         self.state_dir = state_dir

@@ -33,7 +33,8 @@ class StateLock:
         except BlockingIOError:
             os.close(fd)
             holder = read_lock_info(self.path)
-            raise AlreadyRunningError(str(self.path.parent), holder.pid if holder else None) from None
+            pid = holder.pid if holder else None
+            raise AlreadyRunningError(str(self.path.parent), pid) from None
         os.ftruncate(fd, 0)
         payload = {"pid": os.getpid(), "started_at": started_at.isoformat(), "command": command}
         os.pwrite(fd, json.dumps(payload).encode(), 0)

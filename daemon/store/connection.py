@@ -6,7 +6,7 @@ import os
 import sqlite3
 import stat
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import aiosqlite
@@ -75,10 +75,8 @@ async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Con
     try:
         yield conn
     except BaseException as exc:
-        try:
+        with suppress(sqlite3.Error):
             await conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
         if isinstance(exc, sqlite3.Error):
             raise translate(exc) from exc
         raise
@@ -86,8 +84,6 @@ async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Con
         try:
             await conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            try:
+            with suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
             raise translate(exc) from exc

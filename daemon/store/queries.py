@@ -48,7 +48,7 @@ async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] |
         async with conn.execute(
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {clause} ORDER BY id LIMIT 2", params
         ) as cursor:
-            rows = await cursor.fetchall()
+            rows = list(await cursor.fetchall())
         if len(rows) == 1:
             return _session_dict(rows[0])
     return None

@@ -1,0 +1,287 @@
+"""The `memoryd` command line.
+
+Exit statuses mean something, and the systemd/launchd units rely on them:
+0 done, 1 crashed, 64 bad usage, 75 another memoryd holds the state directory,
+78 bad configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+import structlog
+
+from daemon import __version__
+from daemon.clock import SystemClock
+from daemon.config import Settings, load_settings
+from daemon.errors import EX_ALREADY_RUNNING, EX_CONFIG, AlreadyRunningError, ConfigError
+from daemon.logging import configure_logging
+from daemon.service import Service, ingest_once
+from daemon.status import collect_status
+from daemon.store import queries
+from daemon.store.connection import connect
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+EX_NOT_FOUND = 66
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"memoryd: {message}", err=True)
+    sys.exit(code)
+
+
+def _settings(ctx: click.Context) -> Settings:
+    """Load the settings once per command; a bad setting exits 78 with one line."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        try:
+            obj["settings"] = load_settings(obj.get("config"))
+        except ConfigError as exc:
+            _fail(str(exc), EX_CONFIG)
+        settings: Settings = obj["settings"]
+        configure_logging(settings.log_level, settings.log_format)
+    result: Settings = obj["settings"]
+    return result
+
+
+def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["config"] = value
+
+
+def config_option(func: F) -> F:
+    """`--config PATH`, accepted before or after the command name."""
+    return click.option(
+        "--config", "config", metavar="PATH", expose_value=False, is_eager=True,
+        callback=_remember_config,
+        help="Settings file (default: $MEMORYD_CONFIG, else ~/.config/memoryd/config.yaml).",
+    )(func)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
+
+
+def _print_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="memoryd")
+@config_option
+def main() -> None:
+    """memoryd: a memory for AI coding agents that survives crashes, compactions and reboots.
+
+    It follows Claude Code, Codex and Gemini CLI transcripts into a local SQLite
+    store, exactly once, whatever happens to the agents or to memoryd itself.
+    """
+
+
+@main.command()
+@config_option
+@click.pass_context
+def run(ctx: click.Context) -> None:
+    """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    settings = _settings(ctx)
+
+    async def _main() -> None:
+        service = Service(settings, SystemClock())
+        service.install_signal_handlers()
+        await service.run()
+
+    try:
+        _run(_main())
+    except AlreadyRunningError as exc:
+        _fail(str(exc), EX_ALREADY_RUNNING)
+
+
+@main.command()
+@click.option("--once", is_flag=True, default=True,
+              help="One full pass over every source, then exit (the default).")
+@config_option
+@click.pass_context
+def ingest(ctx: click.Context, once: bool) -> None:
+    """Read every transcript to its end once, then exit (`memoryd run` keeps following)."""
+    settings = _settings(ctx)
+    clock = SystemClock()
+    show_progress = sys.stderr.isatty()
+    bar: Any = None
+
+    def on_total(total: int) -> None:
+        nonlocal bar
+        if show_progress and total:
+            bar = click.progressbar(length=total, label="ingesting", file=sys.stderr,
+                                    show_pos=False, show_percent=True, show_eta=True)
+            bar.__enter__()
+
+    def progress(n_bytes: int) -> None:
+        if bar is not None:
+            bar.update(n_bytes)
+
+    try:
+        stats = _run(ingest_once(settings, clock, on_total=on_total, progress=progress))
+    except AlreadyRunningError as exc:
+        _fail(str(exc), EX_ALREADY_RUNNING)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    structlog.get_logger("memoryd").info(
+        "ingest_done", files=stats.files, messages=stats.messages, bytes=stats.bytes_read
+    )
+    click.echo(f"stored {stats.messages} messages from {stats.files} files "
+               f"({stats.bytes_read / 1e6:.1f} MB read)")
+
+
+@main.command()
+@json_option
+@config_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Whether the daemon runs, what each source holds, and what is not stored yet."""
+    settings = _settings(ctx)
+    report = _run(collect_status(settings, SystemClock()))
+    if as_json:
+        _print_json(report)
+        return
+    d = report["daemon"]
+    if d["running"]:
+        click.echo(f"daemon: running (pid {d['pid']}, up {_duration(d['uptime_seconds'])})")
+    elif d["pid"]:
+        click.echo(f"daemon: not running; `memoryd {d['command']}` holds the lock (pid {d['pid']})")
+    else:
+        click.echo("daemon: not running")
+    click.echo(f"state:  {report['state_dir']}")
+    db = report["database"]
+    click.echo(f"store:  {db['path']} ({_size(db['size_bytes'])})" if db["exists"]
+               else f"store:  {db['path']} (not created yet)")
+    for s in report["sources"]:
+        where = "" if s["exists"] else " (not found)"
+        state = "" if s["enabled"] else " [disabled]"
+        click.echo(f"source {s['kind']:<6} {s['root']}{where}{state}: {s['files']} files, "
+                   f"{s['sessions']} sessions, {s['messages']} messages")
+    by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
+    click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
+    click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
+               "not yet in memory")
+    click.echo(f"ingestion lag: {_size(report['ingestion_lag_bytes'])} not yet stored")
+    if report["rejected_lines"]:
+        click.echo(f"rejected lines: {report['rejected_lines']} (kept in table rejected_lines)")
+    if report["last_error"]:
+        click.echo(f"last error: {report['last_error']} at {report['last_error_at']}")
+
+
+@main.command()
+@click.option("--status", "status_filter", type=click.Choice(["active", "paused", "ended"]),
+              help="Only sessions with this status.")
+@click.option("--source", type=click.Choice(["claude", "codex", "gemini"]),
+              help="Only sessions of this agent.")
+@json_option
+@config_option
+@click.pass_context
+def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
+             as_json: bool) -> None:
+    """Every session, newest first, with how many messages are not yet in memory."""
+    settings = _settings(ctx)
+
+    async def _load() -> list[dict[str, Any]]:
+        if not settings.database_path.exists():
+            return []
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            return await queries.list_sessions(conn, status=status_filter, source=source)
+        finally:
+            await conn.close()
+
+    rows = _run(_load())
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        click.echo("no sessions yet")
+        return
+    click.echo(f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
+               f"{'LAST MESSAGE':<24}  PROJECT")
+    for r in rows:
+        click.echo(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  {r['message_count']:>6}  "
+                   f"{r['unsynced_messages']:>8}  {r['last_message_at'] or '-':<24}  "
+                   f"{r['project'] or '-'}")
+
+
+@main.command()
+@click.argument("session")
+@click.option("--limit", type=click.IntRange(min=0), default=None,
+              help="Show at most this many messages.")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="Skip this many messages first.")
+@json_option
+@config_option
+@click.pass_context
+def show(ctx: click.Context, session: str, limit: int | None, offset: int,
+         as_json: bool) -> None:
+    """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
+    settings = _settings(ctx)
+
+    async def _load() -> dict[str, Any] | None:
+        if not settings.database_path.exists():
+            return None
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            found = await queries.find_session(conn, session)
+            if found is None:
+                return None
+            found["messages"] = await queries.session_messages(
+                conn, found["id"], limit=limit, offset=offset)
+            found["summaries"] = await queries.session_summaries(conn, found["id"])
+            return found
+        finally:
+            await conn.close()
+
+    found = _run(_load())
+    if found is None:
+        _fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        return
+    if as_json:
+        _print_json(found)
+        return
+    click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
+               f"{found['status']}")
+    click.echo(f"project:    {found['project'] or '-'}")
+    click.echo(f"transcript: {found['transcript_path']}")
+    click.echo(f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in "
+               "memory)")
+    for m in found["messages"]:
+        text = m["content"].replace("\n", " ")
+        if len(text) > 200:
+            text = text[:199] + "…"
+        tool = f" {m['tool_name']}" if m["tool_name"] else ""
+        click.echo(f"[{m['message_index']}] {m['timestamp'] or '-'} {m['role']}{tool}: {text}")
+
+
+def _size(n_bytes: int) -> str:
+    value = float(n_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,228 @@
+"""The daemon as one object: it owns the lock, the store, the ingester and the watcher.
+
+Start-up order: lock the state directory (one daemon per state_dir), open and
+migrate the store, load every file's saved state, then follow the transcripts.
+Stop is cooperative and bounded: a signal sets the stop event, the ingester
+finishes the transaction in hand, and whatever is still running after
+`shutdown_grace` is cancelled (an uncommitted transaction is rolled back, so
+nothing is lost: the lines are read again on the next start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import structlog
+
+from daemon.clock import Clock
+from daemon.config import Settings
+from daemon.errors import MemorydError, StoreError
+from daemon.ingest.ingester import Ingester, PassStats
+from daemon.ingest.watcher import watch_roots
+from daemon.lock import StateLock
+from daemon.store import connect, migrate
+from daemon.store.connection import ensure_private_dir
+
+log = structlog.get_logger("memoryd.service")
+
+#: How often the status snapshot (`memoryd status` reads it) is rewritten while busy.
+STATUS_INTERVAL = 1.0
+#: Back-off bounds after a transient store error (locked database, full disk).
+RETRY_MIN, RETRY_MAX = 0.5, 30.0
+
+
+def status_path(settings: Settings) -> Path:
+    return settings.state_dir / "status.json"
+
+
+@dataclass(slots=True)
+class RuntimeStatus:
+    """What only the running daemon knows; written to status.json for `memoryd status`."""
+
+    pid: int
+    started_at: str
+    passes: int = 0
+    messages_stored: int = 0
+    last_pass_at: str | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle)
+    os.replace(tmp, path)
+
+
+def read_runtime_status(settings: Settings) -> dict[str, Any] | None:
+    try:
+        data = json.loads(status_path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
+    """The daemon's database, created and migrated, closed on exit."""
+    ensure_private_dir(settings.state_dir)
+    conn = await connect(settings.database_path)
+    try:
+        await migrate(conn)
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def hold_lock(settings: Settings, command: str, now: datetime) -> Any:
+    """The state directory's lock: raises AlreadyRunningError when another memoryd holds it."""
+    ensure_private_dir(settings.state_dir)
+    lock = StateLock(settings.lock_path)
+    lock.acquire(command, now)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+async def ingest_once(
+    settings: Settings,
+    clock: Clock,
+    *,
+    on_total: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> PassStats:
+    """One full pass over every source, under the lock; the daemon's `ingest --once`."""
+    with hold_lock(settings, "ingest", clock.now()):
+        async with open_store(settings) as conn:
+            ingester = Ingester(conn, settings, clock)
+            await ingester.load()
+            await ingester.scan()
+            if on_total is not None:
+                on_total(ingester.pending_bytes())
+            return await ingester.run_once(progress=progress)
+
+
+class Service:
+    """`memoryd run`: follows every transcript until stopped."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.stop_event = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
+        self._last_status_write = float("-inf")
+
+    def request_stop(self) -> None:
+        self.stop_event.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        self.request_stop()
+
+    async def run(self) -> None:
+        with hold_lock(self.settings, "run", self.clock.now()):
+            async with open_store(self.settings) as conn:
+                ingester = Ingester(conn, self.settings, self.clock)
+                await ingester.load()
+                tasks = [
+                    asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
+                    asyncio.create_task(
+                        watch_roots(
+                            lambda: [s.root for s in ingester.sources],
+                            ingester.notify,
+                            self.stop_event,
+                            self.settings.poll_interval,
+                        ),
+                        name="watch",
+                    ),
+                ]
+                self.ready.set()
+                log.info("started", state_dir=str(self.settings.state_dir),
+                         sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
+                await self._supervise(tasks)
+        log.info("stopped")
+
+    async def _supervise(self, tasks: list[asyncio.Task[None]]) -> None:
+        stop_waiter = asyncio.create_task(self.stop_event.wait())
+        done, _ = await asyncio.wait([*tasks, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
+        self.stop_event.set()
+        _, still_running = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+        for task in still_running:
+            log.warning("shutdown_grace_exceeded", task=task.get_name())
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stop_waiter.cancel()
+        for task in tasks:
+            if task in done and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        self._write_status(force=True)
+
+    async def _ingest_loop(self, ingester: Ingester) -> None:
+        delay = RETRY_MIN
+        while not self.stop_event.is_set():
+            try:
+                await ingester.run(self.stop_event, on_pass=self._after_pass)
+                return
+            except StoreError as exc:
+                if not exc.transient:
+                    self._record_error(exc)
+                    raise
+                self._record_error(exc)
+                log.warning("store_busy_backing_off", error=str(exc), retry_in=delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop_event.wait(), timeout=delay)
+                delay = min(delay * 2, RETRY_MAX)
+
+    def _after_pass(self) -> None:
+        self.status.passes += 1
+        self.status.last_pass_at = _iso(self.clock.now())
+        self._write_status()
+
+    def _record_error(self, exc: MemorydError) -> None:
+        self.status.last_error = str(exc)
+        self.status.last_error_at = _iso(self.clock.now())
+        self._write_status(force=True)
+
+    def _write_status(self, force: bool = False) -> None:
+        now = self.clock.monotonic()
+        if not force and now - self._last_status_write < STATUS_INTERVAL:
+            return
+        self._last_status_write = now
+        try:
+            _write_atomically(status_path(self.settings), {
+                "pid": self.status.pid,
+                "started_at": self.status.started_at,
+                "passes": self.status.passes,
+                "last_pass_at": self.status.last_pass_at,
+                "last_error": self.status.last_error,
+                "last_error_at": self.status.last_error_at,
+                "running": not self.stop_event.is_set(),
+                **self.status.extra,
+            })
+        except OSError as exc:
+            log.warning("status_write_failed", error=exc.strerror)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,101 @@
+"""What `memoryd status` reports: the daemon's process, its sources, lag and backlog.
+
+Read-only: it opens the database in read-only mode, so it works while the daemon
+runs and never changes anything.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Any
+
+from daemon.clock import Clock
+from daemon.config import Settings
+from daemon.ingest.discovery import discover
+from daemon.lock import read_lock_info
+from daemon.service import read_runtime_status
+from daemon.store import queries
+from daemon.store.connection import connect
+
+
+def _lag_bytes(
+    offsets: list[tuple[str, str, int, bool]], known: set[str], settings: Settings
+) -> int:
+    """Bytes written to transcripts but not yet stored, over known and new files."""
+    lag = 0
+    for path, _source, offset, is_document in offsets:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if is_document:
+            lag += 0 if size == offset else size
+        else:
+            lag += max(0, size - offset)
+    for candidate in discover(settings.enabled_sources()):
+        if candidate.path in known:
+            continue
+        try:
+            lag += os.stat(candidate.path).st_size
+        except OSError:
+            continue
+    return lag
+
+
+def _uptime(started_at: str, now: datetime) -> float | None:
+    try:
+        started = datetime.fromisoformat(started_at)
+    except ValueError:
+        return None
+    return max(0.0, (now - started).total_seconds())
+
+
+async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
+    holder = read_lock_info(settings.lock_path)
+    runtime = read_runtime_status(settings) or {}
+    daemon: dict[str, Any] = {"running": False, "pid": None, "uptime_seconds": None,
+                              "command": None}
+    if holder is not None:
+        daemon = {"running": holder.command == "run", "pid": holder.pid,
+                  "uptime_seconds": _uptime(holder.started_at, clock.now()),
+                  "command": holder.command}
+    report: dict[str, Any] = {
+        "daemon": daemon,
+        "state_dir": str(settings.state_dir),
+        "database": {"path": str(settings.database_path), "exists": False, "size_bytes": 0},
+        "last_error": runtime.get("last_error"),
+        "last_error_at": runtime.get("last_error_at"),
+        "last_pass_at": runtime.get("last_pass_at"),
+    }
+    sources = [
+        {"kind": s.kind.value, "root": str(s.root), "enabled": s.enabled,
+         "exists": s.root.is_dir(), "files": 0, "sessions": 0, "messages": 0}
+        for s in settings.sources
+    ]
+    report["sources"] = sources
+    db = settings.database_path
+    if not db.exists():
+        report.update(sessions=0, messages=0, unsynced_messages=0, rejected_lines=0,
+                      skipped_lines=0, sessions_by_status={},
+                      ingestion_lag_bytes=_lag_bytes([], set(), settings))
+        return report
+    size = sum(
+        os.stat(p).st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()
+    )
+    report["database"] = {"path": str(db), "exists": True, "size_bytes": size}
+    conn = await connect(db, readonly=True)
+    try:
+        totals = await queries.totals(conn)
+        offsets = await queries.file_offsets(conn)
+    finally:
+        await conn.close()
+    by_source = totals.pop("sources")
+    for entry in sources:
+        counts = by_source.get(entry["kind"], {})
+        entry["files"] = counts.get("files", 0)
+        entry["sessions"] = counts.get("sessions", 0)
+        entry["messages"] = counts.get("messages", 0)
+    report.update(totals)
+    report["ingestion_lag_bytes"] = _lag_bytes(offsets, {o[0] for o in offsets}, settings)
+    return report

@@ -1,0 +1,57 @@
+"""Shared test helpers: where the real fixture transcripts are, and how to lay them out."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
+TRANSCRIPTS = SHARED / "fixtures" / "transcripts"
+
+
+def fixture_files(kind: str) -> list[Path]:
+    """Every real fixture transcript of one agent (claude, codex, gemini), sorted."""
+    return sorted(p for p in (TRANSCRIPTS / kind).iterdir() if p.suffix in (".jsonl", ".json"))
+
+
+def lay_out_fixtures(base: Path) -> dict[str, Path]:
+    """Copy every fixture into agent-shaped roots under `base`; returns kind -> root.
+
+    Fixture names flatten their origin path with `__`; the last part is the file
+    name an agent would write, and `__subagents__` marks a Claude subagent file.
+    """
+    roots = {kind: base / kind for kind in ("claude", "codex", "gemini")}
+    for root in roots.values():
+        root.mkdir(parents=True, exist_ok=True)
+    project = roots["claude"] / "-home-user-project"
+    for path in fixture_files("claude"):
+        if "__subagents__" in path.name:
+            parent, agent = path.name.split("__subagents__")
+            target = project / parent.split("__")[-1] / "subagents" / agent
+        else:
+            target = project / path.name.split("__")[-1]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, target)
+    day = roots["codex"] / "2025" / "10" / "20"
+    day.mkdir(parents=True)
+    for path in fixture_files("codex"):
+        shutil.copy(path, day / f"rollout-{path.stem.split('__')[-1]}.jsonl")
+    chats = roots["gemini"] / "0f3a" / "chats"
+    chats.mkdir(parents=True)
+    for path in fixture_files("gemini"):
+        shutil.copy(path, chats / path.name.split("__")[-1])
+    return roots
+
+
+def sources_for(roots: dict[str, Path]) -> list[dict[str, str]]:
+    return [{"kind": kind, "root": str(root)} for kind, root in roots.items()]
+
+
+@pytest.fixture
+def fixture_roots(tmp_path: Path) -> dict[str, Path]:
+    """Every real fixture transcript laid out as the agents would write them."""
+    return lay_out_fixtures(tmp_path / "agents")
