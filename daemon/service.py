@@ -158,6 +158,7 @@ class Service:
                     ),
                 ]
                 self.ready.set()
+                self._write_status(force=True)
                 log.info("started", state_dir=str(self.settings.state_dir),
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
                 await self._supervise(tasks)

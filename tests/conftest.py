@@ -55,3 +55,43 @@ def sources_for(roots: dict[str, Path]) -> list[dict[str, str]]:
 def fixture_roots(tmp_path: Path) -> dict[str, Path]:
     """Every real fixture transcript laid out as the agents would write them."""
     return lay_out_fixtures(tmp_path / "agents")
+
+
+def write_config(path: Path, state_dir: Path, roots: dict[str, Path], **extra: object) -> Path:
+    """A YAML settings file for a daemon subprocess over `roots`."""
+    import yaml
+
+    settings = {"state_dir": str(state_dir), "sources": sources_for(roots), **extra}
+    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    return path
+
+
+def daemon_env(tmp_path: Path) -> dict[str, str]:
+    """The environment for a memoryd subprocess: no MEMORYD_* or config from this machine."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def memoryd_command(*args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "daemon", *args]
+
+
+def wait_ready(state_dir: Path, pid: int, timeout: float = 30.0) -> None:
+    """Block until the daemon with `pid` has written its status (its signal handlers are set)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout
+    status = state_dir / "status.json"
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(status.read_text()).get("pid") == pid:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"memoryd (pid {pid}) did not become ready in {timeout}s")
