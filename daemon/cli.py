@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -21,10 +23,12 @@ from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings
 from daemon.errors import EX_ALREADY_RUNNING, EX_CONFIG, AlreadyRunningError, ConfigError
 from daemon.logging import configure_logging
-from daemon.service import Service, ingest_once
+from daemon.memory import RecallResult
+from daemon.service import Service, ingest_once, open_memory_backend, sync_now
 from daemon.status import collect_status
 from daemon.store import queries
 from daemon.store.connection import connect
+from daemon.timephrases import WhenError, parse_when
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -285,3 +289,129 @@ def _duration(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _when(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_when(value, SystemClock().now())
+    except WhenError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def _project(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
+
+
+def _iso_or_none(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else None
+
+
+def result_json(result: RecallResult) -> dict[str, Any]:
+    """One recall result as stable JSON: content, score and full provenance."""
+    p = result.provenance
+    return {
+        "memory_id": result.memory_id,
+        "type": result.type.value,
+        "content": result.content,
+        "score": round(result.score, 6),
+        "importance": result.importance,
+        "project": result.project,
+        "tags": list(result.tags),
+        "created_at": _iso_or_none(result.created_at),
+        "provenance": {
+            "session_id": p.session_id,
+            "session_external_id": p.session_external_id,
+            "source": p.source,
+            "project": p.project,
+            "first_index": p.first_index,
+            "last_index": p.last_index,
+            "message_uuids": list(p.message_uuids),
+            "started_at": _iso_or_none(p.started_at),
+            "ended_at": _iso_or_none(p.ended_at),
+        },
+    }
+
+
+@main.command()
+@click.argument("query", required=False)
+@click.option("--project", help="Prefer and keep this project's memories (its directory).")
+@click.option("--all-projects", is_flag=True, help="Search every project.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--since", callback=_when, help="Only memories from then on (ISO date, 'yesterday',"
+              " '2 weeks ago').")
+@click.option("--until", callback=_when, help="Only memories before then.")
+@click.option("--stdin", "from_stdin", is_flag=True,
+              help="Read one query per line; print one JSON list per line (needs --json).")
+@json_option
+@config_option
+@click.pass_context
+def recall(ctx: click.Context, query: str | None, project: str | None, all_projects: bool,
+           limit: int, since: datetime | None, until: datetime | None, from_stdin: bool,
+           as_json: bool) -> None:
+    """Find memories for QUERY, best first, with where each came from."""
+    if from_stdin and not as_json:
+        raise click.UsageError("--stdin prints JSON lines: add --json")
+    if from_stdin == (query is not None):
+        raise click.UsageError("give a QUERY or --stdin, not both" if query is not None
+                               else "missing QUERY (or --stdin)")
+    settings = _settings(ctx)
+    wanted_project = _project(project)
+
+    async def _recall() -> None:
+        backend = await open_memory_backend(settings, SystemClock())
+        try:
+            async def one(text: str) -> list[RecallResult]:
+                return await backend.recall(text, project=wanted_project, limit=limit,
+                                            since=since, until=until,
+                                            all_projects=all_projects)
+            if from_stdin:
+                for line in sys.stdin:
+                    results = await one(line.rstrip("\n"))
+                    click.echo(json.dumps([result_json(r) for r in results],
+                                          ensure_ascii=False, sort_keys=True))
+                return
+            assert query is not None
+            results = await one(query)
+            if as_json:
+                _print_json([result_json(r) for r in results])
+                return
+            if not results:
+                click.echo("no memories found")
+            for r in results:
+                p = r.provenance
+                where = f"session {p.session_id}" if p.session_id is not None else "explicit"
+                if p.first_index is not None:
+                    where += f" messages {p.first_index}-{p.last_index}"
+                when = _iso_or_none(p.ended_at or r.created_at) or "?"
+                click.echo(f"[{r.score:.3f}] {r.type.value} {when[:16]} {where}"
+                           f"{' ' + r.project if r.project else ''}")
+                text = r.content.strip().replace("\n", "\n    ")
+                click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
+        finally:
+            await backend.close()
+
+    _run(_recall())
+
+
+@main.command()
+@click.argument("session", required=False)
+@config_option
+@click.pass_context
+def sync(ctx: click.Context, session: str | None) -> None:
+    """Save unsynced messages to memory now (all sessions, or SESSION)."""
+    settings = _settings(ctx)
+    clock = SystemClock()
+
+    report = _run(sync_now(settings, clock, session))
+    if report is None:
+        _fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        return
+    click.echo(f"saved {report.segments_saved} segments ({report.messages_synced} messages) "
+               f"from {report.sessions} sessions, {report.summaries_saved} summaries")
+    if report.failed_sessions:
+        _fail(f"memory backend failed for sessions {report.failed_sessions}; nothing was "
+              "skipped, run again later", 1)

@@ -103,6 +103,16 @@ def default_config_path() -> Path:
     return base / "memoryd" / "config.yaml"
 
 
+class MemorySettings(BaseModel):
+    """The memory backend that recovered conversation is saved to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field(default="sqlite", pattern="^(sqlite)$")
+    #: The embedded backend's own database; default `<state_dir>/memory.db`.
+    path: ExpandedPath | None = None
+
+
 class Settings(BaseSettings):
     """Every setting memoryd reads; config.example.yaml documents each one."""
 
@@ -118,6 +128,13 @@ class Settings(BaseSettings):
     sources: list[SourceConfig] = Field(default_factory=default_sources)
     read_chunk_bytes: int = Field(default=1 << 20, ge=4096)
     shutdown_grace: Duration = 5.0
+    stale_session_timeout: Duration = 1800.0
+    lifecycle_check_interval: Duration = Field(default=60.0, gt=0)
+    sync_delay: Duration = 60.0
+    sync_check_interval: Duration = Field(default=5.0, gt=0)
+    segment_max_chars: int = Field(default=6000, ge=500)
+    segment_idle_gap: Duration = 1800.0
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="auto", pattern="^(auto|console|json)$")
 
@@ -136,6 +153,10 @@ class Settings(BaseSettings):
     @property
     def database_path(self) -> Path:
         return self.state_dir / "memoryd.db"
+
+    @property
+    def memory_path(self) -> Path:
+        return self.memory.path or self.state_dir / "memory.db"
 
     @property
     def lock_path(self) -> Path:

@@ -15,9 +15,9 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,15 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import Settings
-from daemon.errors import MemorydError, StoreError
+from daemon.errors import StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
+from daemon.lifecycle.expiry import expire_stale_sessions
+from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
+from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
-from daemon.store import connect, migrate
+from daemon.memory import MemoryBackend, SQLiteMemoryBackend
+from daemon.store import connect, migrate, queries
 from daemon.store.connection import ensure_private_dir
 
 log = structlog.get_logger("memoryd.service")
@@ -87,8 +91,22 @@ async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
         await conn.close()
 
 
+async def open_memory_backend(settings: Settings, clock: Clock) -> MemoryBackend:
+    """The configured memory backend, opened (today: the embedded SQLite one)."""
+    ensure_private_dir(settings.memory_path.parent)
+    return await SQLiteMemoryBackend.open(settings.memory_path, clock=clock)
+
+
+def recovery_policy(settings: Settings) -> RecoveryPolicy:
+    return RecoveryPolicy(
+        sync_delay=timedelta(seconds=settings.sync_delay),
+        max_chars=settings.segment_max_chars,
+        idle_gap=timedelta(seconds=settings.segment_idle_gap),
+    )
+
+
 @contextlib.contextmanager
-def hold_lock(settings: Settings, command: str, now: datetime) -> Any:
+def hold_lock(settings: Settings, command: str, now: datetime) -> Iterator[StateLock]:
     """The state directory's lock: raises AlreadyRunningError when another memoryd holds it."""
     ensure_private_dir(settings.state_dir)
     lock = StateLock(settings.lock_path)
@@ -117,6 +135,27 @@ async def ingest_once(
             return await ingester.run_once(progress=progress)
 
 
+async def sync_now(settings: Settings, clock: Clock, session: str | None) -> SyncReport | None:
+    """`memoryd sync`: save every unsynced message (of one session, if named) now.
+
+    None when `session` matches no session. Safe beside a running daemon: both
+    save segments by deterministic id and advance the index by compare-and-set.
+    """
+    async with open_store(settings) as conn:
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(conn, session)
+            if found is None:
+                return None
+            session_id = int(found["id"])
+        backend = await open_memory_backend(settings, clock)
+        try:
+            recovery = Recovery(conn, backend, clock, recovery_policy(settings))
+            return await recovery.run(force=True, session_id=session_id)
+        finally:
+            await backend.close()
+
+
 class Service:
     """`memoryd run`: follows every transcript until stopped."""
 
@@ -141,9 +180,17 @@ class Service:
         self.request_stop()
 
     async def run(self) -> None:
-        with hold_lock(self.settings, "run", self.clock.now()):
-            async with open_store(self.settings) as conn:
-                ingester = Ingester(conn, self.settings, self.clock)
+        settings, clock = self.settings, self.clock
+        with hold_lock(settings, "run", clock.now()):
+            async with contextlib.AsyncExitStack() as stack:
+                conn = await stack.enter_async_context(open_store(settings))
+                # Lifecycle jobs get their own connection: transactions on one
+                # connection would interleave with the ingester's.
+                jobs_conn = await stack.enter_async_context(open_store(settings))
+                backend = await open_memory_backend(settings, clock)
+                stack.push_async_callback(backend.close)
+                scheduler = self._scheduler(jobs_conn, backend)
+                ingester = Ingester(conn, settings, clock)
                 await ingester.load()
                 tasks = [
                     asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
@@ -152,17 +199,37 @@ class Service:
                             lambda: [s.root for s in ingester.sources],
                             ingester.notify,
                             self.stop_event,
-                            self.settings.poll_interval,
+                            settings.poll_interval,
                         ),
                         name="watch",
                     ),
                 ]
+                scheduler.start()
                 self.ready.set()
                 self._write_status(force=True)
-                log.info("started", state_dir=str(self.settings.state_dir),
+                log.info("started", state_dir=str(settings.state_dir),
+                         memory=f"{backend.name}:{settings.memory_path}",
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
-                await self._supervise(tasks)
+                try:
+                    await self._supervise(tasks)
+                finally:
+                    await scheduler.stop(settings.shutdown_grace)
         log.info("stopped")
+
+    def _scheduler(self, conn: aiosqlite.Connection, backend: MemoryBackend) -> LifecycleScheduler:
+        settings, clock = self.settings, self.clock
+        recovery = Recovery(conn, backend, clock, recovery_policy(settings))
+        stale_after = timedelta(seconds=settings.stale_session_timeout)
+
+        async def expire() -> None:
+            await expire_stale_sessions(conn, clock, stale_after)
+
+        return LifecycleScheduler(
+            [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
+             PeriodicJob("recover_unsynced", settings.sync_check_interval, recovery.run)],
+            now=clock.now,
+            on_error=lambda _job, exc: self._record_error(exc),
+        )
 
     async def _supervise(self, tasks: list[asyncio.Task[None]]) -> None:
         stop_waiter = asyncio.create_task(self.stop_event.wait())
@@ -200,7 +267,7 @@ class Service:
         self.status.last_pass_at = _iso(self.clock.now())
         self._write_status()
 
-    def _record_error(self, exc: MemorydError) -> None:
+    def _record_error(self, exc: Exception) -> None:
         self.status.last_error = str(exc)
         self.status.last_error_at = _iso(self.clock.now())
         self._write_status(force=True)

@@ -104,6 +104,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "recovery bookkeeping: which summaries reached memory, sessions to sync",
+        """
+        ALTER TABLE session_summaries ADD COLUMN memory_synced_at TEXT;
+        CREATE INDEX sessions_unsynced ON sessions (id) WHERE message_count > memory_sync_index;
+        CREATE INDEX session_summaries_unsynced ON session_summaries (session_id)
+            WHERE memory_synced_at IS NULL;
+        """,
+    ),
 ]
 
 

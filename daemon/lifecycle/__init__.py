@@ -1,0 +1,1 @@
+"""What happens to sessions after their messages are stored: expiry and recovery."""

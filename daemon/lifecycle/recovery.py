@@ -1,0 +1,194 @@
+"""Recovery: every stored message reaches the memory backend, through `memory_sync_index`.
+
+For each session with messages past its `memory_sync_index`, the messages are
+cut into segments (`segments.plan_segments`); each segment that is due is saved
+with `save_conversation_segment`, and only then is the index advanced past it.
+A segment's id is deterministic and the backend stores an id once, so a crash
+between the save and the index update neither loses nor duplicates anything.
+
+A segment is due when a cut closes it (a compaction boundary, an idle gap, the
+size bound), or, for the open tail, when the session has been quiet for
+`sync_delay`, is paused or ended, or a sync is forced. A backend that fails
+leaves the index where it was; transient failures are retried briefly
+(tenacity) and the session is then backed off, so nothing is ever skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import aiosqlite
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from daemon.clock import Clock
+from daemon.errors import BackendError
+from daemon.lifecycle.segments import SegmentPlan, plan_segments
+from daemon.memory import ConversationSegment, MemoryBackend, SessionSummary
+from daemon.store import sessions as store
+from daemon.store.sessions import SessionSyncState
+
+log = structlog.get_logger("memoryd.recovery")
+
+#: Messages read per page; a segment never needs more than its size bound anyway.
+PAGE = 500
+BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPolicy:
+    sync_delay: timedelta = timedelta(seconds=60)
+    max_chars: int = 6000
+    idle_gap: timedelta = timedelta(minutes=30)
+    retry_attempts: int = 3
+    retry_wait_max: float = 2.0
+
+
+@dataclass(slots=True)
+class SyncReport:
+    sessions: int = 0
+    segments_saved: int = 0
+    segments_already_stored: int = 0
+    messages_synced: int = 0
+    summaries_saved: int = 0
+    failed_sessions: list[int] = field(default_factory=list)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, BackendError) and exc.transient
+
+
+class Recovery:
+    def __init__(
+        self, conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
+        policy: RecoveryPolicy | None = None,
+    ) -> None:
+        self._conn = conn
+        self._backend = backend
+        self._clock = clock
+        self.policy = policy or RecoveryPolicy()
+        self._backoff: dict[int, tuple[float, float]] = {}  # session -> (retry at, delay)
+
+    async def run(self, *, force: bool = False, session_id: int | None = None) -> SyncReport:
+        """One recovery pass over every session with unsynced messages (or just one)."""
+        report = SyncReport()
+        candidates = await store.sessions_to_sync(self._conn, session_id)
+        for session in candidates:
+            if not force and self._backing_off(session.id):
+                continue
+            try:
+                await self._sync_session(session, force=force, report=report)
+            except BackendError as exc:
+                report.failed_sessions.append(session.id)
+                delay = self._back_off(session.id)
+                log.warning("sync_failed", session_id=session.id, backend=exc.backend,
+                            error=str(exc), transient=exc.transient, retry_in=delay)
+        await self._sync_summaries(session_id, report)
+        if report.segments_saved or report.summaries_saved:
+            log.info("synced", sessions=report.sessions, segments=report.segments_saved,
+                     messages=report.messages_synced, summaries=report.summaries_saved)
+        return report
+
+    async def _sync_session(
+        self, session: SessionSyncState, *, force: bool, report: SyncReport
+    ) -> None:
+        index = session.memory_sync_index
+        page = PAGE
+        touched = False
+        while index < session.message_count:
+            messages = await store.messages_from(self._conn, session.id, index, page)
+            if not messages:
+                break
+            plans = plan_segments(messages, max_chars=self.policy.max_chars,
+                                  idle_gap=self.policy.idle_gap)
+            more = len(messages) == page
+            # The last plan may still grow: past this page, or with messages not written yet.
+            ready, tail = plans[:-1], plans[-1]
+            if more and not ready:
+                page *= 2  # one segment longer than a page: read a bigger page
+                continue
+            if not more and (force or self._tail_due(session)):
+                ready.append(tail)
+            for plan in ready:
+                await self._save(session, plan, report)
+                if not await store.advance_sync_index(
+                    self._conn, session.id, index, plan.last_index + 1
+                ):
+                    log.info("sync_index_moved_elsewhere", session_id=session.id)
+                    return
+                report.messages_synced += plan.last_index + 1 - index
+                index = plan.last_index + 1
+                touched = True
+            if not more:
+                break
+            page = PAGE
+        if touched:
+            report.sessions += 1
+            self._backoff.pop(session.id, None)
+
+    def _tail_due(self, session: SessionSyncState) -> bool:
+        if session.status in ("paused", "ended"):
+            return True
+        last = session.last_activity
+        return last is None or self._clock.now() - last >= self.policy.sync_delay
+
+    async def _save(self, session: SessionSyncState, plan: SegmentPlan,
+                    report: SyncReport) -> None:
+        timestamps = [m.timestamp for m in plan.messages if m.timestamp is not None]
+        segment = ConversationSegment(
+            source=session.source,
+            session_id=session.id,
+            session_external_id=session.external_id,
+            project=session.project,
+            first_index=plan.first_index,
+            last_index=plan.last_index,
+            text=plan.text,
+            message_uuids=tuple(m.uuid for m in plan.messages if m.uuid),
+            started_at=min(timestamps) if timestamps else None,
+            ended_at=max(timestamps) if timestamps else None,
+        )
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_is_transient),
+            stop=stop_after_attempt(self.policy.retry_attempts),
+            wait=wait_exponential(multiplier=0.1, max=self.policy.retry_wait_max),
+            reraise=True,
+        ):
+            with attempt:
+                result = await self._backend.save_conversation_segment(segment)
+        if result.created:
+            report.segments_saved += 1
+        else:
+            report.segments_already_stored += 1
+
+    async def _sync_summaries(self, session_id: int | None, report: SyncReport) -> None:
+        for summary in await store.unsynced_summaries(self._conn, session_id):
+            session = await store.get_sync_state(self._conn, summary.session_id)
+            if session is None:
+                continue
+            try:
+                await self._backend.save_session_summary(SessionSummary(
+                    source=session.source, session_id=session.id,
+                    session_external_id=session.external_id, project=session.project,
+                    kind=summary.kind, content=summary.content,
+                ))
+            except BackendError as exc:
+                log.warning("summary_sync_failed", session_id=session.id, error=str(exc))
+                return
+            await store.mark_summary_synced(self._conn, summary.id, self._clock.now())
+            report.summaries_saved += 1
+
+    def _backing_off(self, session_id: int) -> bool:
+        entry = self._backoff.get(session_id)
+        return entry is not None and self._clock.monotonic() < entry[0]
+
+    def _back_off(self, session_id: int) -> float:
+        _, previous = self._backoff.get(session_id, (0.0, BACKOFF_MIN / 2))
+        delay = min(previous * 2, BACKOFF_MAX)
+        self._backoff[session_id] = (self._clock.monotonic() + delay, delay)
+        return delay

@@ -1,0 +1,72 @@
+"""The lifecycle jobs on APScheduler (3.x); the only module that imports apscheduler.
+
+Jobs run at start-up and then every interval; a job never overlaps itself
+(max_instances=1) and missed runs are coalesced into one, so a machine waking
+from sleep runs each job once, not once per missed interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from daemon.errors import MemorydError
+
+log = structlog.get_logger("memoryd.lifecycle")
+
+Job = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicJob:
+    name: str
+    interval: float  # seconds
+    run: Job
+
+
+class LifecycleScheduler:
+    def __init__(self, jobs: list[PeriodicJob], now: Callable[[], datetime],
+                 on_error: Callable[[str, Exception], None] | None = None) -> None:
+        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._jobs = jobs
+        self._now = now
+        self._on_error = on_error
+        # Jobs share one database connection, so they take turns.
+        self._busy = asyncio.Lock()
+
+    def start(self) -> None:
+        for job in self._jobs:
+            self._scheduler.add_job(
+                self._guarded(job), "interval", seconds=job.interval, id=job.name,
+                name=job.name, next_run_time=self._now(), max_instances=1, coalesce=True,
+                misfire_grace_time=None,
+            )
+        self._scheduler.start()
+
+    async def stop(self, grace: float) -> None:
+        """No new runs; let a running job finish within `grace` seconds, then stop."""
+        if not self._scheduler.running:
+            return
+        self._scheduler.pause()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._busy.acquire(), timeout=grace)
+        self._scheduler.shutdown(wait=False)
+
+    def _guarded(self, job: PeriodicJob) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            try:
+                async with self._busy:
+                    await job.run()
+            except MemorydError as exc:
+                # Logged and retried on the next run: a job must never stop the daemon.
+                log.warning("job_failed", job=job.name, error=str(exc))
+                if self._on_error is not None:
+                    self._on_error(job.name, exc)
+
+        return run

@@ -1,0 +1,176 @@
+"""Session lifecycle and recovery bookkeeping: status changes and `memory_sync_index`.
+
+Times are compared as ISO-8601 UTC text (`YYYY-MM-DDTHH:MM:SS.mmmZ`), which sorts
+like the instants it names, so no comparison depends on the machine's time zone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aiosqlite
+
+from daemon.store.connection import transaction
+
+
+def iso_utc(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: pass a timezone-aware time")
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def parse_utc(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSyncState:
+    id: int
+    source: str
+    external_id: str | None
+    project: str | None
+    status: str
+    message_count: int
+    memory_sync_index: int
+    last_message_at: datetime | None
+    last_ingested_at: datetime | None
+
+    @property
+    def last_activity(self) -> datetime | None:
+        """When memoryd last stored something for this session (its own clock)."""
+        return self.last_ingested_at or self.last_message_at
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    index: int
+    role: str
+    kind: str
+    content: str
+    tool_name: str | None
+    uuid: str | None
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSummary:
+    id: int
+    session_id: int
+    kind: str
+    content: str
+
+
+_SYNC_COLUMNS = ("id, source, external_id, project, status, message_count, memory_sync_index,"
+                 " last_message_at, last_ingested_at")
+
+
+def _sync_state(row: aiosqlite.Row) -> SessionSyncState:
+    return SessionSyncState(
+        id=row[0], source=row[1], external_id=row[2], project=row[3], status=row[4],
+        message_count=row[5], memory_sync_index=row[6], last_message_at=parse_utc(row[7]),
+        last_ingested_at=parse_utc(row[8]),
+    )
+
+
+async def pause_stale(conn: aiosqlite.Connection, cutoff: datetime) -> list[int]:
+    """Mark `paused` every active session with no new message since `cutoff`; their ids."""
+    cutoff_text = iso_utc(cutoff)
+    async with transaction(conn), conn.execute(
+        "UPDATE sessions SET status = 'paused' WHERE status = 'active'"
+        " AND COALESCE(last_ingested_at, last_message_at, created_at) <= ? RETURNING id",
+        (cutoff_text,),
+    ) as cursor:
+        return sorted(int(row[0]) for row in await cursor.fetchall())
+
+
+async def mark_ended(conn: aiosqlite.Connection, session_id: int) -> bool:
+    """The agent said this session ended; new lines will reopen it."""
+    async with transaction(conn):
+        cursor = await conn.execute(
+            "UPDATE sessions SET status = 'ended' WHERE id = ? AND status != 'ended'",
+            (session_id,),
+        )
+        return cursor.rowcount > 0
+
+
+async def sessions_to_sync(
+    conn: aiosqlite.Connection, session_id: int | None = None
+) -> list[SessionSyncState]:
+    """Sessions with messages not yet saved to memory (or the one asked for), oldest first."""
+    if session_id is not None:
+        sql = f"SELECT {_SYNC_COLUMNS} FROM sessions WHERE id = ?"
+        params: tuple[object, ...] = (session_id,)
+    else:
+        sql = (f"SELECT {_SYNC_COLUMNS} FROM sessions WHERE message_count > memory_sync_index"
+               " ORDER BY id")
+        params = ()
+    async with conn.execute(sql, params) as cursor:
+        return [_sync_state(row) for row in await cursor.fetchall()]
+
+
+async def get_sync_state(conn: aiosqlite.Connection, session_id: int) -> SessionSyncState | None:
+    found = await sessions_to_sync(conn, session_id)
+    return found[0] if found else None
+
+
+async def messages_from(
+    conn: aiosqlite.Connection, session_id: int, start: int, limit: int
+) -> list[StoredMessage]:
+    """Up to `limit` messages of a session from `message_index` `start` on, in order."""
+    async with conn.execute(
+        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp"
+        " FROM session_messages WHERE session_id = ? AND message_index >= ?"
+        " ORDER BY message_index LIMIT ?",
+        (session_id, start, limit),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [
+        StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
+                      uuid=r[5], timestamp=parse_utc(r[6]))
+        for r in rows
+    ]
+
+
+async def advance_sync_index(
+    conn: aiosqlite.Connection, session_id: int, expected: int, new_index: int
+) -> bool:
+    """Move `memory_sync_index` from `expected` to `new_index`; False if someone else moved it.
+
+    The compare-and-set keeps two syncs (the daemon's and `memoryd sync`) from
+    ever moving the index backwards.
+    """
+    async with transaction(conn):
+        cursor = await conn.execute(
+            "UPDATE sessions SET memory_sync_index = ? WHERE id = ? AND memory_sync_index = ?",
+            (new_index, session_id, expected),
+        )
+        return cursor.rowcount > 0
+
+
+async def unsynced_summaries(
+    conn: aiosqlite.Connection, session_id: int | None = None
+) -> list[StoredSummary]:
+    sql = ("SELECT id, session_id, kind, content FROM session_summaries"
+           " WHERE memory_synced_at IS NULL")
+    params: tuple[object, ...] = ()
+    if session_id is not None:
+        sql += " AND session_id = ?"
+        params = (session_id,)
+    async with conn.execute(sql + " ORDER BY id", params) as cursor:
+        return [StoredSummary(*row) for row in await cursor.fetchall()]
+
+
+async def mark_summary_synced(conn: aiosqlite.Connection, summary_id: int, now: datetime) -> None:
+    async with transaction(conn):
+        await conn.execute(
+            "UPDATE session_summaries SET memory_synced_at = ? WHERE id = ?",
+            (iso_utc(now), summary_id),
+        )

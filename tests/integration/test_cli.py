@@ -1,0 +1,195 @@
+"""The `memoryd` command line as a user runs it: real subprocesses, real files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+
+
+def run_cli(tmp_path: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(memoryd_command(*args), env=daemon_env(tmp_path), capture_output=True,
+                          text=True, timeout=120, check=check)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, dict[str, Path]]:
+    roots = lay_out_fixtures(tmp_path / "agents")
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, roots, poll_interval="0.5s")
+    return config, state, roots
+
+
+def _count(db: Path, sql: str, *params: object) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute(sql, params).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _wait_for(predicate: object, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.mark.parametrize("command", ["run", "ingest", "status", "sessions", "show 1"])
+def test_bad_config_exits_78_naming_the_key(tmp_path: Path, command: str) -> None:
+    """Every command refuses an unknown or bad setting with status 78 and one line naming it."""
+    config = tmp_path / "bad.yaml"
+    config.write_text("poll_intervall: 2s\n")
+    result = run_cli(tmp_path, "--config", str(config), *command.split())
+    assert result.returncode == 78
+    assert result.stderr.strip().splitlines() == ["memoryd: config: poll_intervall: unknown setting"]
+    config.write_text("poll_interval: soon\n")
+    result = run_cli(tmp_path, *command.split(), "--config", str(config))
+    assert result.returncode == 78
+    assert "poll_interval" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_environment_setting_exits_78(tmp_path: Path) -> None:
+    """A MEMORYD_* variable that is not a setting is a configuration error too."""
+    env = daemon_env(tmp_path) | {"MEMORYD_STATE_DIRR": str(tmp_path)}
+    result = subprocess.run(memoryd_command("status"), env=env, capture_output=True, text=True)
+    assert result.returncode == 78
+    assert "MEMORYD_STATE_DIRR" in result.stderr
+
+
+def test_every_command_has_help(tmp_path: Path) -> None:
+    """`--help` works for the group and for each command, without reading any settings."""
+    result = run_cli(tmp_path, "--help", check=True)
+    commands = ["run", "ingest", "status", "sessions", "show"]
+    for command in commands:
+        assert command in result.stdout
+        sub = run_cli(tmp_path, command, "--help", check=True)
+        assert "Usage:" in sub.stdout
+
+
+def test_ingest_once_then_status_sessions_show_json(setup: tuple[Path, Path, dict[str, Path]],
+                                                    tmp_path: Path) -> None:
+    """`ingest --once` stores the fixtures; status/sessions/show print stable, matching JSON."""
+    config, state, _roots = setup
+    result = run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    assert "stored" in result.stdout
+    db = state / "memoryd.db"
+    messages = _count(db, "SELECT COUNT(*) FROM session_messages")
+    assert messages > 1000
+
+    status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                check=True).stdout)
+    assert status["messages"] == messages
+    assert status["daemon"]["running"] is False
+    assert sum(s["messages"] for s in status["sources"]) == messages
+    assert status["unsynced_messages"] == messages
+    assert status["rejected_lines"] == _count(db, "SELECT COUNT(*) FROM rejected_lines")
+
+    first = run_cli(tmp_path, "--config", str(config), "sessions", "--json", check=True).stdout
+    again = run_cli(tmp_path, "--config", str(config), "sessions", "--json", check=True).stdout
+    assert first == again
+    sessions = json.loads(first)
+    assert len(sessions) == _count(db, "SELECT COUNT(*) FROM sessions")
+    biggest = max(sessions, key=lambda s: s["message_count"])
+    shown = json.loads(run_cli(tmp_path, "--config", str(config), "show", str(biggest["id"]),
+                               "--json", check=True).stdout)
+    assert [m["message_index"] for m in shown["messages"]] == list(range(biggest["message_count"]))
+    by_prefix = json.loads(run_cli(tmp_path, "--config", str(config), "show",
+                                   biggest["external_id"][:12], "--json", check=True).stdout)
+    assert by_prefix["id"] == biggest["id"]
+    missing = run_cli(tmp_path, "--config", str(config), "show", "no-such-session")
+    assert missing.returncode == 66 and "no session matches" in missing.stderr
+
+
+def test_run_follows_appends_stops_on_sigterm_and_refuses_a_second_daemon(
+    setup: tuple[Path, Path, dict[str, Path]], tmp_path: Path
+) -> None:
+    """The daemon stores an appended line, blocks a second daemon, and exits 0 on SIGTERM."""
+    config, state, roots = setup
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        db = state / "memoryd.db"
+        second = run_cli(tmp_path, "--config", str(config), "run")
+        assert second.returncode == 75 and "already running" in second.stderr
+        second = run_cli(tmp_path, "--config", str(config), "ingest", "--once")
+        assert second.returncode == 75
+
+        transcript = roots["claude"] / "-home-user-project" / "live-session.jsonl"
+        line = {"type": "user", "uuid": "u-live-1", "timestamp": "2026-01-02T03:04:05+02:00",
+                "sessionId": "live-session", "cwd": "/home/user/project",
+                "message": {"role": "user", "content": "remember the blue deploy lane"}}
+        transcript.write_text(json.dumps(line) + "\n")
+        _wait_for(lambda: _count(db, "SELECT COUNT(*) FROM session_messages WHERE uuid = ?",
+                                 "u-live-1") == 1)
+        conn = sqlite3.connect(db)
+        stamp = conn.execute("SELECT timestamp FROM session_messages WHERE uuid = 'u-live-1'"
+                             ).fetchone()[0]
+        conn.close()
+        assert stamp == "2026-01-02T01:04:05.000Z"
+
+        status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                    check=True).stdout)
+        assert status["daemon"]["running"] is True and status["daemon"]["pid"] == proc.pid
+
+        # A root that appears after start-up is followed without a restart.
+        late_root = tmp_path / "agents" / "late-codex"
+        assert not late_root.exists()
+    finally:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=15)
+        log.close()
+    assert code == 0, (tmp_path / "run.log").read_text()
+    assert time.monotonic() - started < 5
+
+
+def test_root_created_after_start_is_followed(tmp_path: Path) -> None:
+    """An agent installed after memoryd started is picked up without a restart."""
+    roots = {"claude": tmp_path / "not-yet" / "projects"}
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, roots, poll_interval="0.3s")
+    with (tmp_path / "run.log").open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        project = roots["claude"] / "-tmp-x"
+        project.mkdir(parents=True)
+        line = {"type": "user", "uuid": "late-1", "message": {"role": "user", "content": "hi"}}
+        (project / "late.jsonl").write_text(json.dumps(line) + "\n")
+        _wait_for(lambda: (state / "memoryd.db").exists() and _count(
+            state / "memoryd.db", "SELECT COUNT(*) FROM session_messages WHERE uuid = 'late-1'"
+        ) == 1)
+        # And after the watch is set up, appends arrive through notifications too.
+        more = {"type": "assistant", "uuid": "late-2",
+                "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}}
+        with (project / "late.jsonl").open("a") as handle:
+            handle.write(json.dumps(more) + "\n")
+        _wait_for(lambda: _count(state / "memoryd.db",
+                                 "SELECT COUNT(*) FROM session_messages") == 2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+
+
+def test_state_dir_and_database_are_private(setup: tuple[Path, Path, dict[str, Path]],
+                                            tmp_path: Path) -> None:
+    """The state directory is 0700 and the database files 0600."""
+    config, state, _roots = setup
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    assert state.stat().st_mode & 0o777 == 0o700
+    for name in ("memoryd.db", "memoryd.db-wal", "memoryd.db-shm"):
+        path = state / name
+        if path.exists():
+            assert path.stat().st_mode & 0o777 == 0o600, name
