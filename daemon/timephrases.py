@@ -29,9 +29,9 @@ class WhenError(ValueError):
     """The text is not a time memoryd understands."""
 
 
-def _local_midnight(day: date, now: datetime) -> datetime:
-    local_zone = now.astimezone().tzinfo
-    return datetime.combine(day, time(0), tzinfo=local_zone).astimezone(UTC)
+def _local_midnight(day: date) -> datetime:
+    # A naive datetime's astimezone() applies the local zone's rules for that date (DST).
+    return datetime.combine(day, time(0)).astimezone(UTC)
 
 
 def parse_when(text: str, now: datetime) -> datetime:
@@ -43,9 +43,9 @@ def parse_when(text: str, now: datetime) -> datetime:
     if phrase == "now":
         return now.astimezone(UTC)
     if phrase == "today":
-        return _local_midnight(local_today, now)
+        return _local_midnight(local_today)
     if phrase == "yesterday":
-        return _local_midnight(local_today - timedelta(days=1), now)
+        return _local_midnight(local_today - timedelta(days=1))
     match = _AGO.match(phrase)
     if match and match.group(2) in _UNITS:
         count = 1 if match.group(1) in ("a", "an", "one") else int(match.group(1))
@@ -55,13 +55,11 @@ def parse_when(text: str, now: datetime) -> datetime:
         return (now - timedelta(seconds=_UNITS[match.group(1)])).astimezone(UTC)
     try:
         if len(phrase) == 10:
-            return _local_midnight(date.fromisoformat(phrase), now)
+            return _local_midnight(date.fromisoformat(phrase))
         moment = datetime.fromisoformat(phrase.upper().replace(" ", "T", 1))
     except ValueError:
         raise WhenError(
             f"{text!r} is not a time: use an ISO date such as 2026-11-01, or a phrase "
             "such as 'yesterday' or '2 weeks ago'"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=now.astimezone().tzinfo)
-    return moment.astimezone(UTC)
+    return moment.astimezone(UTC)  # a naive time is local time

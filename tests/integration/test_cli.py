@@ -50,7 +50,8 @@ def test_bad_config_exits_78_naming_the_key(tmp_path: Path, command: str) -> Non
     config.write_text("poll_intervall: 2s\n")
     result = run_cli(tmp_path, "--config", str(config), *command.split())
     assert result.returncode == 78
-    assert result.stderr.strip().splitlines() == ["memoryd: config: poll_intervall: unknown setting"]
+    expected = ["memoryd: config: poll_intervall: unknown setting"]
+    assert result.stderr.strip().splitlines() == expected
     config.write_text("poll_interval: soon\n")
     result = run_cli(tmp_path, *command.split(), "--config", str(config))
     assert result.returncode == 78

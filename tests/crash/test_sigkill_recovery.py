@@ -1,0 +1,101 @@
+"""Real crashes during recovery: every message ends up in exactly one saved segment."""
+
+from __future__ import annotations
+
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _unsynced(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute(
+            "SELECT COALESCE(SUM(message_count - memory_sync_index), 0) FROM sessions"
+        ).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_sigkill_during_sync_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """SIGKILL while segments are saved; at the end each message is in exactly one segment."""
+    roots = lay_out_fixtures(tmp_path / "agents")
+    state = tmp_path / "state"
+    # Small segments and no delay: many saves, so the kills land in the middle of them.
+    config = write_config(tmp_path / "config.yaml", state, roots, poll_interval="0.2s",
+                          sync_delay=0, sync_check_interval="0.1s", segment_max_chars=500)
+    env = daemon_env(tmp_path)
+    subprocess.run(memoryd_command("--config", str(config), "ingest", "--once"), env=env,
+                   check=True, capture_output=True)
+    db = state / "memoryd.db"
+    total = _unsynced(db)
+    assert total > 1000
+
+    rng = random.Random(3)
+    kills = 0
+    progress = []
+    while kills < 12 and _unsynced(db) > 0:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.4, 1.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        progress.append(_unsynced(db))
+    assert any(0 < left < total for left in progress), "no kill landed mid-sync"
+
+    with (tmp_path / "final.log").open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+    wait_ready(state, proc.pid)
+    deadline = time.monotonic() + 120
+    while _unsynced(db) > 0:
+        assert time.monotonic() < deadline, "recovery did not finish"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+    conn = sqlite3.connect(db)
+    sessions = {sid: (count, index) for sid, count, index in conn.execute(
+        "SELECT id, message_count, memory_sync_index FROM sessions")}
+    conn.close()
+    assert all(count == index for count, index in sessions.values())
+
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    records = _conversation_provenance(state / "memory.db")
+    for session_id, first, last in records:
+        ranges.setdefault(session_id, []).append((first, last))
+    for session_id, (count, _index) in sessions.items():
+        covered = sorted(i for first, last in ranges.get(session_id, [])
+                         for i in range(first, last + 1))
+        assert covered == list(range(count)), f"session {session_id}"
+
+
+def _conversation_provenance(memory_db: Path) -> list[tuple[int, int, int]]:
+    """(session, first index, last index) of every conversation memory, read by the backend."""
+    import asyncio
+
+    from daemon.clock import SystemClock
+    from daemon.memory import SQLiteMemoryBackend
+
+    async def read() -> list[tuple[int, int, int]]:
+        backend = await SQLiteMemoryBackend.open(memory_db, clock=SystemClock())
+        try:
+            found = []
+            async for record in backend.export():
+                if record["type"] == "conversation":
+                    p = record["provenance"]
+                    found.append((p["session_id"], p["first_index"], p["last_index"]))
+            return found
+        finally:
+            await backend.close()
+
+    return asyncio.run(read())

@@ -1,0 +1,253 @@
+"""Lifecycle and recovery on real SQLite files with a fake clock."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TRANSCRIPTS
+
+from daemon.clock import FakeClock
+from daemon.config import Settings, load_settings
+from daemon.errors import BackendUnavailable
+from daemon.ingest.ingester import Ingester
+from daemon.lifecycle.expiry import expire_stale_sessions, is_stale
+from daemon.lifecycle.recovery import Recovery, RecoveryPolicy
+from daemon.memory import (
+    ConversationSegment,
+    MemoryBackend,
+    MemoryType,
+    SaveResult,
+    SQLiteMemoryBackend,
+)
+from daemon.service import open_store
+
+COMPACTED = TRANSCRIPTS / "claude" / (
+    "daaain+claude-code-log__test__test_data__dag_compact_after_rewind.jsonl")
+POMODORO = TRANSCRIPTS / "claude" / "yoavf+ai-sessions__examples__claude-code-pomodoro-timer.jsonl"
+
+
+@dataclass
+class World:
+    settings: Settings
+    clock: FakeClock
+    project: Path
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.settings.database_path)
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    root = tmp_path / "claude"
+    project = root / "-home-user-project"
+    project.mkdir(parents=True)
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "claude", "root": str(root)}])
+    return World(settings, FakeClock(), project)
+
+
+async def ingest(world: World) -> None:
+    async with open_store(world.settings) as conn:
+        ingester = Ingester(conn, world.settings, world.clock)
+        await ingester.load()
+        await ingester.run_once()
+
+
+@pytest.fixture
+async def backend(world: World) -> AsyncIterator[SQLiteMemoryBackend]:
+    opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
+    yield opened
+    await opened.close()
+
+
+async def recover(world: World, backend: MemoryBackend, **kwargs: Any) -> Any:
+    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01)
+    async with open_store(world.settings) as conn:
+        return await Recovery(conn, backend, world.clock, policy).run(**kwargs)
+
+
+def sync_state(world: World) -> list[tuple[int, int, int, str]]:
+    with world.db() as db:
+        return list(db.execute(
+            "SELECT id, message_count, memory_sync_index, status FROM sessions ORDER BY id"))
+
+
+async def conversation_ranges(backend: SQLiteMemoryBackend) -> dict[int, list[tuple[int, int]]]:
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    async for record in backend.export():
+        if record["type"] != MemoryType.CONVERSATION.value:
+            continue
+        p = record["provenance"]
+        ranges.setdefault(p["session_id"], []).append((p["first_index"], p["last_index"]))
+    return {k: sorted(v) for k, v in ranges.items()}
+
+
+def assert_partitioned(ranges: list[tuple[int, int]], count: int) -> None:
+    """The ranges cover 0..count-1 exactly once each, with no overlap and no hole."""
+    covered = [i for first, last in ranges for i in range(first, last + 1)]
+    assert covered == list(range(count))
+
+
+def test_is_stale_is_a_pure_utc_decision() -> None:
+    """Staleness depends only on the two instants, never on a local zone."""
+    clock = FakeClock()
+    from datetime import timedelta
+
+    last = clock.now()
+    assert not is_stale(last, last + timedelta(minutes=29, seconds=59), timedelta(minutes=30))
+    assert is_stale(last, last + timedelta(minutes=30), timedelta(minutes=30))
+    assert is_stale(None, last, timedelta(minutes=30))
+
+
+@pytest.fixture(params=["UTC", "America/Los_Angeles", "Asia/Kathmandu"])
+def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def test_quiet_session_pauses_and_new_line_reactivates(world: World, local_zone: str) -> None:
+    """A session quiet for stale_session_timeout is paused; a new message makes it active."""
+    from datetime import timedelta
+
+    transcript = world.project / "s1.jsonl"
+    line = {"type": "user", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z",
+            "message": {"role": "user", "content": "first"}}
+    transcript.write_text(json.dumps(line) + "\n")
+    await ingest(world)
+    timeout = timedelta(minutes=30)
+    async with open_store(world.settings) as conn:
+        world.clock.advance(29 * 60)
+        assert await expire_stale_sessions(conn, world.clock, timeout) == []
+        world.clock.advance(60)
+        assert await expire_stale_sessions(conn, world.clock, timeout) == [1]
+    assert sync_state(world)[0][3] == "paused"
+
+    line = {"type": "assistant", "uuid": "b", "message": {"role": "assistant", "content": "x"}}
+    with transcript.open("a") as handle:
+        handle.write(json.dumps(line) + "\n")
+    await ingest(world)
+    assert sync_state(world)[0][3] == "active"
+
+
+async def test_boundary_first_then_quiet_tail(world: World, backend: SQLiteMemoryBackend) -> None:
+    """What precedes a compaction is saved at once; the open tail only once quiet."""
+    (world.project / "compacted.jsonl").write_bytes(COMPACTED.read_bytes())
+    await ingest(world)
+    [(sid, count, _index, _)] = sync_state(world)
+    with world.db() as db:
+        boundary = db.execute("SELECT message_index FROM session_messages WHERE kind ="
+                              " 'compact_boundary'").fetchone()[0]
+    report = await recover(world, backend)
+    assert sync_state(world)[0][2] == boundary
+    assert report.segments_saved >= 1
+    assert (await conversation_ranges(backend))[sid][-1][1] == boundary - 1
+
+    world.clock.advance(61)
+    await recover(world, backend)
+    assert sync_state(world)[0][2] == count
+    assert_partitioned((await conversation_ranges(backend))[sid], count)
+
+
+async def test_summaries_become_session_summary_memories(world: World,
+                                                         backend: SQLiteMemoryBackend) -> None:
+    """Compaction summaries are saved once as session_summary memories."""
+    (world.project / "compacted.jsonl").write_bytes(COMPACTED.read_bytes())
+    await ingest(world)
+    first = await recover(world, backend, force=True)
+    again = await recover(world, backend, force=True)
+    assert first.summaries_saved >= 1 and again.summaries_saved == 0
+    kinds = [r["type"] async for r in backend.export()]
+    assert kinds.count(MemoryType.SESSION_SUMMARY.value) == first.summaries_saved
+
+
+class FlakyBackend:
+    """Fault injection: the real backend behind it, failing the first `failures` saves."""
+
+    def __init__(self, inner: SQLiteMemoryBackend, failures: int,
+                 crash_after_save: bool = False) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.crash_after_save = crash_after_save
+        self.name = "flaky"
+
+    async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
+        if self.failures > 0:
+            self.failures -= 1
+            raise BackendUnavailable("injected outage", backend=self.name)
+        result = await self.inner.save_conversation_segment(segment)
+        if self.crash_after_save:
+            self.crash_after_save = False
+            raise RuntimeError("crash between the save and the index update")
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_backend_outage_loses_nothing(world: World, backend: SQLiteMemoryBackend) -> None:
+    """While the backend fails the index stays put; once it recovers all is saved once."""
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    flaky = FlakyBackend(backend, failures=3)
+    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01)
+    async with open_store(world.settings) as conn:
+        recovery = Recovery(conn, flaky, world.clock, policy)  # type: ignore[arg-type]
+        world.clock.advance(61)
+        report = await recovery.run()
+        assert report.failed_sessions == [1] and flaky.failures == 1
+        assert sync_state(world)[0][2] == 0
+        assert await conversation_ranges(backend) == {}
+        # Backed off: the next run leaves the session alone.
+        report = await recovery.run()
+        assert report.failed_sessions == [] and flaky.failures == 1
+        world.clock.advance(5)
+        report = await recovery.run()
+        assert report.failed_sessions == [] and flaky.failures == 0
+    [(sid, count, index, _)] = sync_state(world)
+    assert index == count
+    assert_partitioned((await conversation_ranges(backend))[sid], count)
+
+
+async def test_crash_between_save_and_index_update(world: World,
+                                                   backend: SQLiteMemoryBackend) -> None:
+    """A segment saved but not yet counted is recognised by its id, not stored twice."""
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    crashing = FlakyBackend(backend, failures=0, crash_after_save=True)
+    with pytest.raises(RuntimeError):
+        await recover(world, crashing, force=True)
+    assert sync_state(world)[0][2] == 0
+    report = await recover(world, backend, force=True)
+    assert report.segments_already_stored == 1
+    [(sid, count, index, _)] = sync_state(world)
+    assert index == count
+    assert_partitioned((await conversation_ranges(backend))[sid], count)
+
+
+async def test_recall_finds_recovered_text_with_provenance(world: World,
+                                                           backend: SQLiteMemoryBackend) -> None:
+    """A phrase typed in a transcript is recalled with the uuids of its messages."""
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    await recover(world, backend, force=True)
+    with world.db() as db:
+        index, uuid = db.execute(
+            "SELECT message_index, uuid FROM session_messages WHERE role = 'user'"
+            " AND content LIKE '%smooth transitions%' ORDER BY message_index").fetchone()
+    results = await backend.recall("smooth transitions between states")
+    assert results
+    hit = next(r for r in results if uuid in r.provenance.message_uuids)
+    first, last = hit.provenance.first_index, hit.provenance.last_index
+    assert first is not None and last is not None and first <= index <= last
+    assert hit.provenance.project == "/Users/yoavfarhi/dev/pomodoro/claude"

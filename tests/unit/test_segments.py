@@ -1,0 +1,79 @@
+"""Cutting unsynced messages into conversation segments."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.lifecycle.segments import plan_segments, render_message
+from daemon.store.sessions import StoredMessage
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def msg(index: int, *, kind: str = "message", role: str = "user", content: str = "hello",
+        minutes: float | None = None) -> StoredMessage:
+    stamp = T0 + timedelta(minutes=index if minutes is None else minutes)
+    return StoredMessage(index=index, role=role, kind=kind, content=content, tool_name=None,
+                         uuid=f"u{index}", timestamp=stamp)
+
+
+def test_compaction_boundary_closes_what_came_before() -> None:
+    """Messages before a compaction boundary form a closed segment of their own."""
+    messages = [msg(0), msg(1), msg(2, kind="compact_boundary", role="system"), msg(3)]
+    plans = plan_segments(messages, max_chars=10_000, idle_gap=timedelta(hours=1))
+    assert [(p.first_index, p.last_index, p.closed) for p in plans] == [
+        (0, 1, True), (2, 3, False)]
+
+
+def test_idle_gap_cuts() -> None:
+    """A gap longer than idle_gap between two messages starts a new segment."""
+    messages = [msg(0, minutes=0), msg(1, minutes=5), msg(2, minutes=200), msg(3, minutes=201)]
+    plans = plan_segments(messages, max_chars=10_000, idle_gap=timedelta(minutes=30))
+    assert [(p.first_index, p.last_index) for p in plans] == [(0, 1), (2, 3)]
+
+
+def test_size_bound_cuts() -> None:
+    """No segment's text grows past max_chars unless one message alone is bigger."""
+    messages = [msg(i, content="x" * 90) for i in range(20)]
+    plans = plan_segments(messages, max_chars=500, idle_gap=timedelta(hours=1))
+    assert len(plans) > 1
+    assert all(len(p.text) <= 500 for p in plans)
+
+
+def test_tool_noise_is_clipped_but_provenance_kept() -> None:
+    """Huge tool output and base64 stay out of the text; the range still covers the message."""
+    noise = "A" * 50_000
+    messages = [msg(0, content="run the tests"),
+                msg(1, role="tool", kind="tool_result", content="ok " + noise)]
+    [plan] = plan_segments(messages, max_chars=100_000, idle_gap=timedelta(hours=1))
+    assert "AAAA" * 100 not in plan.text
+    assert (plan.first_index, plan.last_index) == (0, 1)
+    assert render_message(messages[1]).startswith("tool result: ok")
+
+
+@given(
+    kinds=st.lists(st.sampled_from(["message", "message", "tool_result", "compact_boundary"]),
+                   min_size=1, max_size=60),
+    sizes=st.lists(st.integers(0, 400), min_size=60, max_size=60),
+    gaps=st.lists(st.integers(0, 120), min_size=60, max_size=60),
+    max_chars=st.integers(100, 3000),
+)
+def test_segments_partition_the_messages(kinds: list[str], sizes: list[int], gaps: list[int],
+                                         max_chars: int) -> None:
+    """Every message lies in exactly one segment, in order; only the last is open."""
+    minute = 0
+    messages = []
+    for i, kind in enumerate(kinds):
+        minute += gaps[i]
+        messages.append(msg(i, kind=kind, content="w" * sizes[i], minutes=minute))
+    plans = plan_segments(messages, max_chars=max_chars, idle_gap=timedelta(minutes=60))
+    covered = [m.index for p in plans for m in p.messages]
+    assert covered == list(range(len(messages)))
+    assert [p.closed for p in plans] == [True] * (len(plans) - 1) + [False]
+    for plan in plans[1:]:
+        assert plan.messages[0].kind == "compact_boundary" or len(plan.messages) >= 1
+    for plan in plans:
+        assert all(m.kind != "compact_boundary" for m in plan.messages[1:])
