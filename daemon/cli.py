@@ -1,8 +1,9 @@
 """The `memoryd` command line.
 
 Exit statuses mean something, and the systemd/launchd units rely on them:
-0 done, 1 crashed, 64 bad usage, 75 another memoryd holds the state directory,
-78 bad configuration.
+0 done, 1 failed, 2 bad usage, 66 no such session, 69 a store or backend is
+unavailable right now (locked, disk full), 75 another memoryd holds the state
+directory, 78 bad configuration.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ import structlog
 from daemon import __version__
 from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings
-from daemon.errors import EX_ALREADY_RUNNING, EX_CONFIG, AlreadyRunningError, ConfigError
+from daemon.errors import (
+    EX_ALREADY_RUNNING,
+    EX_CONFIG,
+    AlreadyRunningError,
+    ConfigError,
+    MemorydError,
+)
 from daemon.logging import configure_logging
 from daemon.memory import RecallResult
 from daemon.service import Service, ingest_once, open_memory_backend, sync_now
@@ -34,6 +41,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 EX_NOT_FOUND = 66
+EX_UNAVAILABLE = 69
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -80,7 +88,21 @@ def _print_json(data: object) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Turns memoryd's own errors into one line on stderr and a meaningful exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            _fail(str(exc), EX_CONFIG)
+        except AlreadyRunningError as exc:
+            _fail(str(exc), EX_ALREADY_RUNNING)
+        except MemorydError as exc:
+            _fail(str(exc), EX_UNAVAILABLE if exc.transient else 1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="memoryd")
 @config_option
 def main() -> None:

@@ -194,3 +194,91 @@ def test_state_dir_and_database_are_private(setup: tuple[Path, Path, dict[str, P
         path = state / name
         if path.exists():
             assert path.stat().st_mode & 0o777 == 0o600, name
+
+
+POMODORO = "yoavf+ai-sessions__examples__claude-code-pomodoro-timer.jsonl"
+
+
+def _uuid_of_message_containing(transcript: Path, phrase: str) -> str:
+    for line in transcript.read_text().splitlines():
+        record = json.loads(line)
+        content = record.get("message", {}).get("content")
+        if record.get("type") == "user" and isinstance(content, str) and phrase in content:
+            return str(record["uuid"])
+    raise AssertionError(f"{phrase!r} not in {transcript}")
+
+
+def test_transcript_reaches_recall_once_quiet(tmp_path: Path) -> None:
+    """A transcript copied into a watched root is recalled, with provenance, once quiet."""
+    from conftest import TRANSCRIPTS
+
+    roots = {"claude": tmp_path / "agents" / "claude"}
+    project = roots["claude"] / "-Users-yoav-pomodoro"
+    project.mkdir(parents=True)
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, roots, poll_interval="0.3s",
+                          sync_delay="1s", sync_check_interval="0.3s")
+    with (tmp_path / "run.log").open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        source = TRANSCRIPTS / "claude" / POMODORO
+        (project / "b9f0c1d2.jsonl").write_bytes(source.read_bytes())
+
+        def all_synced() -> bool:
+            listed = json.loads(run_cli(tmp_path, "--config", str(config), "sessions",
+                                        "--json", check=True).stdout)
+            return bool(listed) and all(s["unsynced_messages"] == 0 and s["message_count"] > 0
+                                        for s in listed)
+
+        _wait_for(all_synced, timeout=30)
+        uuid = _uuid_of_message_containing(source, "smooth transitions")
+        found = json.loads(run_cli(tmp_path, "--config", str(config), "recall",
+                                   "smooth transitions between states", "--json",
+                                   check=True).stdout)
+        hit = next(r for r in found if uuid in r["provenance"]["message_uuids"])
+        assert "smooth transitions" in hit["content"]
+        assert hit["type"] == "conversation"
+        conn = sqlite3.connect(state / "memoryd.db")
+        index = conn.execute("SELECT message_index FROM session_messages WHERE uuid = ?",
+                             (uuid,)).fetchone()[0]
+        conn.close()
+        assert hit["provenance"]["first_index"] <= index <= hit["provenance"]["last_index"]
+
+        lines = run_cli(tmp_path, "--config", str(config), "recall", "--json", "--stdin",
+                        check=False)
+        assert lines.returncode != 0 or lines.stdout == ""
+        batch = subprocess.run(
+            memoryd_command("--config", str(config), "recall", "--json", "--stdin"),
+            env=daemon_env(tmp_path), input="pomodoro timer\nsmooth transitions\n",
+            capture_output=True, text=True, check=True)
+        answers = [json.loads(line) for line in batch.stdout.splitlines()]
+        assert len(answers) == 2 and all(answers)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+
+
+def test_sync_command_saves_everything_now(setup: tuple[Path, Path, dict[str, Path]],
+                                           tmp_path: Path) -> None:
+    """`memoryd sync` saves every stored message to memory without waiting."""
+    config, _state, _roots = setup
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    before = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                check=True).stdout)
+    assert before["unsynced_messages"] > 0
+    result = run_cli(tmp_path, "--config", str(config), "sync", check=True)
+    assert "saved" in result.stdout
+    after = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                               check=True).stdout)
+    assert after["unsynced_messages"] == 0
+    missing = run_cli(tmp_path, "--config", str(config), "sync", "no-such-session")
+    assert missing.returncode == 66
+
+
+def test_recall_rejects_bad_times(tmp_path: Path) -> None:
+    """An unreadable --since is a usage error naming the accepted forms."""
+    result = run_cli(tmp_path, "recall", "x", "--since", "whenever")
+    assert result.returncode == 2
+    assert "ISO date" in result.stderr
