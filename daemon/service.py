@@ -34,6 +34,7 @@ from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
 from daemon.memory import MemoryBackend, SQLiteMemoryBackend
+from daemon.notify import Notifier
 from daemon.store import connect, migrate, queries
 from daemon.store.connection import ensure_private_dir
 
@@ -56,7 +57,6 @@ class RuntimeStatus:
     pid: int
     started_at: str
     passes: int = 0
-    messages_stored: int = 0
     last_pass_at: str | None = None
     last_error: str | None = None
     last_error_at: str | None = None
@@ -159,9 +159,10 @@ async def sync_now(settings: Settings, clock: Clock, session: str | None) -> Syn
 class Service:
     """`memoryd run`: follows every transcript until stopped."""
 
-    def __init__(self, settings: Settings, clock: Clock) -> None:
+    def __init__(self, settings: Settings, clock: Clock, notifier: Notifier | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        self.notifier = notifier or Notifier({})
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
@@ -207,12 +208,14 @@ class Service:
                 scheduler.start()
                 self.ready.set()
                 self._write_status(force=True)
+                self.notifier.ready(self._status_line())
                 log.info("started", state_dir=str(settings.state_dir),
                          memory=f"{backend.name}:{settings.memory_path}",
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
                 try:
                     await self._supervise(tasks)
                 finally:
+                    self.notifier.stopping()
                     await scheduler.stop(settings.shutdown_grace)
         log.info("stopped")
 
@@ -263,19 +266,29 @@ class Service:
                 delay = min(delay * 2, RETRY_MAX)
 
     def _after_pass(self) -> None:
+        # Called by the ingest loop after every pass: a stuck loop stops the watchdog.
         self.status.passes += 1
         self.status.last_pass_at = _iso(self.clock.now())
-        self._write_status()
+        self.notifier.watchdog()
+        if self._write_status():
+            self.notifier.status(self._status_line())
+
+    def _status_line(self) -> str:
+        line = (f"following {len(self.settings.enabled_sources())} sources, "
+                f"{self.status.passes} passes, last at {self.status.last_pass_at or '-'}")
+        if self.status.last_error:
+            line += f"; last error: {self.status.last_error[:120]}"
+        return line
 
     def _record_error(self, exc: Exception) -> None:
         self.status.last_error = str(exc)
         self.status.last_error_at = _iso(self.clock.now())
         self._write_status(force=True)
 
-    def _write_status(self, force: bool = False) -> None:
+    def _write_status(self, force: bool = False) -> bool:
         now = self.clock.monotonic()
         if not force and now - self._last_status_write < STATUS_INTERVAL:
-            return
+            return False
         self._last_status_write = now
         try:
             _write_atomically(status_path(self.settings), {
@@ -290,6 +303,7 @@ class Service:
             })
         except OSError as exc:
             log.warning("status_write_failed", error=exc.strerror)
+        return True
 
 
 def _iso(moment: datetime) -> str:
