@@ -24,6 +24,7 @@ import structlog
 from daemon import __version__
 from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings, resolve_config_path
+from daemon.doctor import run_checks
 from daemon.errors import (
     EX_ALREADY_RUNNING,
     EX_CONFIG,
@@ -199,6 +200,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
         state = "" if s["enabled"] else " [disabled]"
         click.echo(f"source {s['kind']:<6} {s['root']}{where}{state}: {s['files']} files, "
                    f"{s['sessions']} sessions, {s['messages']} messages")
+    memory = report["memory"]
+    state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
+    click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
@@ -521,3 +525,34 @@ _simple_action("status", "What the service manager says about memoryd.")
 _simple_action("start", "Start the installed service.")
 _simple_action("stop", "Stop the service (it finishes the work in hand first).")
 _simple_action("logs", "The service's recent log lines.")
+
+
+@main.command()
+@config_option
+@click.pass_context
+def doctor(ctx: click.Context) -> None:
+    """Check the installation: each check prints ok, warn or fail, with a fix."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    try:
+        settings = load_settings(obj.get("config"))
+    except ConfigError as exc:
+        click.echo(f"fail  config: {exc}")
+        _fail("fix the setting named above", EX_CONFIG)
+        return
+    configure_logging("warning", settings.log_format)
+    platform = {"linux": "linux", "darwin": "macos"}.get(sys.platform)
+    manager = None
+    if platform is not None:
+        config_path, _ = resolve_config_path(obj.get("config"))
+        manager = ServiceManager(settings, platform=platform, home=Path.home(),
+                                 config=config_path.resolve() if config_path.exists() else None)
+    checks = _run(run_checks(settings, SystemClock(), manager))
+    for check in checks:
+        click.echo(f"{check.level:<5} {check.name}: {check.detail}")
+        if check.fix and check.level != "ok":
+            click.echo(f"      fix: {check.fix}")
+    failed = sum(c.level == "fail" for c in checks)
+    warned = sum(c.level == "warn" for c in checks)
+    click.echo(f"{len(checks)} checks: {failed} failed, {warned} warnings")
+    if failed:
+        sys.exit(1)

@@ -12,9 +12,10 @@ from typing import Any
 
 from daemon.clock import Clock
 from daemon.config import Settings
+from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
 from daemon.lock import read_lock_info
-from daemon.service import read_runtime_status
+from daemon.service import open_memory_backend, read_runtime_status
 from daemon.store import queries
 from daemon.store.connection import connect
 
@@ -51,6 +52,24 @@ def _uptime(started_at: str, now: datetime) -> float | None:
     return max(0.0, (now - started).total_seconds())
 
 
+async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
+    memory: dict[str, Any] = {"backend": settings.memory.backend,
+                              "path": str(settings.memory_path), "available": False}
+    if not settings.memory_path.exists():
+        memory["detail"] = "not created yet"
+        return memory
+    try:
+        backend = await open_memory_backend(settings, clock)
+    except MemorydError as exc:
+        memory["detail"] = str(exc)
+        return memory
+    try:
+        memory["available"] = await backend.is_available()
+    finally:
+        await backend.close()
+    return memory
+
+
 async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     holder = read_lock_info(settings.lock_path)
     runtime = read_runtime_status(settings) or {}
@@ -74,6 +93,7 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         for s in settings.sources
     ]
     report["sources"] = sources
+    report["memory"] = await _memory_status(settings, clock)
     db = settings.database_path
     if not db.exists():
         report.update(sessions=0, messages=0, unsynced_messages=0, rejected_lines=0,

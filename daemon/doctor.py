@@ -1,0 +1,145 @@
+"""`memoryd doctor`: checks of the installation, each ok / warn / fail with a fix."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from daemon.clock import Clock
+from daemon.config import Settings
+from daemon.errors import MemorydError
+from daemon.lock import read_lock_info
+from daemon.service import open_memory_backend
+from daemon.units import ServiceManager
+
+#: RETURNING (used by the lifecycle) arrived in SQLite 3.35.
+MIN_SQLITE = (3, 35, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    level: str  # ok | warn | fail
+    detail: str
+    fix: str | None = None
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def check_state_dir(settings: Settings) -> Check:
+    state = settings.state_dir
+    if not state.exists():
+        return Check("state directory", "warn", f"{state} does not exist yet",
+                     "it is created (mode 0700) on the first `memoryd run` or `ingest`")
+    if not os.access(state, os.W_OK | os.X_OK):
+        return Check("state directory", "fail", f"{state} is not writable",
+                     "chown it to this user or set state_dir elsewhere")
+    loose = [p for p in (state, settings.database_path) if p.exists() and _mode(p) & 0o077]
+    if loose:
+        return Check("state directory", "fail",
+                     "readable by others: " + ", ".join(f"{p} ({_mode(p):o})" for p in loose),
+                     f"chmod 700 {state} && chmod 600 {state}/*.db*")
+    return Check("state directory", "ok", f"{state} (0700, database 0600)")
+
+
+def check_sources(settings: Settings) -> list[Check]:
+    checks = []
+    for source in settings.sources:
+        name = f"source {source.kind.value}"
+        if not source.enabled:
+            checks.append(Check(name, "ok", f"{source.root} (disabled)"))
+        elif not source.root.exists():
+            checks.append(Check(name, "warn", f"{source.root} not found",
+                                "followed automatically once the agent creates it"))
+        elif not os.access(source.root, os.R_OK | os.X_OK):
+            checks.append(Check(name, "fail", f"{source.root} is not readable",
+                                f"give this user read access to {source.root}"))
+        else:
+            checks.append(Check(name, "ok", f"{source.root} readable"))
+    return checks
+
+
+def check_sqlite() -> Check:
+    version = sqlite3.sqlite_version_info
+    if version < MIN_SQLITE:
+        return Check("sqlite", "fail", f"SQLite {sqlite3.sqlite_version} is too old",
+                     "use a Python built with SQLite 3.35 or newer")
+    try:
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        conn.close()
+    except sqlite3.Error:
+        return Check("sqlite", "fail", f"SQLite {sqlite3.sqlite_version} has no FTS5",
+                     "use a Python whose SQLite is built with FTS5 (most are)")
+    return Check("sqlite", "ok", f"SQLite {sqlite3.sqlite_version} with FTS5")
+
+
+async def check_backend(settings: Settings, clock: Clock) -> Check:
+    name = f"memory backend ({settings.memory.backend})"
+    if not settings.memory_path.exists():
+        return Check(name, "warn", f"{settings.memory_path} not created yet",
+                     "created when `memoryd run` first saves a memory")
+    try:
+        backend = await open_memory_backend(settings, clock)
+    except (MemorydError, OSError) as exc:
+        return Check(name, "fail", str(exc), "check memory settings and permissions")
+    try:
+        available = await backend.is_available()
+    finally:
+        await backend.close()
+    if not available:
+        return Check(name, "fail", f"{settings.memory_path} does not answer",
+                     "see `memoryd status` for the last error")
+    return Check(name, "ok", f"{settings.memory_path} answers")
+
+
+def check_unit(manager: ServiceManager | None) -> Check:
+    if manager is None:
+        return Check("service unit", "warn", f"no service support on {sys.platform}")
+    path = manager.unit_path
+    if not path.exists():
+        return Check("service unit", "warn", f"not installed ({path})",
+                     "`memoryd service install` starts memoryd at login and after crashes")
+    if path.read_bytes() != manager.unit_text():
+        return Check("service unit", "fail",
+                     f"{path} does not match this memoryd ({' '.join(manager.argv)})",
+                     "`memoryd service install` to rewrite it")
+    return Check("service unit", "ok", f"{path} matches this executable")
+
+
+def check_clock(clock: Clock) -> Check:
+    now = clock.now()
+    if now.year < 2024:
+        return Check("clock", "fail", f"the system clock says {now.isoformat()}",
+                     "set the clock (NTP)")
+    offset = datetime.now().astimezone().utcoffset() or timedelta(0)
+    if offset.total_seconds() % 900:
+        return Check("clock", "warn", f"odd UTC offset {offset}", "check the time zone")
+    zone = time.strftime("%Z")
+    return Check("clock", "ok", f"{now.astimezone(UTC).isoformat(timespec='seconds')} UTC, "
+                 f"local zone {zone} ({offset})")
+
+
+def check_daemon(settings: Settings) -> Check:
+    holder = read_lock_info(settings.lock_path)
+    if holder is not None and holder.command == "run":
+        return Check("daemon", "ok", f"running (pid {holder.pid})")
+    return Check("daemon", "warn", "not running",
+                 "`memoryd run`, or `memoryd service install` to run it always")
+
+
+async def run_checks(settings: Settings, clock: Clock,
+                     manager: ServiceManager | None) -> list[Check]:
+    checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
+              *check_sources(settings), check_sqlite()]
+    checks.append(await check_backend(settings, clock))
+    checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings)])
+    return checks

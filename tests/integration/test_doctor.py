@@ -1,0 +1,59 @@
+"""`memoryd doctor` as a user runs it: real files, real permissions."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import daemon_env, memoryd_command, write_config
+
+
+def doctor(tmp_path: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    env = daemon_env(tmp_path) | {"HOME": str(tmp_path / "home")}
+    return subprocess.run(memoryd_command("--config", str(config), "doctor"), env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_healthy_install_passes_with_warnings_only(tmp_path: Path) -> None:
+    """A fresh set-up passes: missing roots and an uninstalled unit are warnings, not failures."""
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state", {"claude": tmp_path / "none"})
+    result = doctor(tmp_path, config)
+    assert result.returncode == 0, result.stdout
+    assert "ok    sqlite: SQLite" in result.stdout
+    assert "warn  source claude" in result.stdout
+    assert "0 failed" in result.stdout
+
+
+def test_loose_state_permissions_fail_with_a_fix(tmp_path: Path) -> None:
+    """A state directory others can read fails the check, names the fix, exits non-zero."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    config = write_config(tmp_path / "c.yaml", state, {"claude": tmp_path})
+    result = doctor(tmp_path, config)
+    assert result.returncode == 1
+    assert "fail  state directory" in result.stdout
+    assert f"chmod 700 {state}" in result.stdout
+
+
+def test_bad_config_is_reported_and_exits_78(tmp_path: Path) -> None:
+    """A bad setting is shown as a failed check and the exit status is 78."""
+    config = tmp_path / "c.yaml"
+    config.write_text("sources: [{kind: cursor, root: /x}]\n")
+    result = doctor(tmp_path, config)
+    assert result.returncode == 78
+    assert "fail  config" in result.stdout and "sources" in result.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="checks the systemd unit path")
+def test_stale_unit_is_a_failure(tmp_path: Path) -> None:
+    """An installed unit that runs another executable fails until reinstalled."""
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state", {"claude": tmp_path})
+    unit = tmp_path / "home" / ".config" / "systemd" / "user" / "memoryd.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text("[Service]\nExecStart=/opt/old/memoryd run\n")
+    result = doctor(tmp_path, config)
+    assert result.returncode == 1
+    assert "fail  service unit" in result.stdout and "memoryd service install" in result.stdout
