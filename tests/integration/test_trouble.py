@@ -1,0 +1,140 @@
+"""memoryd under trouble, as a real process: a locked database, a full disk."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import daemon_env, memoryd_command, wait_ready, write_config
+
+
+def _line(text: str) -> tuple[str, str]:
+    key = uuid.uuid4().hex
+    record = {"type": "user", "uuid": key, "timestamp": "2026-05-01T10:00:00Z",
+              "message": {"role": "user", "content": text}}
+    return key, json.dumps(record) + "\n"
+
+
+def _stored_uuids(db: Path) -> list[str]:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return [row[0] for row in conn.execute(
+            "SELECT uuid FROM session_messages ORDER BY session_id, message_index")]
+    finally:
+        conn.close()
+
+
+def _wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@contextlib.contextmanager
+def running_daemon(tmp_path: Path, config: Path, state: Path) -> Iterator[subprocess.Popen[bytes]]:
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        assert code == 0, log_path.read_text()
+
+
+def test_locked_database_backs_off_and_loses_nothing(tmp_path: Path) -> None:
+    """While another process holds the write lock, lines wait; afterwards each is stored once."""
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "c.yaml", state, {"claude": tmp_path / "claude"},
+                          poll_interval="0.2s")
+    transcript = project / "s.jsonl"
+    written: list[str] = []
+    with running_daemon(tmp_path, config, state):
+        key, line = _line("before the lock")
+        transcript.write_text(line)
+        written.append(key)
+        _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
+
+        blocker = sqlite3.connect(state / "memoryd.db", isolation_level=None)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            for i in range(5):
+                key, line = _line(f"during the lock {i}")
+                with transcript.open("a") as handle:
+                    handle.write(line)
+                written.append(key)
+                time.sleep(0.2)
+            # Longer than the daemon's busy timeout (5 s): it must give up and back off.
+            time.sleep(6.5)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
+    log = (tmp_path / "run.log").read_text()
+    assert "store_busy_backing_off" in log
+    status = json.loads((state / "status.json").read_text())
+    assert "locked" in (status["last_error"] or "")
+
+
+def _mount_tmpfs(target: Path, size: str) -> bool:
+    target.mkdir(parents=True)
+    if os.geteuid() != 0:
+        return False
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
+                            capture_output=True)
+    return result.returncode == 0
+
+
+def test_full_disk_backs_off_and_resumes(tmp_path: Path) -> None:
+    """On a full disk memoryd logs, backs off and retries; once space returns all is stored."""
+    mount = tmp_path / "small-disk"
+    if not _mount_tmpfs(mount, "4m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        project = tmp_path / "claude" / "-p"
+        project.mkdir(parents=True)
+        state = mount / "state"
+        config = write_config(tmp_path / "c.yaml", state, {"claude": tmp_path / "claude"},
+                              poll_interval="0.2s")
+        transcript = project / "s.jsonl"
+        written: list[str] = []
+        with running_daemon(tmp_path, config, state):
+            key, line = _line("small")
+            transcript.write_text(line)
+            written.append(key)
+            _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
+            filler = mount / "filler"
+            with filler.open("wb") as handle, contextlib.suppress(OSError):
+                while True:
+                    handle.write(b"\0" * 65536)
+                    handle.flush()
+            for i in range(3):
+                key, line = _line(f"big {i} " + "x" * 300_000)
+                with transcript.open("a") as handle:
+                    handle.write(line)
+                written.append(key)
+            _wait_for(lambda: "store_busy_backing_off" in (tmp_path / "run.log").read_text(),
+                      30, "the daemon to notice the full disk")
+            assert _stored_uuids(state / "memoryd.db") == written[:1]
+            filler.unlink()
+            _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
