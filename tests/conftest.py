@@ -1,97 +1,14 @@
-"""Shared test helpers: where the real fixture transcripts are, and how to lay them out."""
+"""Fixtures shared by every test directory; plain helpers live in helpers.py."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
-TRANSCRIPTS = SHARED / "fixtures" / "transcripts"
-
-
-def fixture_files(kind: str) -> list[Path]:
-    """Every real fixture transcript of one agent (claude, codex, gemini), sorted."""
-    return sorted(p for p in (TRANSCRIPTS / kind).iterdir() if p.suffix in (".jsonl", ".json"))
-
-
-def lay_out_fixtures(base: Path) -> dict[str, Path]:
-    """Copy every fixture into agent-shaped roots under `base`; returns kind -> root.
-
-    Fixture names flatten their origin path with `__`; the last part is the file
-    name an agent would write, and `__subagents__` marks a Claude subagent file.
-    """
-    roots = {kind: base / kind for kind in ("claude", "codex", "gemini")}
-    for root in roots.values():
-        root.mkdir(parents=True, exist_ok=True)
-    project = roots["claude"] / "-home-user-project"
-    for path in fixture_files("claude"):
-        if "__subagents__" in path.name:
-            parent, agent = path.name.split("__subagents__")
-            target = project / parent.split("__")[-1] / "subagents" / agent
-        else:
-            target = project / path.name.split("__")[-1]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
-    day = roots["codex"] / "2025" / "10" / "20"
-    day.mkdir(parents=True)
-    for path in fixture_files("codex"):
-        shutil.copy(path, day / f"rollout-{path.stem.split('__')[-1]}.jsonl")
-    chats = roots["gemini"] / "0f3a" / "chats"
-    chats.mkdir(parents=True)
-    for path in fixture_files("gemini"):
-        shutil.copy(path, chats / path.name.split("__")[-1])
-    return roots
-
-
-def sources_for(roots: dict[str, Path]) -> list[dict[str, str]]:
-    return [{"kind": kind, "root": str(root)} for kind, root in roots.items()]
+from helpers import lay_out_fixtures
 
 
 @pytest.fixture
 def fixture_roots(tmp_path: Path) -> dict[str, Path]:
     """Every real fixture transcript laid out as the agents would write them."""
     return lay_out_fixtures(tmp_path / "agents")
-
-
-def write_config(path: Path, state_dir: Path, roots: dict[str, Path], **extra: object) -> Path:
-    """A YAML settings file for a daemon subprocess over `roots`."""
-    import yaml
-
-    settings = {"state_dir": str(state_dir), "sources": sources_for(roots), **extra}
-    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    return path
-
-
-def daemon_env(tmp_path: Path) -> dict[str, str]:
-    """The environment for a memoryd subprocess: no MEMORYD_* or config from this machine."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
-    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def memoryd_command(*args: str) -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "daemon", *args]
-
-
-def wait_ready(state_dir: Path, pid: int, timeout: float = 30.0) -> None:
-    """Block until the daemon with `pid` has written its status (its signal handlers are set)."""
-    import json
-    import time
-
-    deadline = time.monotonic() + timeout
-    status = state_dir / "status.json"
-    while time.monotonic() < deadline:
-        try:
-            if json.loads(status.read_text()).get("pid") == pid:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"memoryd (pid {pid}) did not become ready in {timeout}s")

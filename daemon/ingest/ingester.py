@@ -86,8 +86,8 @@ class Ingester:
             except OSError:
                 continue
         states = {t.path: t.state for t in self._tracked.values() if t.state is not None}
-        for state in self._states:
-            states.setdefault(state.path, state)
+        for saved in self._states:
+            states.setdefault(saved.path, saved)
         self._states = []
         by_inode = {
             (s.device, s.inode): s for s in states.values() if s.head_hash != "document"
@@ -97,33 +97,34 @@ class Ingester:
 
         # 1. Same path, same file.
         for path, (candidate, st) in found.items():
-            state = states.get(path)
-            if state is not None and (state.device, state.inode) == (st.st_dev, st.st_ino):
-                tracked[path] = self._keep(path, candidate, state)
+            known = states.get(path)
+            if known is not None and (known.device, known.inode) == (st.st_dev, st.st_ino):
+                tracked[path] = self._keep(path, candidate, known)
                 claimed.add(path)
         # 2. A known file at a new path: renamed or moved, it continues where it was.
         for path, (candidate, st) in found.items():
             if path in tracked or candidate.mode is Mode.DOCUMENT:
                 continue
-            state = by_inode.get((st.st_dev, st.st_ino))
-            if state is None or state.path in claimed or not _same_head(path, state):
+            moved = by_inode.get((st.st_dev, st.st_ino))
+            if moved is None or moved.path in claimed or not _same_head(path, moved):
                 continue
-            await move_state(self._conn, state, path, self._clock.now())
-            log.info("transcript_moved", old_path=state.path, new_path=path,
-                     session_id=state.session_id)
-            claimed.add(state.path)
-            state.path = path
-            tracked[path] = Tracked(candidate, state)
+            await move_state(self._conn, moved, path, self._clock.now())
+            log.info("transcript_moved", old_path=moved.path, new_path=path,
+                     session_id=moved.session_id)
+            # The row of any other file once at `path` went with the move (move_state).
+            claimed.update((moved.path, path))
+            moved.path = path
+            tracked[path] = Tracked(candidate, moved)
         # 3. A known path that now names another file: replaced, checked before reading.
         # 4. Anything else is new.
         for path, (candidate, _st) in found.items():
             if path in tracked:
                 continue
-            state = states.get(path)
-            if state is not None and path not in claimed:
+            replaced = states.get(path)
+            if replaced is not None and path not in claimed:
                 claimed.add(path)
                 previous = self._tracked.get(path)
-                tracked[path] = Tracked(candidate, state, verify=True,
+                tracked[path] = Tracked(candidate, replaced, verify=True,
                                         rejected_logged=bool(previous and previous.rejected_logged))
             else:
                 tracked[path] = self._tracked.get(path) or Tracked(candidate)
@@ -232,13 +233,13 @@ class Ingester:
             if stop.is_set() or self._rescan_requested:
                 continue
             timeout = max(0.0, next_scan - self._clock.monotonic())
-            await _wait_any(stop, self.wake, timeout)
+            await _wait_any(stop, self.wake, wait_for=timeout)
 
 
-async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
+async def _wait_any(stop: asyncio.Event, wake: asyncio.Event, *, wait_for: float) -> None:
     waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
     try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(waiters, timeout=wait_for, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for waiter in waiters:
             waiter.cancel()

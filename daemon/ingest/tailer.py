@@ -28,6 +28,7 @@ log = structlog.get_logger("memoryd.ingest")
 
 _BOM = b"\xef\xbb\xbf"
 _READ_SIZE = 256 * 1024
+_DOCUMENT_HEAD = 512
 
 
 class TurnOutcome(Enum):
@@ -43,8 +44,10 @@ class Tracked:
 
     candidate: Candidate
     state: FileState | None = None
-    verify: bool = False  # identity changed under this path: check head and marker first
-    stalled_size: int = -1  # size at which the last turn found nothing complete
+    verify: bool = False  # another file now has this path: read it again from the start
+    # (size, hash of the file's last bytes) when a turn found no complete line: a cheap
+    # way to skip re-reading a long partial line that has not changed since.
+    stalled: tuple[int, str] | None = None
     rejected_logged: bool = False
 
     @property
@@ -58,6 +61,18 @@ class TurnResult:
     bytes_read: int = 0
     stored: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+def _tail_mark(fd: int, size: int) -> tuple[int, str]:
+    start = max(0, size - MARKER_BYTES)
+    return size, digest(os.pread(fd, size - start, start))
+
+
+def _document_mark(fd: int, size: int) -> tuple[int, str]:
+    """Whether a whole-document transcript may have changed, without reading all of it:
+    Gemini rewrites `lastUpdated`, near the top, on every save."""
+    head = os.pread(fd, _DOCUMENT_HEAD, 0)
+    return size, digest(head + os.pread(fd, MARKER_BYTES, max(0, size - MARKER_BYTES)))
 
 
 def _dedupe_key(uuid: str | None, raw: bytes) -> str:
@@ -105,14 +120,19 @@ class Tailer:
         if state is not None:
             self._check_rewrite(tracked, state, fd, st.st_size)
         offset = state.offset if state is not None else 0
-        if st.st_size <= offset or st.st_size == tracked.stalled_size:
+        if st.st_size <= offset:
+            return TurnResult(TurnOutcome.IDLE)
+        if tracked.stalled is not None and tracked.stalled == _tail_mark(fd, st.st_size):
             return TurnResult(TurnOutcome.IDLE)
 
         framer = LineFramer(offset)
         lines: list[Line] = []
         position = offset
+        read_size = min(_READ_SIZE, self._read_chunk)
         while True:
-            data = os.pread(fd, _READ_SIZE, position)
+            # A turn reads about `read_chunk` bytes, so one large file cannot starve the
+            # others; only a line longer than that makes it read on to the line's end.
+            data = os.pread(fd, read_size, position)
             if not data:
                 break
             position += len(data)
@@ -120,29 +140,38 @@ class Tailer:
             if lines and position - offset >= self._read_chunk:
                 break
         if not lines:
-            tracked.stalled_size = st.st_size
+            tracked.stalled = _tail_mark(fd, st.st_size)
             return TurnResult(TurnOutcome.IDLE)
-        tracked.stalled_size = -1
+        tracked.stalled = None
 
         new_session = None
         if state is None:
-            head = lines[0].data + b"\n"
             state = FileState(
                 path=tracked.path, source=tracked.candidate.kind.value, device=st.st_dev,
-                inode=st.st_ino, head_hash=digest(head), head_length=len(head),
+                inode=st.st_ino, head_hash="", head_length=0,
             )
             new_session = NewSession(
                 source=state.source, transcript_path=tracked.path,
                 external_id=tracked.candidate.external_id,
                 parent_external_id=tracked.candidate.parent_external_id,
             )
+        if lines[0].offset == 0:
+            # The identity: the whole first line, however long (new file, or read again).
+            head = lines[0].data + b"\n"
+            state.head_hash, state.head_length = digest(head), len(head)
 
         batch = Batch(state=state, new_session=new_session,
                       replaces_by_id=self._parser(tracked.candidate).replaces_by_id)
         self._parse_lines(tracked, lines, batch)
+        if new_session is not None:
+            # The file's own header (Codex session_meta, Gemini header) names the session;
+            # later headers in the same file belong to replayed or forked history.
+            new_session.external_id = batch.hints.get("external_id") or new_session.external_id
+            new_session.project = batch.hints.get("project")
         end = framer.committed_end
         state.offset = end
-        state.marker_hash = digest(os.pread(fd, min(MARKER_BYTES, end), end - min(MARKER_BYTES, end)))
+        marker_start = max(0, end - MARKER_BYTES)
+        state.marker_hash = digest(os.pread(fd, end - marker_start, marker_start))
         state.missing = False
         result = await commit_batch(self._conn, batch, self._clock.now())
         tracked.state = state
@@ -151,18 +180,22 @@ class Tailer:
         return TurnResult(TurnOutcome.PROGRESS, bytes_read=end - offset, stored=result.stored)
 
     def _check_rewrite(self, tracked: Tracked, state: FileState, fd: int, size: int) -> None:
-        """A file shorter than its offset, or with other bytes before it, was rewritten."""
+        """A file shorter than its offset, or with other bytes before it, was rewritten; a
+        new file at a known path replaced the old one. Either is read again from the start,
+        matching what was already stored, so nothing is stored twice or deleted.
+
+        A replacement is read again even when its head and marker match: its bytes in
+        between may differ, and reading a file again costs time, never correctness.
+        """
         reason = None
-        if size < state.offset:
+        if tracked.verify:
+            reason = "replaced"
+        elif size < state.offset:
             reason = "truncated"
         elif state.offset > 0:
             start = max(0, state.offset - MARKER_BYTES)
             if digest(os.pread(fd, state.offset - start, start)) != state.marker_hash:
                 reason = "rewritten"
-        if reason is None and tracked.verify:
-            head = os.pread(fd, state.head_length, 0)
-            if len(head) < state.head_length or digest(head) != state.head_hash:
-                reason = "replaced"
         if reason is None:
             return
         log.warning("transcript_rewritten", path=tracked.path, reason=reason,
@@ -171,12 +204,7 @@ class Tailer:
         state.marker_hash = ""
         state.dedupe = True
         state.rewrites += 1
-        tracked.stalled_size = -1
-        first_line = os.pread(fd, 1 << 16, 0)
-        newline = first_line.find(b"\n")
-        if newline >= 0:
-            state.head_hash = digest(first_line[: newline + 1])
-            state.head_length = newline + 1
+        tracked.stalled = None
 
     def _parse_lines(self, tracked: Tracked, lines: list[Line], batch: Batch) -> None:
         parser = self._parser(tracked.candidate)
@@ -202,7 +230,8 @@ class Tailer:
                 batch.rejected.append((line.offset, line.data, "JSON but not an object"))
                 continue
             outcome = parser.parse(record)
-            batch.hints.update(outcome.hints)
+            for key, value in outcome.hints.items():
+                batch.hints.setdefault(key, value)
             if outcome.summary is not None:
                 batch.summaries.append((*outcome.summary, line.offset))
             message = outcome.message
@@ -225,7 +254,8 @@ class Tailer:
     async def _document_turn(self, tracked: Tracked, fd: int) -> TurnResult:
         st = os.fstat(fd)
         state = dataclasses.replace(tracked.state) if tracked.state is not None else None
-        if st.st_size == tracked.stalled_size and state is not None:
+        mark = _document_mark(fd, st.st_size)
+        if tracked.stalled == mark:
             return TurnResult(TurnOutcome.IDLE)
         chunks = []
         position = 0
@@ -235,7 +265,7 @@ class Tailer:
         data = b"".join(chunks)
         doc_hash = digest(data)
         if state is not None and state.marker_hash == doc_hash:
-            tracked.stalled_size = st.st_size
+            tracked.stalled = mark
             return TurnResult(TurnOutcome.IDLE)
         try:
             document = parse_document(data)
@@ -244,7 +274,7 @@ class Tailer:
             if not tracked.rejected_logged:
                 tracked.rejected_logged = True
                 log.warning("document_unreadable", path=tracked.path, error=str(exc))
-            tracked.stalled_size = st.st_size
+            tracked.stalled = mark
             return TurnResult(TurnOutcome.IDLE)
         new_session = None
         if state is None:
@@ -268,5 +298,5 @@ class Tailer:
                                              _dedupe_key(entry.message.uuid, entry.raw)))
         result = await commit_batch(self._conn, batch, self._clock.now())
         tracked.state = state
-        tracked.stalled_size = st.st_size
+        tracked.stalled = mark
         return TurnResult(TurnOutcome.PROGRESS, bytes_read=len(data), stored=result.stored)

@@ -112,7 +112,7 @@ async def commit_batch(conn: aiosqlite.Connection, batch: Batch, now: datetime) 
                     continue
                 index, stored_raw = existing[row.dedupe_key]
                 if batch.replaces_by_id and _raw_value(row.raw) != stored_raw:
-                    updates.append(_row(session_id, index, row)[2:] + (session_id, index))
+                    updates.append((*_row(session_id, index, row)[2:], session_id, index))
                 else:
                     duplicates += 1
             rows = fresh
@@ -138,11 +138,11 @@ async def commit_batch(conn: aiosqlite.Connection, batch: Batch, now: datetime) 
             "UPDATE sessions SET message_count = ?,"
             " started_at = COALESCE(started_at, ?, CASE WHEN ? > 0 THEN ? END),"
             " last_message_at = CASE WHEN ? IS NULL THEN last_message_at"
-            "   WHEN last_message_at IS NULL OR ? > last_message_at THEN ? ELSE last_message_at END,"
+            "   WHEN last_message_at IS NULL OR ? > last_message_at THEN ?"
+            "   ELSE last_message_at END,"
             " last_ingested_at = ?,"
             " status = CASE WHEN ? > 0 THEN 'active' ELSE status END,"
-            " project = COALESCE(project, ?),"
-            " external_id = COALESCE(?, external_id)"
+            " project = COALESCE(project, ?)"
             " WHERE id = ?",
             (
                 count,
@@ -152,7 +152,6 @@ async def commit_batch(conn: aiosqlite.Connection, batch: Batch, now: datetime) 
                 now_text,
                 len(inserts) + updated,
                 batch.hints.get("project"),
-                batch.hints.get("external_id"),
                 session_id,
             ),
         )
@@ -160,7 +159,8 @@ async def commit_batch(conn: aiosqlite.Connection, batch: Batch, now: datetime) 
             await conn.executemany(
                 "INSERT OR IGNORE INTO session_summaries (session_id, kind, content, byte_offset,"
                 " recorded_at) VALUES (?, ?, ?, ?, ?)",
-                [(session_id, kind, text, offset, now_text) for kind, text, offset in batch.summaries],
+                [(session_id, kind, text, offset, now_text)
+                 for kind, text, offset in batch.summaries],
             )
             await conn.execute(
                 "UPDATE sessions SET summary_markdown = ? WHERE id = ?",
@@ -170,7 +170,8 @@ async def commit_batch(conn: aiosqlite.Connection, batch: Batch, now: datetime) 
             await conn.executemany(
                 "INSERT OR IGNORE INTO rejected_lines (path, session_id, byte_offset, raw, reason,"
                 " rejected_at) VALUES (?, ?, ?, ?, ?, ?)",
-                [(state.path, session_id, off, raw, why, now_text) for off, raw, why in batch.rejected],
+                [(state.path, session_id, off, raw, why, now_text)
+                 for off, raw, why in batch.rejected],
             )
         state.last_message_index = count - 1
         await save_state(conn, state, now_text, batch)

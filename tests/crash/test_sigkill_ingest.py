@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     TRANSCRIPTS,
     daemon_env,
     memoryd_command,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
 
 
 def run_cli(tmp_path: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -210,7 +210,7 @@ def _uuid_of_message_containing(transcript: Path, phrase: str) -> str:
 
 def test_transcript_reaches_recall_once_quiet(tmp_path: Path) -> None:
     """A transcript copied into a watched root is recalled, with provenance, once quiet."""
-    from conftest import TRANSCRIPTS
+    from helpers import TRANSCRIPTS
 
     roots = {"claude": tmp_path / "agents" / "claude"}
     project = roots["claude"] / "-Users-yoav-pomodoro"

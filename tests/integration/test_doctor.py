@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import daemon_env, memoryd_command, write_config
+from helpers import daemon_env, memoryd_command, write_config
 
 
 def doctor(tmp_path: Path, config: Path) -> subprocess.CompletedProcess[str]:

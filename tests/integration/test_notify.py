@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import daemon_env, memoryd_command, write_config
+from helpers import daemon_env, memoryd_command, write_config
 
 from daemon.notify import Notifier
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TRANSCRIPTS
+from helpers import TRANSCRIPTS
 
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings

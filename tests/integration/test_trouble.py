@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import daemon_env, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, memoryd_command, wait_ready, write_config
 
 
 def _line(text: str) -> tuple[str, str]:

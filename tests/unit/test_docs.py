@@ -6,7 +6,7 @@ import re
 
 import yaml
 from click import Group
-from conftest import REPO
+from helpers import REPO
 
 from daemon.cli import main
 from daemon.config import Settings, load_settings

@@ -16,7 +16,8 @@ CONTENT_TOOL_LIMIT = 4000
 class ParsedMessage:
     role: str  # user | assistant | system | tool
     content: str
-    kind: str = "message"  # message | tool_call | tool_result | compact_boundary | compacted
+    # message | tool_call | tool_result | thinking | compact_summary | compact_boundary | compacted
+    kind: str = "message"
     tool_name: str | None = None
     tool_input: str | None = None  # JSON text
     uuid: str | None = None
@@ -79,7 +80,9 @@ def clip(text: str, limit: int = CONTENT_TOOL_LIMIT) -> str:
 def human_size(n_bytes: int) -> str:
     if n_bytes >= 1 << 20:
         return f"{n_bytes / (1 << 20):.1f} MB"
-    return f"{max(1, round(n_bytes / 1024))} KB"
+    if n_bytes >= 1 << 10:
+        return f"{round(n_bytes / 1024)} KB"
+    return f"{n_bytes} B"
 
 
 def image_placeholder(media_type: object, data: object) -> str:

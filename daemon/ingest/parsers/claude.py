@@ -19,6 +19,8 @@ from daemon.ingest.parsers.base import (
     utc_timestamp,
 )
 
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
 
 def _block_text(block: object) -> str:
     if isinstance(block, str):
@@ -76,6 +78,15 @@ def _is_tool_results(content: object) -> bool:
     )
 
 
+def _is_thinking(content: object) -> bool:
+    """Reasoning only: kept (marked `[thinking]`) but told apart from what the model said."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") in _THINKING_BLOCKS for b in content)
+    )
+
+
 def _first_tool_use(content: object) -> dict[str, Any] | None:
     if isinstance(content, list):
         for block in content:
@@ -121,12 +132,16 @@ class ClaudeParser:
         tool_name = tool_input = None
         if kind == "user" and _is_tool_results(content):
             role, message_kind = "tool", "tool_result"
+        elif kind == "user" and record.get("isCompactSummary") is True:
+            message_kind = "compact_summary"
         elif kind == "assistant":
             tool_use = _first_tool_use(content)
             if tool_use is not None:
                 message_kind = "tool_call"
                 tool_name = as_str(tool_use.get("name"))
                 tool_input = json_text(tool_use.get("input"))
+            elif _is_thinking(content):
+                message_kind = "thinking"
         return ParsedMessage(
             role=role,
             content=_content_text(content),

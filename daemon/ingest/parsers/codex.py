@@ -2,7 +2,9 @@
 
 Rows: `response_item` messages of the user and the assistant (not the injected
 environment and instruction boilerplate), tool calls and their outputs, and
-`compacted` records. `event_msg` lines duplicate these for the UI and are skipped.
+`compacted` records. `event_msg` lines duplicate these for the UI and are skipped;
+`developer` messages and reasoning items are not the user's or the assistant's words.
+Rollouts older than 0.44 wrote the same response items without an envelope.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ BOILERPLATE_PREFIXES = (
     "<permissions instructions>",
     "<INSTRUCTIONS>",
 )
+
+
+_CALL_TYPES = ("function_call", "custom_tool_call")
+#: `function_result` is how a pre-envelope item wrote a tool's output.
+_OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "function_result")
+_ITEM_TYPES = ("message", *_CALL_TYPES, *_OUTPUT_TYPES)
+_ROLES = ("user", "assistant", "developer", "system")
 
 
 def _content_text(content: object) -> str:
@@ -84,7 +93,7 @@ class CodexParser:
         kind = record.get("type")
         payload = record.get("payload")
         if not isinstance(payload, dict):
-            return RecordOutcome()
+            return self._unwrapped(record)
         timestamp = utc_timestamp(record.get("timestamp"))
         if kind == "session_meta":
             hints = {}
@@ -98,25 +107,43 @@ class CodexParser:
             return RecordOutcome(hints={"project": cwd} if cwd else {})
         if kind == "compacted":
             text = as_str(payload.get("message")) or ""
-            message = ParsedMessage(role="system", content=text, kind="compacted",
+            content = text
+            if not content:
+                history = payload.get("replacement_history")
+                content = f"[compacted: {len(history) if isinstance(history, list) else 0} items]"
+            message = ParsedMessage(role="system", content=content, kind="compacted",
                                     timestamp=timestamp)
             return RecordOutcome(message=message, summary=("compacted", text) if text else None)
         if kind == "response_item":
             return RecordOutcome(message=self._response_item(payload, timestamp))
         return RecordOutcome()
 
+    def _unwrapped(self, record: dict[str, Any]) -> RecordOutcome:
+        """Rollouts before 0.44: a bare `{id, timestamp, instructions}` header, then response
+        items written without the `{timestamp, type, payload}` envelope, and state lines."""
+        kind = record.get("type")
+        if kind in _ITEM_TYPES or (kind is None and record.get("role") in _ROLES):
+            timestamp = utc_timestamp(record.get("timestamp", record.get("created_at")))
+            return RecordOutcome(message=self._response_item(record, timestamp))
+        if kind is None and "record_type" not in record and as_str(record.get("id")):
+            return RecordOutcome(hints={"external_id": record["id"]})
+        return RecordOutcome()
+
     def _response_item(self, item: dict[str, Any], timestamp: str | None) -> ParsedMessage | None:
-        item_type = item.get("type")
+        item_type = item.get("type", "message")
         if item_type == "message":
             role = item.get("role")
-            text = _content_text(item.get("content"))
+            text = _content_text(item.get("content", item.get("message")))
             if role == "assistant":
                 return ParsedMessage(role="assistant", content=text, timestamp=timestamp)
             if role == "user" and not text.lstrip().startswith(BOILERPLATE_PREFIXES):
                 return ParsedMessage(role="user", content=text, timestamp=timestamp)
             return None
-        if item_type in ("function_call", "custom_tool_call"):
-            name = as_str(item.get("name")) or "tool"
+        if item_type in _CALL_TYPES:
+            function = item.get("function")
+            name = as_str(item.get("name")) or (
+                as_str(function.get("name")) if isinstance(function, dict) else None
+            ) or "tool"
             raw_input = item.get("arguments") if item_type == "function_call" else item.get("input")
             tool_input = _arguments_json(raw_input)
             return ParsedMessage(
@@ -127,11 +154,12 @@ class CodexParser:
                 tool_input=tool_input,
                 timestamp=timestamp,
             )
-        if item_type in ("function_call_output", "custom_tool_call_output"):
+        if item_type in _OUTPUT_TYPES:
             return ParsedMessage(
                 role="tool",
-                content=_tool_output_text(item.get("output")),
+                content=_tool_output_text(item.get("output", item.get("result"))),
                 kind="tool_result",
+                tool_name=as_str(item.get("name")),
                 timestamp=timestamp,
             )
         return None

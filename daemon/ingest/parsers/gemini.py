@@ -18,6 +18,7 @@ from daemon.ingest.parsers.base import (
     RecordOutcome,
     as_str,
     clip,
+    image_placeholder,
     json_text,
     utc_timestamp,
 )
@@ -43,7 +44,8 @@ def _parts_text(parts: object) -> str:
             elif isinstance(part.get("functionResponse"), dict):
                 texts.append(clip(json_text(part["functionResponse"].get("response"))))
             elif isinstance(part.get("inlineData"), dict):
-                texts.append(f"[{part['inlineData'].get('mimeType') or 'inline data'}]")
+                inline = part["inlineData"]
+                texts.append(image_placeholder(inline.get("mimeType"), inline.get("data")))
     return "\n".join(t for t in texts if t)
 
 
@@ -80,7 +82,7 @@ def message_from_entry(entry: dict[str, Any]) -> ParsedMessage:
         tool_input=json_text([{"name": c.get("name"), "args": c.get("args")} for c in tool_calls])
         if tool_calls else None,
         uuid=as_str(entry.get("id")),
-        timestamp=utc_timestamp(entry.get("timestamp")),
+        timestamp=utc_timestamp(entry.get("timestamp", entry.get("ts"))),
     )
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, daemon_env, memoryd_command
+from helpers import REPO, daemon_env, memoryd_command
 
 from daemon.config import Settings, load_settings
 from daemon.units import LAUNCHD_LABEL, ServiceManager, render_launchd, render_systemd

@@ -1,0 +1,421 @@
+"""The memory backend contract: every backend in conftest.BACKENDS must pass all of these."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from daemon.clock import FakeClock
+from daemon.errors import BackendError
+from daemon.memory import (
+    SCHEMA_VERSION,
+    ConversationSegment,
+    DeletionMode,
+    MemoryBackend,
+    MemoryType,
+    Provenance,
+    SessionSummary,
+)
+
+BackendFactory = Callable[[str], Awaitable[MemoryBackend]]
+
+DAY = 86400.0
+
+
+def segment(
+    text: str,
+    *,
+    session_id: int = 1,
+    first: int = 0,
+    last: int = 3,
+    project: str | None = "/work/app",
+    start: datetime | None = None,
+    minutes: int = 10,
+) -> ConversationSegment:
+    start = start or datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
+    return ConversationSegment(
+        source="claude",
+        session_id=session_id,
+        session_external_id=f"sess-{session_id}",
+        project=project,
+        first_index=first,
+        last_index=last,
+        text=text,
+        message_uuids=tuple(f"uuid-{session_id}-{i}" for i in range(first, last + 1)),
+        started_at=start,
+        ended_at=start + timedelta(minutes=minutes),
+    )
+
+
+async def export_all(backend: MemoryBackend, project: str | None = None) -> list[dict[str, Any]]:
+    return [record async for record in backend.export(project)]
+
+
+async def test_backend_satisfies_protocol(backend: MemoryBackend) -> None:
+    """The backend is a runtime MemoryBackend, has a name and reports itself available."""
+    assert isinstance(backend, MemoryBackend)
+    assert backend.name
+    assert await backend.is_available()
+
+
+async def test_remember_then_recall_by_keyword(backend: MemoryBackend, clock: FakeClock) -> None:
+    """A remembered fact is found by one of its words, with its fields and default importance."""
+    prov = Provenance(session_id=7, session_external_id="abc", source="codex", project="/p",
+                      first_index=2, last_index=4, message_uuids=("u2", "u3", "u4"))
+    memory = await backend.remember("We deploy to staging before production", tags=("ops",),
+                                    provenance=prov)
+    assert memory.type is MemoryType.FACT and memory.importance == pytest.approx(0.9)
+    assert memory.project == "/p" and memory.created_at == clock.now()
+    assert len(memory.id) == 32
+    results = await backend.recall("staging")
+    assert [r.memory_id for r in results] == [memory.id]
+    hit = results[0]
+    assert hit.content == memory.content and hit.type is MemoryType.FACT
+    assert hit.provenance == prov and hit.project == "/p" and hit.tags == ("ops",)
+    assert hit.created_at == clock.now() and hit.score > 0
+
+
+async def test_recall_returns_segment_provenance(backend: MemoryBackend) -> None:
+    """A recalled conversation segment carries its session, index range, message uuids and span."""
+    seg = segment("the flaky test was caused by a race in the websocket reconnect", first=5,
+                  last=8)
+    assert (await backend.save_conversation_segment(seg)).created
+    (hit,) = await backend.recall("websocket race")
+    assert hit.memory_id == seg.id and hit.type is MemoryType.CONVERSATION
+    assert hit.provenance == seg.provenance
+    assert hit.provenance.message_uuids == ("uuid-1-5", "uuid-1-6", "uuid-1-7", "uuid-1-8")
+    assert (hit.provenance.first_index, hit.provenance.last_index) == (5, 8)
+    assert hit.importance == pytest.approx(0.5)
+
+
+async def test_more_relevant_ranks_first(backend: MemoryBackend) -> None:
+    """A memory matching more of the query's words ranks above one matching fewer."""
+    partial = await backend.remember("the rate limit of the billing service is documented")
+    full = await backend.remember("the billing service rate limit is 500 requests per minute")
+    await backend.remember("unrelated note about lunch")
+    results = await backend.recall("billing rate limit per minute")
+    assert [r.memory_id for r in results] == [full.id, partial.id]
+    assert results[0].score > results[1].score
+
+
+async def test_higher_importance_wins_ties(backend: MemoryBackend) -> None:
+    """Of two equally relevant memories, the more important one ranks first."""
+    low = await backend.remember("alpha beta gamma", importance=0.6)
+    high = await backend.remember("alpha beta delta", importance=0.95)
+    results = await backend.recall("alpha")
+    assert [r.memory_id for r in results] == [high.id, low.id]
+
+
+async def test_recent_beats_old_for_decaying_types(
+    backend: MemoryBackend, clock: FakeClock
+) -> None:
+    """Auto-saved conversation fades with age; facts of any age score the same."""
+    old_start = clock.now() - timedelta(days=1)
+    old = segment("we discussed the cache eviction policy", session_id=1, start=old_start)
+    await backend.save_conversation_segment(old)
+    old_fact = await backend.remember("cache eviction uses LRU order")
+    clock.advance(90 * DAY)
+    new = segment("we discussed the cache eviction policy", session_id=2,
+                  start=clock.now() - timedelta(hours=1))
+    await backend.save_conversation_segment(new)
+    new_fact = await backend.remember("cache eviction uses LRU order")
+    conv = await backend.recall("cache eviction", types=[MemoryType.CONVERSATION],
+                                record_access=False)
+    assert [r.memory_id for r in conv] == [new.id, old.id]
+    assert conv[0].score > conv[1].score
+    facts = await backend.recall("cache eviction", types=[MemoryType.FACT])
+    assert {r.memory_id for r in facts} == {old_fact.id, new_fact.id}
+    assert facts[0].score == pytest.approx(facts[1].score)
+
+
+async def test_recall_records_access(backend: MemoryBackend, clock: FakeClock) -> None:
+    """Recall counts each access and stamps its time; record_access=False leaves both alone."""
+    memory = await backend.remember("the staging database is called pluto")
+    clock.advance(60)
+    await backend.recall("pluto")
+    got = await backend.get(memory.id)
+    assert got is not None and got.access_count == 1 and got.last_accessed_at == clock.now()
+    await backend.recall("pluto", record_access=False)
+    got = await backend.get(memory.id)
+    assert got is not None and got.access_count == 1
+
+
+async def test_project_scope_and_all_projects(backend: MemoryBackend) -> None:
+    """A project sees its own and project-less memories; all_projects adds others, ranked after."""
+    here = await backend.remember("deploy with make release", project="/a", importance=0.8)
+    everywhere = await backend.remember("deploy never on fridays", importance=0.8)
+    elsewhere = await backend.remember("deploy with make release please", project="/b",
+                                       importance=1.0)
+    scoped = await backend.recall("deploy release", project="/a")
+    assert {r.memory_id for r in scoped} == {here.id, everywhere.id}
+    wide = await backend.recall("deploy release", project="/a", all_projects=True)
+    assert [r.memory_id for r in wide][-1] == elsewhere.id and len(wide) == 3
+    unscoped = await backend.recall("deploy release")
+    assert {r.memory_id for r in unscoped} == {here.id, everywhere.id, elsewhere.id}
+
+
+async def test_since_until_on_conversation_span(backend: MemoryBackend, clock: FakeClock) -> None:
+    """since/until select by the conversation's span, or by created_at when there is none."""
+    jan = datetime(2025, 1, 10, tzinfo=UTC)
+    mar = datetime(2025, 3, 10, tzinfo=UTC)
+    s_jan = segment("talked about the parser rewrite", session_id=1, start=jan)
+    s_mar = segment("talked about the parser rewrite again", session_id=2, start=mar)
+    await backend.save_conversation_segment(s_jan)
+    await backend.save_conversation_segment(s_mar)
+    fact = await backend.remember("the parser rewrite shipped")  # created 2026-01-01
+    feb = datetime(2025, 2, 1, tzinfo=UTC)
+    assert {r.memory_id for r in await backend.recall("parser", until=feb)} == {s_jan.id}
+    since_feb = await backend.recall("parser", since=feb)
+    assert {r.memory_id for r in since_feb} == {s_mar.id, fact.id}
+    window = await backend.recall("parser", since=feb, until=datetime(2025, 12, 1, tzinfo=UTC))
+    assert [r.memory_id for r in window] == [s_mar.id]
+    # A span that overlaps the window's start is included.
+    edge = await backend.recall("parser", since=jan + timedelta(minutes=5), until=feb)
+    assert [r.memory_id for r in edge] == [s_jan.id]
+
+
+async def test_time_order_and_empty_query(backend: MemoryBackend, clock: FakeClock) -> None:
+    """order='time' lists oldest first; a query without words lists memories by weight."""
+    first = await backend.remember("one thing")
+    clock.advance(DAY)
+    second = await backend.remember("another thing", importance=1.0)
+    clock.advance(DAY)
+    third = await backend.remember("a third thing", importance=0.8)
+    timeline = await backend.recall("thing", order="time")
+    assert [r.memory_id for r in timeline] == [first.id, second.id, third.id]
+    listing = await backend.recall("", order="score")
+    assert [r.memory_id for r in listing] == [second.id, first.id, third.id]
+    assert len(await backend.recall("?!", limit=2)) == 2
+
+
+async def test_types_filter(backend: MemoryBackend) -> None:
+    """types keeps only the asked-for memory types."""
+    fact = await backend.remember("graphql schema lives in api/schema.graphql")
+    ctx = await backend.remember("graphql gateway project", type=MemoryType.PROJECT_CONTEXT)
+    assert ctx.importance == pytest.approx(0.8)
+    got = await backend.recall("graphql", types=[MemoryType.PROJECT_CONTEXT])
+    assert [r.memory_id for r in got] == [ctx.id]
+    assert await backend.recall("graphql", types=[]) == []
+    assert {r.memory_id for r in await backend.recall("graphql")} == {fact.id, ctx.id}
+
+
+async def test_correct_supersedes_and_keeps_history(
+    backend: MemoryBackend, clock: FakeClock
+) -> None:
+    """A correction supersedes the old memory: recall shows only the latest, history the chain."""
+    v1 = await backend.remember("the rate limit is 100 per minute", project="/api", tags=("api",))
+    clock.advance(60)
+    v2 = await backend.correct(v1.id, "the rate limit is 500 per minute", reason="raised in May")
+    clock.advance(60)
+    v3 = await backend.correct(v2.id, "the rate limit is 600 per minute")
+    assert v2.type is MemoryType.CORRECTION and v2.supersedes == v1.id
+    assert v2.project == "/api" and v2.tags == ("api",) and v2.reason == "raised in May"
+    assert v2.importance >= 0.9
+    results = await backend.recall("rate limit", project="/api")
+    assert [r.memory_id for r in results] == [v3.id]
+    old = await backend.get(v1.id)
+    assert old is not None and old.superseded_by == v2.id and not old.is_live
+    for member in (v1.id, v2.id, v3.id):
+        assert [m.id for m in await backend.history(member)] == [v1.id, v2.id, v3.id]
+    assert await backend.history("0" * 32) == []
+    with pytest.raises(BackendError, match="latest version"):
+        await backend.correct(v1.id, "the rate limit is 42")
+    with pytest.raises(BackendError, match="no memory"):
+        await backend.correct("f" * 32, "nothing to correct")
+
+
+async def test_forget_soft(backend: MemoryBackend, clock: FakeClock) -> None:
+    """A soft forget tombstones: never recalled, still shown by get, audited as soft."""
+    memory = await backend.remember("my old ssh key passphrase hint is octopus")
+    clock.advance(5)
+    assert await backend.forget(memory.id)
+    assert await backend.recall("octopus") == []
+    got = await backend.get(memory.id)
+    assert got is not None and got.deleted_at == clock.now() and got.content == memory.content
+    (audit,) = await backend.deletions(memory_id=memory.id)
+    assert audit.mode is DeletionMode.SOFT and audit.deleted_at == clock.now()
+    assert not await backend.forget(memory.id)
+    assert not await backend.forget("0" * 32)
+    with pytest.raises(BackendError, match="forgotten"):
+        await backend.correct(memory.id, "new hint")
+
+
+async def test_forget_hard(backend: MemoryBackend) -> None:
+    """A hard forget deletes the content; an audit record without content remains."""
+    memory = await backend.remember("customer card number 4111 1111", project="/shop")
+    assert await backend.forget(memory.id, hard=True)
+    assert await backend.get(memory.id) is None
+    assert await backend.recall("4111") == []
+    (audit,) = await backend.deletions(memory_id=memory.id)
+    assert audit.mode is DeletionMode.HARD and audit.project == "/shop"
+    assert audit.type is MemoryType.FACT
+    assert not hasattr(audit, "content")
+    assert await export_all(backend) == []
+    assert not await backend.forget(memory.id, hard=True)
+
+
+async def test_hard_forgotten_segment_is_not_saved_again(backend: MemoryBackend) -> None:
+    """Re-saving a hard-forgotten segment (e.g. a resync from index 0) does not bring it back."""
+    seg = segment("a secret conversation about the merger")
+    await backend.save_conversation_segment(seg)
+    await backend.forget(seg.id, hard=True)
+    again = await backend.save_conversation_segment(seg)
+    assert not again.created and again.id == seg.id
+    assert await backend.get(seg.id) is None
+
+
+async def test_forget_covers_the_correction_chain(backend: MemoryBackend) -> None:
+    """Forgetting any version forgets every version of the chain."""
+    v1 = await backend.remember("the office wifi password is tulip")
+    v2 = await backend.correct(v1.id, "the office wifi password is daffodil")
+    assert await backend.forget(v2.id)
+    assert all(m.deleted_at is not None for m in await backend.history(v1.id))
+    assert await backend.forget(v1.id, hard=True)
+    assert await backend.get(v1.id) is None and await backend.get(v2.id) is None
+    assert {d.memory_id for d in await backend.deletions()} == {v1.id, v2.id}
+
+
+async def test_forget_where_session_project_all(backend: MemoryBackend) -> None:
+    """Bulk forgets by session, by project and of everything report how many they removed."""
+    await backend.save_conversation_segment(segment("s1 first part", session_id=1, first=0))
+    await backend.save_conversation_segment(segment("s1 second part", session_id=1, first=4,
+                                                    last=6))
+    await backend.save_conversation_segment(segment("s2 part", session_id=2, project="/other"))
+    await backend.remember("fact in app", project="/work/app")
+    await backend.remember("global fact")
+    assert await backend.forget_where(session_id=1) == 2
+    assert await backend.forget_where(session_id=1) == 0
+    assert await backend.forget_where(session_external_id="sess-2", hard=True) == 1
+    assert await backend.forget_where(project="/work/app") == 1
+    assert await backend.forget_where(all=True) == 1
+    assert await backend.recall("") == []
+    # A hard forget of everything also purges what was only tombstoned.
+    assert await backend.forget_where(all=True, hard=True) == 4
+    assert await export_all(backend) == []
+    with pytest.raises(ValueError):
+        await backend.forget_where()
+    with pytest.raises(ValueError):
+        await backend.forget_where(all=True, project="/x")
+
+
+async def test_segment_save_is_idempotent(backend: MemoryBackend) -> None:
+    """Saving the same segment id twice stores it once and reports created=False."""
+    seg = segment("we agreed to use uv for packaging")
+    first = await backend.save_conversation_segment(seg)
+    again = await backend.save_conversation_segment(
+        segment("we agreed to use uv for packaging (re-rendered)")
+    )
+    assert first.created and not again.created and first.id == again.id == seg.id
+    assert len(await backend.recall("packaging")) == 1
+    assert len(await export_all(backend)) == 1
+    stored = await backend.get(seg.id)
+    assert stored is not None and stored.content == seg.text
+
+
+async def test_session_summary_save_is_idempotent(backend: MemoryBackend) -> None:
+    """A session summary is stored once by its deterministic id, typed session_summary."""
+    summary = SessionSummary(source="claude", session_id=3, session_external_id="s3",
+                             project="/work/app", kind="compaction",
+                             content="Refactored the tailer into five modules.")
+    assert (await backend.save_session_summary(summary)).created
+    assert not (await backend.save_session_summary(summary)).created
+    (hit,) = await backend.recall("tailer refactored")
+    assert hit.memory_id == summary.id and hit.type is MemoryType.SESSION_SUMMARY
+    assert hit.provenance.session_external_id == "s3"
+
+
+async def test_export_sorted_with_schema_version(backend: MemoryBackend) -> None:
+    """Export yields every non-deleted memory, sorted by id, each with the schema version."""
+    made = [await backend.remember(f"note number {i}", project="/p" if i % 2 else None)
+            for i in range(7)]
+    v2 = await backend.correct(made[0].id, "note number zero, corrected")
+    await backend.forget(made[1].id)
+    records = await export_all(backend)
+    ids = [r["id"] for r in records]
+    assert ids == sorted(ids)
+    assert set(ids) == {m.id for m in made} - {made[1].id} | {v2.id}
+    assert all(r["schema_version"] == SCHEMA_VERSION for r in records)
+    assert {r["id"] for r in await export_all(backend, "/p")} == {
+        m.id for i, m in enumerate(made) if i % 2 and i != 1
+    }
+
+
+async def test_import_round_trips_and_is_idempotent(make_backend: BackendFactory,
+                                                    clock: FakeClock) -> None:
+    """An export imported into a fresh store reproduces it exactly; a second import adds nothing."""
+    source = await make_backend("source")
+    v1 = await source.remember("ci runs on self-hosted runners", project="/ci", tags=("ci", "x"))
+    await source.correct(v1.id, "ci runs on github-hosted runners", reason="migrated")
+    await source.save_conversation_segment(segment("we compared runner costs"))
+    await source.recall("runners")
+    exported = await export_all(source)
+    target = await make_backend("target")
+    assert await target.import_records(exported) == 3
+    assert await export_all(target) == exported
+    assert await target.import_records(exported) == 0
+    assert await export_all(target) == exported
+    correction = next(r["id"] for r in exported if r["supersedes"] == v1.id)
+    assert [m.id for m in await target.history(v1.id)] == [v1.id, correction]
+    latest = await target.recall("runners", project="/ci", types=[MemoryType.CORRECTION])
+    assert [r.content for r in latest] == ["ci runs on github-hosted runners"]
+
+
+async def test_import_refuses_unknown_schema_version(make_backend: BackendFactory) -> None:
+    """A record of an unknown schema version is refused clearly, and nothing is imported."""
+    source = await make_backend("source")
+    await source.remember("first")
+    await source.remember("second")
+    records = await export_all(source)
+    records[1] = {**records[1], "schema_version": 99}
+    target = await make_backend("target")
+    with pytest.raises(BackendError, match=r"record 2: unknown export schema_version 99"):
+        await target.import_records(records)
+    assert await export_all(target) == []
+    with pytest.raises(BackendError, match="missing field 'content'"):
+        await target.import_records([{k: v for k, v in records[0].items() if k != "content"}])
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        'what\'s "the" deploy-order?',
+        "AND OR (",
+        "NOT",
+        '"unbalanced',
+        "col:value ^start NEAR(a b, 3) x*",
+        ")))(((",
+        "-- ; DROP TABLE memories; --",
+        "\x00\x01 weird \u200b bytes",
+        "日本語 のテキスト",
+        "x" * 5000,
+        "a " * 500,
+        "",
+        "   ",
+    ],
+)
+async def test_hostile_queries_do_not_raise(backend: MemoryBackend, query: str) -> None:
+    """Any user text is a valid recall query: FTS5 syntax in it is never interpreted."""
+    await backend.remember("what's the deploy order? staging, then production")
+    results = await backend.recall(query)
+    assert isinstance(results, list)
+
+
+async def test_quoted_query_still_finds_words(backend: MemoryBackend) -> None:
+    """Punctuation and quotes in a query are ignored but its words still match (stemmed)."""
+    memory = await backend.remember("Deploying to staging happens before production")
+    (hit,) = await backend.recall('what\'s "the" deploy-order?')
+    assert hit.memory_id == memory.id
+
+
+async def test_bad_arguments_raise_value_error(backend: MemoryBackend) -> None:
+    """Out-of-range importance, empty content and naive datetimes are refused with ValueError."""
+    with pytest.raises(ValueError):
+        await backend.remember("x", importance=1.5)
+    with pytest.raises(ValueError):
+        await backend.remember("   ")
+    with pytest.raises(ValueError):
+        await backend.recall("x", since=datetime(2025, 1, 1))
+    assert await backend.recall("x", limit=0) == []

@@ -1,0 +1,186 @@
+"""What only the embedded SQLite backend promises: its file, schema, errors and scrubbing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from daemon.clock import FakeClock
+from daemon.errors import BackendError, BackendUnavailable
+from daemon.memory import ConversationSegment, SQLiteMemoryBackend
+from daemon.memory import sqlite as sqlite_module
+from daemon.memory.sqlite_schema import LATEST_VERSION, translate
+
+
+@pytest.fixture
+async def opened(tmp_path: Path) -> AsyncIterator[SQLiteMemoryBackend]:
+    """A backend on a fresh file inside a state directory that does not exist yet."""
+    backend = await SQLiteMemoryBackend.open(tmp_path / "state" / "memory.db", clock=FakeClock())
+    yield backend
+    await backend.close()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_files_are_private(tmp_path: Path, opened: SQLiteMemoryBackend) -> None:
+    """The database and its WAL side files are 0600, a directory it creates is 0700."""
+    await opened.remember("private")
+    db = tmp_path / "state" / "memory.db"
+    assert _mode(db) == 0o600
+    assert _mode(db.parent) == 0o700
+    for suffix in ("-wal", "-shm"):
+        side = db.with_name(db.name + suffix)
+        if side.exists():
+            assert _mode(side) == 0o600
+
+
+async def test_existing_loose_file_is_tightened(tmp_path: Path) -> None:
+    """Opening a database file that is world-readable makes it 0600."""
+    db = tmp_path / "memory.db"
+    db.touch(mode=0o644)
+    db.chmod(0o644)
+    backend = await SQLiteMemoryBackend.open(db, clock=FakeClock())
+    await backend.close()
+    assert _mode(db) == 0o600
+
+
+async def test_wal_and_migrations_recorded_once(tmp_path: Path) -> None:
+    """The file is in WAL mode; reopening applies no migration twice."""
+    db = tmp_path / "memory.db"
+    with structlog.testing.capture_logs() as first_logs:
+        backend = await SQLiteMemoryBackend.open(db, clock=FakeClock())
+    await backend.close()
+    with structlog.testing.capture_logs() as second_logs:
+        backend = await SQLiteMemoryBackend.open(db, clock=FakeClock())
+    await backend.close()
+    applied = [e for e in first_logs if e["event"] == "memory_migration_applied"]
+    assert [e["version"] for e in applied] == list(range(1, LATEST_VERSION + 1))
+    assert not [e for e in second_logs if e["event"] == "memory_migration_applied"]
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        versions = [r[0] for r in raw.execute("SELECT version FROM schema_migrations")]
+    assert versions == list(range(1, LATEST_VERSION + 1))
+
+
+async def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    """A database written by a newer memoryd is refused rather than misread."""
+    db = tmp_path / "memory.db"
+    backend = await SQLiteMemoryBackend.open(db, clock=FakeClock())
+    await backend.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO schema_migrations VALUES (999, 'future', 'x')")
+    with pytest.raises(BackendError, match="newer than this memoryd"):
+        await SQLiteMemoryBackend.open(db, clock=FakeClock())
+
+
+async def test_fts_follows_rows(tmp_path: Path, opened: SQLiteMemoryBackend) -> None:
+    """The FTS index gains a row per memory and loses it on hard delete (triggers)."""
+    a = await opened.remember("zebra crossing")
+    await opened.remember("zebra stripes")
+    db = tmp_path / "state" / "memory.db"
+
+    def fts_hits() -> int:
+        with sqlite3.connect(db) as raw:
+            return int(raw.execute(
+                "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'zebra'"
+            ).fetchone()[0])
+
+    assert fts_hits() == 2
+    await opened.forget(a.id, hard=True)
+    assert fts_hits() == 1
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')")
+
+
+async def test_hard_forget_leaves_no_bytes_on_disk(tmp_path: Path,
+                                                   opened: SQLiteMemoryBackend) -> None:
+    """After a hard forget the secret text appears in neither the database nor its WAL."""
+    secret = "xylophonequartz"
+    memory = await opened.remember(f"the vault code word is {secret} and nothing else")
+    for i in range(20):
+        await opened.remember(f"filler memory {i} about ordinary things")
+    await opened.forget(memory.id, hard=True)
+    await opened.close()
+    state = tmp_path / "state"
+    for path in state.iterdir():
+        assert secret.encode() not in path.read_bytes(), path.name
+
+
+async def test_export_pages_through_everything(
+    opened: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export walks all pages (no silent cap) in id order, even across page boundaries."""
+    monkeypatch.setattr(sqlite_module, "EXPORT_PAGE_SIZE", 3)
+    made = {(await opened.remember(f"item {i}")).id for i in range(10)}
+    ids = [r["id"] async for r in opened.export()]
+    assert ids == sorted(made)
+
+
+async def test_locked_database_is_transient(tmp_path: Path) -> None:
+    """A 'database is locked' error becomes BackendUnavailable; other errors BackendError."""
+    db = tmp_path / "lock.db"
+    holder = sqlite3.connect(db, timeout=0, isolation_level=None)
+    other = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        holder.execute("CREATE TABLE t (x)")
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(sqlite3.OperationalError) as locked:
+            other.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(sqlite3.OperationalError) as syntax:
+            other.execute("SELEC 1")
+    finally:
+        holder.close()
+        other.close()
+    unavailable = translate(locked.value)
+    assert isinstance(unavailable, BackendUnavailable) and unavailable.transient
+    assert unavailable.backend == "sqlite"
+    failed = translate(syntax.value)
+    assert type(failed) is BackendError and not failed.transient
+
+
+async def test_closed_backend(opened: SQLiteMemoryBackend) -> None:
+    """A closed backend reports unavailable and refuses work with BackendError."""
+    await opened.close()
+    await opened.close()
+    assert not await opened.is_available()
+    with pytest.raises(BackendError, match="closed"):
+        await opened.recall("x")
+
+
+async def test_concurrent_use_of_one_backend(opened: SQLiteMemoryBackend) -> None:
+    """Concurrent coroutines on one backend never collide inside a transaction."""
+
+    async def work(i: int) -> None:
+        await opened.remember(f"concurrent memory {i}")
+        await opened.save_conversation_segment(ConversationSegment(
+            source="claude", session_id=i, session_external_id=None, project=None,
+            first_index=0, last_index=1, text=f"concurrent segment {i}"))
+        await opened.recall("concurrent")
+
+    await asyncio.gather(*(work(i) for i in range(25)))
+    assert len([r async for r in opened.export()]) == 50
+
+
+async def test_two_backends_share_one_file(tmp_path: Path) -> None:
+    """Two backends (as two processes would) on one file see each other's writes."""
+    db = tmp_path / "memory.db"
+    clock = FakeClock()
+    async with (
+        await SQLiteMemoryBackend.open(db, clock=clock) as one,
+        await SQLiteMemoryBackend.open(db, clock=clock) as two,
+    ):
+        memory = await one.remember("shared between processes")
+        (hit,) = await two.recall("processes")
+        assert hit.memory_id == memory.id
+        seg = ConversationSegment(source="codex", session_id=1, session_external_id="x",
+                                  project=None, first_index=0, last_index=0, text="hello")
+        assert (await one.save_conversation_segment(seg)).created
+        assert not (await two.save_conversation_segment(seg)).created
