@@ -126,7 +126,9 @@ def run(ctx: click.Context) -> None:
     settings = _settings(ctx)
 
     async def _main() -> None:
-        service = Service(settings, SystemClock(), Notifier())
+        config = ctx.ensure_object(dict).get("config")
+        service = Service(settings, SystemClock(), Notifier(),
+                          reload=lambda: load_settings(config))
         service.install_signal_handlers()
         await service.run()
 

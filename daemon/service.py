@@ -26,7 +26,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import Settings
-from daemon.errors import StoreError
+from daemon.errors import ConfigError, StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -42,6 +42,8 @@ log = structlog.get_logger("memoryd.service")
 
 #: How often the status snapshot (`memoryd status` reads it) is rewritten while busy.
 STATUS_INTERVAL = 1.0
+#: How often WATCHDOG=1 is sent while one pass is busy with many turns.
+WATCHDOG_PING_INTERVAL = 1.0
 #: Back-off bounds after a transient store error (locked database, full disk).
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
 
@@ -159,14 +161,25 @@ async def sync_now(settings: Settings, clock: Clock, session: str | None) -> Syn
 class Service:
     """`memoryd run`: follows every transcript until stopped."""
 
-    def __init__(self, settings: Settings, clock: Clock, notifier: Notifier | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock,
+        notifier: Notifier | None = None,
+        reload: Callable[[], Settings] | None = None,
+    ) -> None:
         self.settings = settings
         self.clock = clock
         self.notifier = notifier or Notifier({})
+        self._reload = reload
+        self._ingester: Ingester | None = None
+        self._scheduler_: LifecycleScheduler | None = None
+        self._recovery: Recovery | None = None
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
         self._last_status_write = float("-inf")
+        self._last_turn_ping = float("-inf")
 
     def request_stop(self) -> None:
         self.stop_event.set()
@@ -175,6 +188,36 @@ class Service:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._on_signal, signum)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        """SIGHUP: read the configuration again; sources and intervals apply without a restart.
+
+        A bad configuration is logged and the running one kept. Settings that need
+        a restart (state_dir, memory) are reported as such.
+        """
+        if self._reload is None:
+            return
+        try:
+            new = self._reload()
+        except ConfigError as exc:
+            log.error("reload_rejected", error=str(exc))
+            self._record_error(exc)
+            return
+        old, self.settings = self.settings, new
+        needs_restart = [name for name in ("state_dir", "memory", "log_level", "log_format")
+                         if getattr(old, name) != getattr(new, name)]
+        if needs_restart:
+            log.warning("reload_needs_restart", settings=needs_restart)
+        if self._ingester is not None:
+            self._ingester.reconfigure(new)
+        if self._recovery is not None:
+            self._recovery.policy = recovery_policy(new)
+        if self._scheduler_ is not None:
+            self._scheduler_.reschedule("expire_stale_sessions", new.lifecycle_check_interval)
+            self._scheduler_.reschedule("recover_unsynced", new.sync_check_interval)
+        log.info("reloaded", sources=[f"{s.kind}:{s.root}" for s in new.enabled_sources()],
+                 poll_interval=new.poll_interval)
 
     def _on_signal(self, signum: int) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -191,7 +234,7 @@ class Service:
                 backend = await open_memory_backend(settings, clock)
                 stack.push_async_callback(backend.close)
                 scheduler = self._scheduler(jobs_conn, backend)
-                ingester = Ingester(conn, settings, clock)
+                ingester = self._ingester = Ingester(conn, settings, clock)
                 await ingester.load()
                 tasks = [
                     asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
@@ -200,7 +243,7 @@ class Service:
                             lambda: [s.root for s in ingester.sources],
                             ingester.notify,
                             self.stop_event,
-                            settings.poll_interval,
+                            lambda: self.settings.poll_interval,
                         ),
                         name="watch",
                     ),
@@ -221,18 +264,19 @@ class Service:
 
     def _scheduler(self, conn: aiosqlite.Connection, backend: MemoryBackend) -> LifecycleScheduler:
         settings, clock = self.settings, self.clock
-        recovery = Recovery(conn, backend, clock, recovery_policy(settings))
-        stale_after = timedelta(seconds=settings.stale_session_timeout)
+        recovery = self._recovery = Recovery(conn, backend, clock, recovery_policy(settings))
 
         async def expire() -> None:
+            stale_after = timedelta(seconds=self.settings.stale_session_timeout)
             await expire_stale_sessions(conn, clock, stale_after)
 
-        return LifecycleScheduler(
+        self._scheduler_ = LifecycleScheduler(
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
              PeriodicJob("recover_unsynced", settings.sync_check_interval, recovery.run)],
             now=clock.now,
             on_error=lambda _job, exc: self._record_error(exc),
         )
+        return self._scheduler_
 
     async def _supervise(self, tasks: list[asyncio.Task[None]]) -> None:
         stop_waiter = asyncio.create_task(self.stop_event.wait())
@@ -253,7 +297,8 @@ class Service:
         delay = RETRY_MIN
         while not self.stop_event.is_set():
             try:
-                await ingester.run(self.stop_event, on_pass=self._after_pass)
+                await ingester.run(self.stop_event, on_pass=self._after_pass,
+                                   on_progress=self._after_turn)
                 return
             except StoreError as exc:
                 if not exc.transient:
@@ -272,6 +317,13 @@ class Service:
         self.notifier.watchdog()
         if self._write_status():
             self.notifier.status(self._status_line())
+
+    def _after_turn(self, _bytes_read: int) -> None:
+        # A long backfill is one pass of many turns: keep the watchdog fed meanwhile.
+        now = self.clock.monotonic()
+        if now - self._last_turn_ping >= WATCHDOG_PING_INTERVAL:
+            self._last_turn_ping = now
+            self.notifier.watchdog()
 
     def _status_line(self) -> str:
         line = (f"following {len(self.settings.enabled_sources())} sources, "

@@ -216,18 +216,33 @@ class Ingester:
                 return total
             await self.scan()
 
-    async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
-        """Follow every transcript until `stop` is set."""
-        poll = self._settings.poll_interval
+    def reconfigure(self, settings: Settings) -> None:
+        """New settings (SIGHUP): sources and the poll interval apply from the next scan."""
+        self._settings = settings
+        self.sources = settings.enabled_sources()
+        self._rescan_requested = True
+        self.wake.set()
+
+    async def run(
+        self,
+        stop: asyncio.Event,
+        on_pass: Callable[[], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        """Follow every transcript until `stop` is set.
+
+        `on_pass` is called after every pass, `on_progress` after every turn that
+        stored something (a long backfill is many turns in one pass).
+        """
         next_scan = self._clock.monotonic()
         while not stop.is_set():
             now = self._clock.monotonic()
             if self._rescan_requested or now >= next_scan:
                 await self.scan()
-                next_scan = now + poll
+                next_scan = now + self._settings.poll_interval
             self._hinted.clear()
             self.wake.clear()
-            await self.pump(stop)
+            await self.pump(stop, progress=on_progress)
             if on_pass is not None:
                 on_pass()
             if stop.is_set() or self._rescan_requested:

@@ -35,17 +35,17 @@ async def watch_roots(
     roots: Callable[[], Iterable[Path]],
     on_paths: Callable[[set[str]], None],
     stop: asyncio.Event,
-    recheck_interval: float,
+    recheck_interval: Callable[[], float],
 ) -> None:
     """Call `on_paths` with changed transcript paths until `stop` is set.
 
-    `roots` is asked again every `recheck_interval` seconds; when the set of
+    `roots` is asked again every `recheck_interval()` seconds; when the set of
     existing roots changes, the watch is restarted over the new set.
     """
     while not stop.is_set():
         watched = existing_roots(roots())
         if not watched:
-            await _sleep_or_stop(stop, recheck_interval)
+            await _sleep_or_stop(stop, recheck_interval())
             continue
         restart = asyncio.Event()
         monitor = asyncio.create_task(_watch_for_new_roots(roots, watched, restart, stop,
@@ -64,7 +64,7 @@ async def watch_roots(
         except (OSError, RuntimeError) as exc:
             # A root removed while watched, inotify limits: the poll still covers it.
             log.warning("watch_failed", error=str(exc))
-            await _sleep_or_stop(stop, recheck_interval)
+            await _sleep_or_stop(stop, recheck_interval())
         finally:
             monitor.cancel()
 
@@ -74,10 +74,10 @@ async def _watch_for_new_roots(
     watched: tuple[Path, ...],
     restart: asyncio.Event,
     stop: asyncio.Event,
-    interval: float,
+    interval: Callable[[], float],
 ) -> None:
     while not stop.is_set():
-        await _sleep_or_stop(stop, interval)
+        await _sleep_or_stop(stop, interval())
         if existing_roots(roots()) != watched:
             restart.set()
             return

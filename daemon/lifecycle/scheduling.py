@@ -49,6 +49,10 @@ class LifecycleScheduler:
             )
         self._scheduler.start()
 
+    def reschedule(self, name: str, interval: float) -> None:
+        """A job's new interval (configuration reloaded), counted from now."""
+        self._scheduler.reschedule_job(name, trigger="interval", seconds=interval)
+
     async def stop(self, grace: float) -> None:
         """No new runs; let a running job finish within `grace` seconds, then stop."""
         if not self._scheduler.running:
