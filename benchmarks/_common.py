@@ -1,0 +1,89 @@
+"""What the benchmarks share: an isolated environment for memoryd, configs, machine facts."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+MB = 1 << 20
+
+
+def isolated_env(xdg_config_home: Path) -> dict[str, str]:
+    """The environment without MEMORYD_* (any that is not a setting is an error) and with a
+    config home of its own, so no user config leaks into a measurement."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    xdg_config_home.mkdir(parents=True, exist_ok=True)
+    env["XDG_CONFIG_HOME"] = str(xdg_config_home)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def isolate_this_process(xdg_config_home: Path) -> None:
+    """The same isolation for in-process runs (load_settings reads os.environ)."""
+    for name in [k for k in os.environ if k.startswith("MEMORYD_")]:
+        del os.environ[name]
+    xdg_config_home.mkdir(parents=True, exist_ok=True)
+    os.environ["XDG_CONFIG_HOME"] = str(xdg_config_home)
+
+
+def write_config(path: Path, state_dir: Path, claude_root: Path, **settings: Any) -> Path:
+    data: dict[str, Any] = {
+        "state_dir": str(state_dir),
+        "sources": [{"kind": "claude", "root": str(claude_root)}],
+        "log_format": "json",
+    }
+    data.update(settings)
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def memoryd_command(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "daemon", "--config", str(config), *args]
+
+
+def machine() -> str:
+    return (f"nproc {os.cpu_count()}, Python {platform.python_version()}, "
+            f"SQLite {sqlite3.sqlite_version}, {platform.system()} {platform.release()} "
+            f"{platform.machine()}")
+
+
+def startup_seconds(env: dict[str, str]) -> float:
+    """How long `python -m daemon --help` takes: the fixed cost inside a subprocess timing."""
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "daemon", "--help"], env=env, cwd=REPO,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - began
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def db_size(path: Path) -> int:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            total += side.stat().st_size
+    return total
