@@ -30,6 +30,7 @@ _WHITESPACE_RUNS = re.compile(r"\n{3,}")
 
 TOOL_RESULT_CHARS = 300
 TOOL_CALL_CHARS = 200
+THINKING_CHARS = 300
 MESSAGE_CHARS = 4000
 
 
@@ -62,6 +63,9 @@ def render_message(message: StoredMessage) -> str:
             "[compacted] " + _clip(message.content, MESSAGE_CHARS))
     if message.role == "tool" or message.kind == "tool_result":
         return f"tool result: {_clip(message.content.strip(), TOOL_RESULT_CHARS)}"
+    if message.kind == "thinking":
+        # The agent's reasoning: useful context, but most of it is noise for recall.
+        return f"{message.role} thought: {_clip(message.content.strip(), THINKING_CHARS)}"
     if message.kind == "tool_call":
         name = message.tool_name or "tool"
         return f"{message.role} used {name}: {_clip(message.content.strip(), TOOL_CALL_CHARS)}"

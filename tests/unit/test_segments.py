@@ -77,3 +77,9 @@ def test_segments_partition_the_messages(kinds: list[str], sizes: list[int], gap
         assert plan.messages[0].kind == "compact_boundary" or len(plan.messages) >= 1
     for plan in plans:
         assert all(m.kind != "compact_boundary" for m in plan.messages[1:])
+
+
+def test_thinking_is_clipped() -> None:
+    """Reasoning blocks keep only their start in the memory text."""
+    thought = msg(0, role="assistant", kind="thinking", content="[thinking] " + "why " * 500)
+    assert len(render_message(thought)) < 400
