@@ -167,6 +167,8 @@ def ingest(ctx: click.Context, once: bool) -> None:
         _fail(str(exc), EX_ALREADY_RUNNING)
     finally:
         if bar is not None:
+            # Partial last lines stay unread until complete: the pass itself is done.
+            bar.update(max(0, bar.length - bar.pos))
             bar.__exit__(None, None, None)
     structlog.get_logger("memoryd").info(
         "ingest_done", files=stats.files, messages=stats.messages, bytes=stats.bytes_read
