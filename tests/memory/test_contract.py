@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -419,3 +419,15 @@ async def test_bad_arguments_raise_value_error(backend: MemoryBackend) -> None:
     with pytest.raises(ValueError):
         await backend.recall("x", since=datetime(2025, 1, 1))
     assert await backend.recall("x", limit=0) == []
+
+
+async def test_time_zones_are_normalised_to_utc(backend: MemoryBackend) -> None:
+    """Datetimes in any zone filter correctly and come back in UTC."""
+    plus5 = timezone(timedelta(hours=5))
+    minus3 = timezone(timedelta(hours=-3))
+    start = datetime(2025, 6, 1, 10, 0, tzinfo=plus5)  # 05:00Z
+    seg = segment("timezone handling in the scheduler", start=start, minutes=30)
+    await backend.save_conversation_segment(seg)
+    (hit,) = await backend.recall("scheduler", since=datetime(2025, 6, 1, 2, 20, tzinfo=minus3))
+    assert hit.provenance.started_at == start and hit.provenance.started_at.tzinfo == UTC
+    assert await backend.recall("scheduler", since=datetime(2025, 6, 1, 2, 31, tzinfo=minus3)) == []

@@ -13,7 +13,7 @@ import structlog
 
 from daemon.clock import FakeClock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import ConversationSegment, SQLiteMemoryBackend
+from daemon.memory import ConversationSegment, SQLiteMemoryBackend, sqlite_recall
 from daemon.memory import sqlite as sqlite_module
 from daemon.memory.sqlite_schema import LATEST_VERSION, translate
 
@@ -184,3 +184,37 @@ async def test_two_backends_share_one_file(tmp_path: Path) -> None:
                                   project=None, first_index=0, last_index=0, text="hello")
         assert (await one.save_conversation_segment(seg)).created
         assert not (await two.save_conversation_segment(seg)).created
+
+
+async def test_recall_reranks_a_full_pool(
+    opened: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When more memories match than the candidate pool holds, the best keyword matches win."""
+    monkeypatch.setattr(sqlite_recall, "POOL", 3)
+    strong = await opened.remember("kiwi kiwi kiwi orchard", importance=0.1)
+    for i in range(6):
+        await opened.remember(f"kiwi mentioned once among many other words number {i}",
+                              importance=1.0)
+    results = await opened.recall("kiwi orchard", limit=2)
+    assert len(results) == 2 and results[0].memory_id == strong.id
+    assert results[0].score >= results[1].score
+
+
+async def test_busy_database_is_unavailable_but_recall_still_answers(tmp_path: Path) -> None:
+    """With another writer holding the lock, writes raise BackendUnavailable; recall still reads."""
+    db = tmp_path / "memory.db"
+    async with await SQLiteMemoryBackend.open(db, clock=FakeClock(), busy_timeout=0.05) as backend:
+        memory = await backend.remember("the lock holder test")
+        holder = sqlite3.connect(db, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with pytest.raises(BackendUnavailable):
+                await backend.remember("blocked")
+            with structlog.testing.capture_logs() as logs:
+                (hit,) = await backend.recall("holder")
+            assert hit.memory_id == memory.id
+            assert any(e["event"] == "memory_access_not_recorded" for e in logs)
+        finally:
+            holder.close()
+        assert await backend.is_available()
+        await backend.remember("unblocked")

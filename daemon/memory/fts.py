@@ -1,0 +1,44 @@
+"""Turning user text into a safe FTS5 query.
+
+FTS5 has its own query language (`AND`, `OR`, `NOT`, `NEAR`, quotes, parentheses,
+`column:` filters, `*` prefixes, `^`). User text such as `what's "the" deploy-order?`
+or `AND OR (` must never be parsed as syntax, so the query is rebuilt from its
+words: each word is quoted as a string literal and the words are OR-ed, leaving
+BM25 to reward memories that match more, and rarer, words. Common English words
+are dropped when other words remain, so that "what is the deploy order" does not
+match every memory that contains "the".
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_TERMS = 32
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
+    "had", "has", "have", "how", "i", "if", "in", "is", "it", "its", "me", "my", "no", "not",
+    "of", "on", "or", "our", "s", "so", "t", "that", "the", "their", "them", "then", "there",
+    "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which",
+    "who", "why", "will", "with", "you", "your",
+})
+
+
+def terms(text: str) -> list[str]:
+    """The distinct words of `text`, lower-cased, stopwords dropped unless nothing else is left."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        seen.setdefault(word, None)
+    words = list(seen)
+    content = [w for w in words if w not in _STOPWORDS]
+    return (content or words)[:MAX_TERMS]
+
+
+def match_expression(text: str) -> str | None:
+    """An FTS5 MATCH expression for `text`, or None when it holds no words at all."""
+    words = terms(text)
+    if not words:
+        return None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)

@@ -1,0 +1,268 @@
+"""The values that cross the memory backend protocol: memories, segments, results.
+
+Every value is a frozen dataclass; datetimes are timezone-aware (UTC when they
+come out of a backend). Ids are 32-character hex UUIDs: random (uuid4) for
+memories people and agents create, name-based (uuid5) for records the daemon
+saves automatically, so that saving the same thing twice yields the same id.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# Fixed forever: changing it would change every deterministic id already stored.
+_ID_NAMESPACE = uuid.UUID("6f1c0d2e-8a59-4b53-9b6e-2f0d3c7a4e11")
+
+
+class MemoryType(enum.StrEnum):
+    FACT = "fact"
+    CORRECTION = "correction"
+    CONVERSATION = "conversation"
+    SESSION_SUMMARY = "session_summary"
+    PROJECT_CONTEXT = "project_context"
+
+
+DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
+    MemoryType.FACT: 0.9,
+    MemoryType.CORRECTION: 0.9,
+    MemoryType.PROJECT_CONTEXT: 0.8,
+    MemoryType.CONVERSATION: 0.5,
+    MemoryType.SESSION_SUMMARY: 0.5,
+}
+"""Importance given when the caller passes none."""
+
+DECAYING_TYPES: frozenset[MemoryType] = frozenset(
+    {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY}
+)
+"""Auto-saved types whose weight fades with age unless they are recalled."""
+
+
+class DeletionMode(enum.StrEnum):
+    SOFT = "soft"
+    HARD = "hard"
+
+
+def new_memory_id() -> str:
+    """A random, collision-safe memory id."""
+    return uuid.uuid4().hex
+
+
+def _session_key(session_external_id: str | None, session_id: int | None) -> str:
+    # Both, when both are known: agents reuse session ids (forks, replays into new
+    # files), and two sessions sharing a key would lose one's segments as "stored".
+    parts = []
+    if session_id is not None:
+        parts.append(f"id:{session_id}")
+    if session_external_id is not None:
+        parts.append(f"ext:{session_external_id}")
+    if not parts:
+        raise ValueError("a session_external_id or a session_id is required")
+    return "|".join(parts)
+
+
+def segment_id(
+    *,
+    source: str | None,
+    session_external_id: str | None,
+    session_id: int | None,
+    first_index: int,
+    last_index: int,
+) -> str:
+    """The deterministic id of a conversation segment.
+
+    The session is identified by the daemon's session id together with the
+    agent's external id, so two sessions that share an external id never collide.
+    """
+    key = _session_key(session_external_id, session_id)
+    return uuid.uuid5(
+        _ID_NAMESPACE, f"segment\x1f{source or ''}\x1f{key}\x1f{first_index}\x1f{last_index}"
+    ).hex
+
+
+def summary_id(
+    *,
+    source: str | None,
+    session_external_id: str | None,
+    session_id: int | None,
+    kind: str,
+    content: str,
+) -> str:
+    """The deterministic id of a session summary (the full content is hashed into it)."""
+    key = _session_key(session_external_id, session_id)
+    return uuid.uuid5(
+        _ID_NAMESPACE, f"summary\x1f{source or ''}\x1f{key}\x1f{kind}\x1f{content}"
+    ).hex
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a memory came from: the session, its message range and the conversation's span."""
+
+    session_id: int | None = None
+    session_external_id: str | None = None
+    source: str | None = None
+    project: str | None = None
+    first_index: int | None = None
+    last_index: int | None = None
+    message_uuids: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One stored memory, with its place in a correction chain and its deletion state."""
+
+    id: str
+    content: str
+    type: MemoryType
+    importance: float
+    project: str | None
+    tags: tuple[str, ...]
+    provenance: Provenance
+    created_at: datetime
+    updated_at: datetime
+    superseded_by: str | None = None
+    supersedes: str | None = None
+    reason: str | None = None
+    deleted_at: datetime | None = None
+    access_count: int = 0
+    last_accessed_at: datetime | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Recallable: neither superseded nor deleted."""
+        return self.superseded_by is None and self.deleted_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSegment:
+    """A run of consecutive messages of one session, rendered to text by the caller.
+
+    `id` is computed from (source, session, first_index, last_index) by `segment_id`.
+    """
+
+    source: str | None
+    session_id: int | None
+    session_external_id: str | None
+    project: str | None
+    first_index: int
+    last_index: int
+    text: str
+    message_uuids: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    tags: tuple[str, ...] = ()
+    importance: float | None = None
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.first_index < 0 or self.last_index < self.first_index:
+            raise ValueError(f"bad message range {self.first_index}..{self.last_index}")
+        sid = segment_id(
+            source=self.source,
+            session_external_id=self.session_external_id,
+            session_id=self.session_id,
+            first_index=self.first_index,
+            last_index=self.last_index,
+        )
+        object.__setattr__(self, "id", sid)
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(
+            session_id=self.session_id,
+            session_external_id=self.session_external_id,
+            source=self.source,
+            project=self.project,
+            first_index=self.first_index,
+            last_index=self.last_index,
+            message_uuids=self.message_uuids,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A summary of a session (Claude `summary`/compaction, Codex `compacted`).
+
+    `id` is computed by `summary_id` from the session, `kind` and the full content.
+    """
+
+    source: str | None
+    session_id: int | None
+    session_external_id: str | None
+    project: str | None
+    kind: str
+    content: str
+    first_index: int | None = None
+    last_index: int | None = None
+    message_uuids: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    importance: float | None = None
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        sid = summary_id(
+            source=self.source,
+            session_external_id=self.session_external_id,
+            session_id=self.session_id,
+            kind=self.kind,
+            content=self.content,
+        )
+        object.__setattr__(self, "id", sid)
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(
+            session_id=self.session_id,
+            session_external_id=self.session_external_id,
+            source=self.source,
+            project=self.project,
+            first_index=self.first_index,
+            last_index=self.last_index,
+            message_uuids=self.message_uuids,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    """One recalled memory, best first in a result list."""
+
+    memory_id: str
+    type: MemoryType
+    content: str
+    score: float
+    provenance: Provenance
+    created_at: datetime
+    project: str | None = None
+    importance: float = 0.0
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SaveResult:
+    """The outcome of an idempotent save: `created` is False when the id was already known."""
+
+    id: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionRecord:
+    """The audit trail of a forget: what was deleted, how and when (never the content)."""
+
+    memory_id: str
+    mode: DeletionMode
+    type: MemoryType
+    project: str | None
+    session_id: int | None
+    session_external_id: str | None
+    deleted_at: datetime

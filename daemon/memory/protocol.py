@@ -1,0 +1,147 @@
+"""The memory backend protocol: what every memory store (SQLite, Postgres, HTTP, JSONL) does.
+
+Rules every backend follows (the contract tests in tests/memory check them):
+
+- Ids are collision-safe hex UUIDs; `remember` makes a random one, segments and
+  summaries have deterministic ones and are stored at most once.
+- Importance defaults by type (`models.DEFAULT_IMPORTANCE`); conversation and
+  session summaries decay with age unless recalled (`ranking`).
+- `recall` never returns superseded or deleted memories; it records each access.
+- `correct` stores a new `correction` memory that supersedes the old one; the old
+  one stays for audit. Only the latest version of a chain can be corrected.
+- `forget` acts on a memory's whole correction chain. Soft: a tombstone, the
+  memory is never recalled again but `get` still shows it. Hard: the content is
+  deleted and only a `DeletionRecord` remains; a hard-deleted id is never stored
+  again (not by a re-saved segment, not by an import).
+- Datetimes passed in must be timezone-aware; they come back in UTC.
+- Failures raise `BackendError`; transient ones (locked, disk full, unreachable)
+  raise `BackendUnavailable`. Bad arguments raise `ValueError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from daemon.memory.models import (
+    ConversationSegment,
+    DeletionRecord,
+    Memory,
+    MemoryType,
+    Provenance,
+    RecallResult,
+    SaveResult,
+    SessionSummary,
+)
+
+RecallOrder = Literal["score", "time"]
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    name: str
+
+    async def is_available(self) -> bool:
+        """True when the store answers right now (never raises)."""
+        ...
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        type: MemoryType = MemoryType.FACT,
+        importance: float | None = None,
+        project: str | None = None,
+        tags: Iterable[str] = (),
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        """Store a new memory with a fresh id; `project` defaults to the provenance's."""
+        ...
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        limit: int = 10,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        types: Iterable[MemoryType] | None = None,
+        all_projects: bool = False,
+        order: RecallOrder = "score",
+        record_access: bool = True,
+    ) -> list[RecallResult]:
+        """The best live memories for `query` (any text; an empty query ranks by weight).
+
+        `project` keeps that project's memories and project-less ones; with
+        `all_projects` every project is searched but that project's come first.
+        `since` (inclusive) and `until` (exclusive) select memories whose
+        conversation span, or creation time when there is none, overlaps them.
+        `order="time"` lists the selected results oldest first.
+        """
+        ...
+
+    async def forget(self, memory_id: str, *, hard: bool = False) -> bool:
+        """Forget a memory and its correction chain; False when there was nothing to forget."""
+        ...
+
+    async def forget_where(
+        self,
+        *,
+        session_id: int | None = None,
+        session_external_id: str | None = None,
+        project: str | None = None,
+        all: bool = False,
+        hard: bool = False,
+    ) -> int:
+        """Forget in bulk (the given filters AND-ed, or `all=True`); returns how many versions.
+
+        Soft counts the memories newly tombstoned; hard counts every row deleted,
+        tombstoned ones included. Selection is by each version's own session and
+        project (corrections inherit both from the memory they correct).
+        """
+        ...
+
+    async def correct(
+        self,
+        memory_id: str,
+        new_content: str,
+        *,
+        reason: str | None = None,
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        """Supersede a live memory by a new correction; returns the new memory."""
+        ...
+
+    async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
+        """Store a segment once by its id; `created` is False if it was already stored."""
+        ...
+
+    async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
+        """Store a session summary once by its id."""
+        ...
+
+    async def get(self, memory_id: str) -> Memory | None:
+        """One memory, live, superseded or soft-deleted; None if unknown or hard-deleted."""
+        ...
+
+    async def history(self, memory_id: str) -> list[Memory]:
+        """The correction chain holding `memory_id`, oldest first; [] if unknown."""
+        ...
+
+    async def deletions(self, *, memory_id: str | None = None) -> list[DeletionRecord]:
+        """The audit records of forgotten memories, oldest first."""
+        ...
+
+    def export(self, project: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Every non-deleted memory (superseded ones too) as export records, sorted by id."""
+        ...
+
+    async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Import export records atomically, skipping known ids; returns how many were new."""
+        ...
+
+    async def close(self) -> None:
+        """Release the store; safe to call twice."""
+        ...

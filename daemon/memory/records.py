@@ -1,0 +1,132 @@
+"""The portable export format: one JSON object per memory, shared by every backend.
+
+A record holds every field of a `Memory`, with datetimes as ISO-8601 UTC text
+and provenance nested, plus `schema_version`. Readers refuse versions they do
+not know. Key order is fixed so that exported files diff cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from daemon.memory.models import Memory, MemoryType, Provenance
+
+SCHEMA_VERSION = 1
+
+
+def to_utc_text(value: datetime) -> str:
+    """A fixed-width ISO-8601 UTC string, so that text order is time order."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware one")
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def opt_utc_text(value: datetime | None) -> str | None:
+    return None if value is None else to_utc_text(value)
+
+
+def from_utc_text(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}")
+    return parsed.astimezone(UTC)
+
+
+def opt_from_utc_text(value: str | None) -> datetime | None:
+    return None if value is None else from_utc_text(value)
+
+
+def memory_to_record(memory: Memory) -> dict[str, Any]:
+    p = memory.provenance
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "id": memory.id,
+        "type": memory.type.value,
+        "content": memory.content,
+        "importance": memory.importance,
+        "project": memory.project,
+        "tags": list(memory.tags),
+        "provenance": {
+            "session_id": p.session_id,
+            "session_external_id": p.session_external_id,
+            "source": p.source,
+            "project": p.project,
+            "first_index": p.first_index,
+            "last_index": p.last_index,
+            "message_uuids": list(p.message_uuids),
+            "started_at": opt_utc_text(p.started_at),
+            "ended_at": opt_utc_text(p.ended_at),
+        },
+        "created_at": to_utc_text(memory.created_at),
+        "updated_at": to_utc_text(memory.updated_at),
+        "supersedes": memory.supersedes,
+        "superseded_by": memory.superseded_by,
+        "reason": memory.reason,
+        "deleted_at": opt_utc_text(memory.deleted_at),
+        "access_count": memory.access_count,
+        "last_accessed_at": opt_utc_text(memory.last_accessed_at),
+    }
+
+
+def _opt(kind: type, value: Any, name: str) -> Any:
+    if value is not None and not isinstance(value, kind):
+        raise ValueError(f"field {name!r} must be {kind.__name__} or null")
+    return value
+
+
+def record_to_memory(record: Mapping[str, Any]) -> Memory:
+    """Parse one export record; raises ValueError with a readable reason."""
+    if not isinstance(record, Mapping):
+        raise ValueError("a record must be a JSON object")
+    version = record.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"unknown export schema_version {version!r}; this memoryd reads version "
+            f"{SCHEMA_VERSION} (upgrade memoryd, or export again with this version)"
+        )
+    try:
+        prov = record.get("provenance") or {}
+        importance = float(record["importance"])
+        if not 0.0 <= importance <= 1.0:
+            raise ValueError(f"importance {importance} is outside 0..1")
+        memory_id = record["id"]
+        content = record["content"]
+        if not isinstance(memory_id, str) or not memory_id:
+            raise ValueError("field 'id' must be a non-empty string")
+        if not isinstance(content, str):
+            raise ValueError("field 'content' must be a string")
+        return Memory(
+            id=memory_id,
+            content=content,
+            type=MemoryType(record["type"]),
+            importance=importance,
+            project=_opt(str, record.get("project"), "project"),
+            tags=tuple(str(t) for t in record.get("tags") or ()),
+            provenance=Provenance(
+                session_id=_opt(int, prov.get("session_id"), "provenance.session_id"),
+                session_external_id=_opt(
+                    str, prov.get("session_external_id"), "provenance.session_external_id"
+                ),
+                source=_opt(str, prov.get("source"), "provenance.source"),
+                project=_opt(str, prov.get("project"), "provenance.project"),
+                first_index=_opt(int, prov.get("first_index"), "provenance.first_index"),
+                last_index=_opt(int, prov.get("last_index"), "provenance.last_index"),
+                message_uuids=tuple(str(u) for u in prov.get("message_uuids") or ()),
+                started_at=opt_from_utc_text(prov.get("started_at")),
+                ended_at=opt_from_utc_text(prov.get("ended_at")),
+            ),
+            created_at=from_utc_text(record["created_at"]),
+            updated_at=from_utc_text(record["updated_at"]),
+            supersedes=_opt(str, record.get("supersedes"), "supersedes"),
+            superseded_by=_opt(str, record.get("superseded_by"), "superseded_by"),
+            reason=_opt(str, record.get("reason"), "reason"),
+            deleted_at=opt_from_utc_text(record.get("deleted_at")),
+            access_count=int(record.get("access_count") or 0),
+            last_accessed_at=opt_from_utc_text(record.get("last_accessed_at")),
+        )
+    except KeyError as exc:
+        raise ValueError(f"missing field {exc.args[0]!r}") from exc
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc

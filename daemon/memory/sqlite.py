@@ -1,0 +1,535 @@
+"""The embedded memory backend: one private SQLite file with an FTS5 index.
+
+Recall ranks with `ranking.score` (see daemon/memory/ranking.py):
+
+    score = bm25/(bm25 + 1) * (0.5 + 0.5 * importance * decay)
+
+with bm25 taken positive, decay = 1 for facts, corrections and project context
+and 0.5 ** (age_days / 30), floored at 0.25, for conversation and session
+summaries. Every filter (live only, project, time span, types) is applied in
+SQL, in the statement that ranks the candidates (see sqlite_recall.py).
+
+Decisions worth knowing:
+
+- A correction is a new memory of type `correction` whose importance is the
+  higher of the old memory's and the correction default (0.9), and which never
+  decays: a person said it. It inherits project, tags and (unless given)
+  provenance, so bulk forgets by session or project catch whole chains.
+- `forget` acts on the whole correction chain. Hard forgets delete the rows (the
+  FTS rows go with them by trigger), merge the FTS index so no term of the
+  content survives in it, and checkpoint the WAL; with `secure_delete` on, the
+  freed pages are zeroed. The `memory_deletions` audit keeps id, type, project,
+  session and time, never content, and a hard-forgotten id is never stored again.
+- All writes go through one connection, serialized by an asyncio lock, in
+  `BEGIN IMMEDIATE` transactions so other processes on the same file see whole
+  changes only. sqlite3 errors become BackendError / BackendUnavailable here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiosqlite
+import structlog
+
+from daemon.clock import Clock
+from daemon.errors import BackendError, BackendUnavailable
+from daemon.memory import sqlite_recall
+from daemon.memory.models import (
+    DEFAULT_IMPORTANCE,
+    ConversationSegment,
+    DeletionMode,
+    DeletionRecord,
+    Memory,
+    MemoryType,
+    Provenance,
+    RecallResult,
+    SaveResult,
+    SessionSummary,
+    new_memory_id,
+)
+from daemon.memory.protocol import RecallOrder
+from daemon.memory.records import (
+    from_utc_text,
+    memory_to_record,
+    record_to_memory,
+    to_utc_text,
+)
+from daemon.memory.sqlite_rows import (
+    CHAIN,
+    INSERT_ONCE,
+    chain_order,
+    row_memory,
+    row_params,
+    row_provenance,
+)
+from daemon.memory.sqlite_schema import (
+    BACKEND_NAME,
+    connect,
+    make_private,
+    migrate,
+    translate,
+)
+
+log = structlog.get_logger("memoryd.memory.sqlite")
+
+EXPORT_PAGE_SIZE = 500
+IMPORT_BATCH_SIZE = 500
+
+def _importance(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"importance {value} is outside 0..1")
+    return float(value)
+
+
+class SQLiteMemoryBackend:
+    """The default memory backend; open it with `await SQLiteMemoryBackend.open(path, clock=c)`."""
+
+    name = BACKEND_NAME
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
+        self._conn: aiosqlite.Connection | None = conn
+        self._path = path
+        self._clock = clock
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0
+    ) -> SQLiteMemoryBackend:
+        """Open or create the memory database at `path` and bring its schema up to date.
+
+        `busy_timeout` is how long (seconds) to wait for another writer before a
+        write fails with BackendUnavailable.
+        """
+        conn = await connect(path, busy_timeout=busy_timeout)
+        try:
+            await migrate(conn, to_utc_text(clock.now()))
+            await conn.create_function(
+                sqlite_recall.SCORE_FUNCTION, 4, sqlite_recall.score_sql, deterministic=True
+            )
+        except sqlite3.Error as exc:
+            await conn.close()
+            raise translate(exc) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        make_private(path)
+        log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
+        return cls(conn, path, clock)
+
+    async def __aenter__(self) -> SQLiteMemoryBackend:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _connection(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise BackendError("the memory backend is closed", backend=BACKEND_NAME)
+        return self._conn
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            conn = self._connection()
+            with self._translated():
+                yield conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The lock and one BEGIN IMMEDIATE transaction, rolled back on any error."""
+        async with self._lock:
+            conn = self._connection()
+            with self._translated():
+                await conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    with suppress(sqlite3.Error):
+                        await conn.execute("ROLLBACK")
+                    raise
+                try:
+                    await conn.execute("COMMIT")
+                except sqlite3.Error:
+                    with suppress(sqlite3.Error):
+                        await conn.execute("ROLLBACK")
+                    raise
+
+    async def _fetch_all(
+        self, conn: aiosqlite.Connection, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[sqlite3.Row]:
+        async with conn.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def _fetch_memory(self, conn: aiosqlite.Connection, memory_id: str) -> Memory | None:
+        rows = await self._fetch_all(conn, "SELECT * FROM memories WHERE id = ?", (memory_id,))
+        return row_memory(rows[0]) if rows else None
+
+    async def _insert_once(self, conn: aiosqlite.Connection, memory: Memory) -> bool:
+        cur = await conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
+        created = cur.rowcount == 1
+        await cur.close()
+        return created
+
+    # -- protocol -----------------------------------------------------------
+
+    async def is_available(self) -> bool:
+        if self._conn is None:
+            return False
+        try:
+            async with self._conn.execute("SELECT 1") as cur:
+                await cur.fetchone()
+        except (sqlite3.Error, ValueError):
+            return False
+        return True
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        type: MemoryType = MemoryType.FACT,
+        importance: float | None = None,
+        project: str | None = None,
+        tags: Iterable[str] = (),
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        if not content.strip():
+            raise ValueError("a memory needs some content")
+        kind = MemoryType(type)
+        prov = provenance or Provenance()
+        now = self._clock.now()
+        memory = Memory(
+            id=new_memory_id(),
+            content=content,
+            type=kind,
+            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
+            project=project if project is not None else prov.project,
+            tags=tuple(tags),
+            provenance=prov,
+            created_at=now,
+            updated_at=now,
+        )
+        async with self._write() as conn:
+            await self._insert_once(conn, memory)
+        log.info("memory_remembered", memory_id=memory.id, type=kind.value,
+                 project=memory.project)
+        return memory
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        limit: int = 10,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        types: Iterable[MemoryType] | None = None,
+        all_projects: bool = False,
+        order: RecallOrder = "score",
+        record_access: bool = True,
+    ) -> list[RecallResult]:
+        now = self._clock.now()
+        recall = sqlite_recall.plan(query, now=now, project=project, since=since, until=until,
+                                    types=types, all_projects=all_projects)
+        if recall is None or limit <= 0:
+            return []
+
+        async def fetch(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+            return await self._fetch_all(conn, sql, params)
+
+        async with self._read() as conn:
+            ranked = await sqlite_recall.ranked_rows(fetch, recall, limit=limit, order=order)
+        results = [
+            RecallResult(
+                memory_id=row["id"],
+                type=MemoryType(row["type"]),
+                content=row["content"],
+                score=score,
+                provenance=row_provenance(row),
+                created_at=from_utc_text(row["created_at"]),
+                project=row["project"],
+                importance=row["importance"],
+                tags=tuple(json.loads(row["tags"])),
+            )
+            for row, score in ranked
+        ]
+        if record_access and results:
+            await self._record_access([r.memory_id for r in results], now)
+        log.debug("memory_recalled", results=len(results), project=project, order=order)
+        return results
+
+    async def _record_access(self, ids: Sequence[str], now: datetime) -> None:
+        """Count a recall of these memories; a busy database skips it rather than fail recall."""
+        try:
+            async with self._write() as conn:
+                await conn.execute(
+                    "UPDATE memories SET access_count = access_count + 1, last_accessed_at = ?"
+                    f" WHERE id IN ({', '.join('?' for _ in ids)})",
+                    (to_utc_text(now), *ids),
+                )
+        except BackendUnavailable as exc:
+            log.warning("memory_access_not_recorded", backend=BACKEND_NAME, error=str(exc))
+
+    async def forget(self, memory_id: str, *, hard: bool = False) -> bool:
+        async with self._write() as conn:
+            chain = await self._fetch_all(conn, CHAIN, {"id": memory_id})
+            changed = await self._delete(conn, chain, hard=hard)
+        if changed and hard:
+            await self._scrub()
+        log.info("memory_forgotten", memory_id=memory_id, hard=hard, versions=changed)
+        return changed > 0
+
+    async def forget_where(
+        self,
+        *,
+        session_id: int | None = None,
+        session_external_id: str | None = None,
+        project: str | None = None,
+        all: bool = False,
+        hard: bool = False,
+    ) -> int:
+        filters: list[str] = []
+        params: list[Any] = []
+        for column, value in (("session_id", session_id),
+                              ("session_external_id", session_external_id),
+                              ("project", project)):
+            if value is not None:
+                filters.append(f"{column} = ?")
+                params.append(value)
+        if all and filters:
+            raise ValueError("all=True forgets everything: give no other filter with it")
+        if not all and not filters:
+            raise ValueError("give a session, a project, or all=True")
+        where = " AND ".join(filters) if filters else "1"
+        async with self._write() as conn:
+            rows = await self._fetch_all(
+                conn,
+                "SELECT id, type, project, session_id, session_external_id, deleted_at"
+                f" FROM memories WHERE {where}",
+                params,
+            )
+            count = await self._delete(conn, rows, hard=hard)
+        if count and hard:
+            await self._scrub()
+        log.info("memories_forgotten", count=count, hard=hard, session_id=session_id,
+                 session_external_id=session_external_id, project=project, all=all)
+        return count
+
+    async def _delete(self, conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row], *,
+                      hard: bool) -> int:
+        """Tombstone (soft) or delete (hard) these versions with an audit row each."""
+        targets = list(rows) if hard else [r for r in rows if r["deleted_at"] is None]
+        if not targets:
+            return 0
+        now = to_utc_text(self._clock.now())
+        mode = DeletionMode.HARD if hard else DeletionMode.SOFT
+        await conn.executemany(
+            "INSERT INTO memory_deletions (memory_id, mode, type, project, session_id,"
+            " session_external_id, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(r["id"], mode.value, r["type"], r["project"], r["session_id"],
+              r["session_external_id"], now) for r in targets],
+        )
+        sql = ("DELETE FROM memories WHERE id = ?" if hard
+               else "UPDATE memories SET deleted_at = ?, updated_at = ? WHERE id = ?")
+        await conn.executemany(sql, [(r["id"],) if hard else (now, now, r["id"])
+                                     for r in targets])
+        return len(targets)
+
+    async def _scrub(self) -> None:
+        """Leave no trace of hard-deleted content in the FTS index or the WAL.
+
+        The deletion itself is already committed, so a busy database only defers
+        this to the next hard forget (logged), rather than failing the forget.
+        """
+        try:
+            async with self._read() as conn:
+                await conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+                await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except BackendUnavailable as exc:
+            log.warning("memory_scrub_deferred", backend=BACKEND_NAME, error=str(exc))
+
+    async def correct(
+        self,
+        memory_id: str,
+        new_content: str,
+        *,
+        reason: str | None = None,
+        provenance: Provenance | None = None,
+    ) -> Memory:
+        if not new_content.strip():
+            raise ValueError("a correction needs some content")
+        now = self._clock.now()
+        async with self._write() as conn:
+            old = await self._fetch_memory(conn, memory_id)
+            if old is None:
+                raise BackendError(f"no memory {memory_id}", backend=BACKEND_NAME)
+            if old.deleted_at is not None:
+                raise BackendError(f"memory {memory_id} was forgotten", backend=BACKEND_NAME)
+            if old.superseded_by is not None:
+                raise BackendError(
+                    f"memory {memory_id} was already corrected by {old.superseded_by};"
+                    " correct the latest version",
+                    backend=BACKEND_NAME,
+                )
+            new = Memory(
+                id=new_memory_id(),
+                content=new_content,
+                type=MemoryType.CORRECTION,
+                importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
+                project=old.project,
+                tags=old.tags,
+                provenance=provenance or old.provenance,
+                created_at=now,
+                updated_at=now,
+                supersedes=old.id,
+                reason=reason,
+            )
+            await self._insert_once(conn, new)
+            await conn.execute(
+                "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
+                (new.id, to_utc_text(now), old.id),
+            )
+        log.info("memory_corrected", memory_id=old.id, corrected_by=new.id)
+        return new
+
+    async def _save_once(self, memory: Memory) -> SaveResult:
+        async with self._write() as conn:
+            created = await self._insert_once(conn, memory)
+        log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
+        return SaveResult(id=memory.id, created=created)
+
+    async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
+        now = self._clock.now()
+        kind = MemoryType.CONVERSATION
+        importance = segment.importance
+        return await self._save_once(Memory(
+            id=segment.id,
+            content=segment.text,
+            type=kind,
+            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
+            project=segment.project,
+            tags=segment.tags,
+            provenance=segment.provenance,
+            created_at=now,
+            updated_at=now,
+        ))
+
+    async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
+        now = self._clock.now()
+        kind = MemoryType.SESSION_SUMMARY
+        importance = summary.importance
+        return await self._save_once(Memory(
+            id=summary.id,
+            content=summary.content,
+            type=kind,
+            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
+            project=summary.project,
+            tags=(summary.kind,),
+            provenance=summary.provenance,
+            created_at=now,
+            updated_at=now,
+        ))
+
+    async def get(self, memory_id: str) -> Memory | None:
+        async with self._read() as conn:
+            return await self._fetch_memory(conn, memory_id)
+
+    async def history(self, memory_id: str) -> list[Memory]:
+        async with self._read() as conn:
+            rows = await self._fetch_all(conn, CHAIN, {"id": memory_id})
+        return chain_order([row_memory(r) for r in rows])
+
+    async def deletions(self, *, memory_id: str | None = None) -> list[DeletionRecord]:
+        sql = "SELECT * FROM memory_deletions"
+        params: tuple[Any, ...] = ()
+        if memory_id is not None:
+            sql += " WHERE memory_id = ?"
+            params = (memory_id,)
+        async with self._read() as conn:
+            rows = await self._fetch_all(conn, sql + " ORDER BY seq", params)
+        return [
+            DeletionRecord(
+                memory_id=r["memory_id"],
+                mode=DeletionMode(r["mode"]),
+                type=MemoryType(r["type"]),
+                project=r["project"],
+                session_id=r["session_id"],
+                session_external_id=r["session_external_id"],
+                deleted_at=from_utc_text(r["deleted_at"]),
+            )
+            for r in rows
+        ]
+
+    async def export(self, project: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        after = ""
+        while True:
+            sql = "SELECT * FROM memories WHERE deleted_at IS NULL AND id > ?"
+            params: list[Any] = [after]
+            if project is not None:
+                sql += " AND project = ?"
+                params.append(project)
+            params.append(EXPORT_PAGE_SIZE)
+            # The lock is held per page only, never across a yield.
+            async with self._read() as conn:
+                rows = await self._fetch_all(conn, sql + " ORDER BY id LIMIT ?", params)
+            for row in rows:
+                yield memory_to_record(row_memory(row))
+            if len(rows) < EXPORT_PAGE_SIZE:
+                return
+            after = rows[-1]["id"]
+
+    async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        created = 0
+        number = 0
+        batch: list[tuple[Any, ...]] = []
+        async with self._write() as conn:
+            for number, record in enumerate(records, 1):
+                try:
+                    memory = record_to_memory(record)
+                except ValueError as exc:
+                    raise BackendError(f"import record {number}: {exc}",
+                                       backend=BACKEND_NAME) from exc
+                batch.append((*row_params(memory), memory.id))
+                if len(batch) >= IMPORT_BATCH_SIZE:
+                    created += await self._insert_many(conn, batch)
+                    batch = []
+            created += await self._insert_many(conn, batch)
+        log.info("memories_imported", records=number, created=created)
+        return created
+
+    async def _insert_many(self, conn: aiosqlite.Connection, rows: list[tuple[Any, ...]]) -> int:
+        if not rows:
+            return 0
+        cur = await conn.executemany(INSERT_ONCE, rows)
+        count = max(cur.rowcount, 0)
+        await cur.close()
+        return count
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with self._translated():
+                await conn.close()

@@ -1,0 +1,222 @@
+"""The embedded memory store's database: opening it privately, its migrations, its errors.
+
+The memory store lives in its own file (e.g. `<state_dir>/memory.db`), apart from
+the daemon's state, so it can be swapped or deleted without touching ingest.
+
+Schema, version 1:
+
+- `memories`: one row per memory version. `seq` is an integer alias of the rowid
+  that never changes (the FTS index, and later a vector/chunk table keyed by
+  integer rowid such as sqlite-vec's, point at it); `id` is the public hex id.
+- `memories_fts`: an external-content FTS5 index (porter stemming over
+  unicode61) of `content` and `tags`, kept in sync by triggers.
+- `memory_deletions`: the audit trail of forgets; never holds content.
+- `schema_migrations`: this file's own migration bookkeeping.
+
+Hybrid search (issue 5) is meant to arrive as a further migration adding a
+`memory_chunks` table (chunk text, memory `seq`, offsets) and a vector index
+keyed by chunk rowid; nothing here needs to change for it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+from pathlib import Path
+
+import aiosqlite
+import structlog
+
+from daemon.errors import BackendError, BackendUnavailable
+
+log = structlog.get_logger("memoryd.memory.sqlite")
+
+BACKEND_NAME = "sqlite"
+
+_TRANSIENT_MARKERS = (
+    "database is locked",
+    "database table is locked",
+    "database or disk is full",
+    "disk i/o error",
+    "unable to open database",
+)
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "memories, FTS5 index with sync triggers, deletion audit",
+        """
+        CREATE TABLE memories (
+            seq INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            type TEXT NOT NULL CHECK (type IN
+                ('fact', 'correction', 'conversation', 'session_summary', 'project_context')),
+            content TEXT NOT NULL,
+            importance REAL NOT NULL CHECK (importance >= 0 AND importance <= 1),
+            project TEXT,
+            tags TEXT NOT NULL DEFAULT '[]',
+            tags_text TEXT NOT NULL DEFAULT '',
+            session_id INTEGER,
+            session_external_id TEXT,
+            source TEXT,
+            source_project TEXT,
+            first_index INTEGER,
+            last_index INTEGER,
+            message_uuids TEXT NOT NULL DEFAULT '[]',
+            started_at TEXT,
+            ended_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            supersedes TEXT,
+            superseded_by TEXT,
+            reason TEXT,
+            deleted_at TEXT,
+            access_count INTEGER NOT NULL DEFAULT 0,
+            last_accessed_at TEXT
+        );
+        CREATE INDEX memories_live_by_project ON memories (project)
+            WHERE deleted_at IS NULL AND superseded_by IS NULL;
+        CREATE INDEX memories_by_session_id ON memories (session_id);
+        CREATE INDEX memories_by_session_external_id ON memories (session_external_id);
+        CREATE INDEX memories_by_supersedes ON memories (supersedes);
+        CREATE INDEX memories_by_span ON memories (
+            COALESCE(started_at, created_at), COALESCE(ended_at, started_at, created_at));
+
+        CREATE VIRTUAL TABLE memories_fts USING fts5(
+            content, tags_text,
+            content='memories', content_rowid='seq',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER memories_fts_insert AFTER INSERT ON memories BEGIN
+            INSERT INTO memories_fts (rowid, content, tags_text)
+                VALUES (new.seq, new.content, new.tags_text);
+        END;
+        CREATE TRIGGER memories_fts_delete AFTER DELETE ON memories BEGIN
+            INSERT INTO memories_fts (memories_fts, rowid, content, tags_text)
+                VALUES ('delete', old.seq, old.content, old.tags_text);
+        END;
+        CREATE TRIGGER memories_fts_update AFTER UPDATE OF content, tags_text ON memories BEGIN
+            INSERT INTO memories_fts (memories_fts, rowid, content, tags_text)
+                VALUES ('delete', old.seq, old.content, old.tags_text);
+            INSERT INTO memories_fts (rowid, content, tags_text)
+                VALUES (new.seq, new.content, new.tags_text);
+        END;
+
+        CREATE TABLE memory_deletions (
+            seq INTEGER PRIMARY KEY,
+            memory_id TEXT NOT NULL,
+            mode TEXT NOT NULL CHECK (mode IN ('soft', 'hard')),
+            type TEXT NOT NULL,
+            project TEXT,
+            session_id INTEGER,
+            session_external_id TEXT,
+            deleted_at TEXT NOT NULL
+        );
+        CREATE INDEX memory_deletions_by_memory_id ON memory_deletions (memory_id, mode);
+        """,
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def translate(exc: sqlite3.Error) -> BackendError:
+    """A sqlite3 error as a BackendError; locked or full databases are transient."""
+    text = str(exc).lower()
+    if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
+        return BackendUnavailable(str(exc), backend=BACKEND_NAME)
+    return BackendError(str(exc), backend=BACKEND_NAME)
+
+
+def _private_file(path: Path) -> None:
+    if not path.parent.exists():
+        path.parent.mkdir(mode=0o700, parents=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    make_private(path)
+
+
+def make_private(path: Path) -> None:
+    """Mode 0600 on the database and its -wal/-shm side files, where they exist."""
+    for candidate in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) != 0o600:
+            candidate.chmod(0o600)
+
+
+async def connect(path: Path, *, busy_timeout: float = 5.0) -> aiosqlite.Connection:
+    """Open (creating it 0600) the memory database: WAL, busy timeout, secure delete."""
+    try:
+        _private_file(path)
+        conn = await aiosqlite.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    except OSError as exc:
+        raise BackendUnavailable(f"{path}: {exc.strerror or exc}", backend=BACKEND_NAME) from exc
+    try:
+        await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        await conn.execute("PRAGMA journal_mode = WAL")
+        await conn.execute("PRAGMA synchronous = NORMAL")
+        # Forgotten content is overwritten with zeros rather than left in free pages.
+        await conn.execute("PRAGMA secure_delete = ON")
+    except sqlite3.Error as exc:
+        await conn.close()
+        raise translate(exc) from exc
+    conn.row_factory = aiosqlite.Row
+    return conn
+
+
+async def current_version(conn: aiosqlite.Connection) -> int:
+    await conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+        " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
+    )
+    async with conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations") as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script into statements, keeping trigger bodies (BEGIN ... END;) whole."""
+    statements: list[str] = []
+    pending = ""
+    for part in script.split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                statements.append(pending.strip())
+            pending = ""
+    return statements
+
+
+async def migrate(conn: aiosqlite.Connection, applied_at: str) -> int:
+    """Apply every newer migration, each with its bookkeeping row in one transaction."""
+    try:
+        version = await current_version(conn)
+        if version > LATEST_VERSION:
+            raise BackendError(
+                f"memory database is at schema version {version}, newer than this "
+                f"memoryd knows ({LATEST_VERSION}); upgrade memoryd",
+                backend=BACKEND_NAME,
+            )
+        for number, description, script in MIGRATIONS:
+            if number <= version:
+                continue
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(script):
+                    await conn.execute(statement)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, description, applied_at)"
+                    " VALUES (?, ?, ?)",
+                    (number, description, applied_at),
+                )
+            except BaseException:
+                await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+            log.info("memory_migration_applied", version=number, description=description)
+            version = number
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    return version
