@@ -89,9 +89,13 @@ class Ingester:
         for saved in self._states:
             states.setdefault(saved.path, saved)
         self._states = []
-        by_inode = {
-            (s.device, s.inode): s for s in states.values() if s.head_hash != "document"
-        }
+        # Several saved states can share an inode (a file emptied and rewritten, then
+        # moved): the one whose first line matches is the file that moved.
+        by_inode: dict[tuple[int, int], list[FileState]] = {}
+        for known_state in states.values():
+            if known_state.head_hash != "document":
+                by_inode.setdefault((known_state.device, known_state.inode), []).append(
+                    known_state)
         tracked: dict[str, Tracked] = {}
         claimed: set[str] = set()
 
@@ -105,8 +109,12 @@ class Ingester:
         for path, (candidate, st) in found.items():
             if path in tracked or candidate.mode is Mode.DOCUMENT:
                 continue
-            moved = by_inode.get((st.st_dev, st.st_ino))
-            if moved is None or moved.path in claimed or not _same_head(path, moved):
+            moved = next(
+                (c for c in by_inode.get((st.st_dev, st.st_ino), ())
+                 if c.path not in claimed and _same_head(path, c)),
+                None,
+            )
+            if moved is None:
                 continue
             await move_state(self._conn, moved, path, self._clock.now())
             log.info("transcript_moved", old_path=moved.path, new_path=path,

@@ -273,6 +273,27 @@ async def test_rename_continues_where_it_was(harness: Harness) -> None:
             1, str(moved))
 
 
+async def test_move_picks_the_state_whose_first_line_matches(harness: Harness) -> None:
+    """Two saved states on one inode (emptied, rewritten, moved): a later move continues the
+    file whose first line matches, not the older one (found by the state machine)."""
+    first = harness.project / "a.jsonl"
+    first.write_bytes(line("u-old"))
+    await harness.ingester.run_once()
+    os.truncate(first, 0)
+    second = harness.project / "b.jsonl"
+    first.rename(second)
+    append(second, line("u-new"))
+    await harness.ingester.run_once()
+    session_of_second = harness.rows(second)
+    assert [r[0] for r in session_of_second] == ["u-new"]
+    third = harness.project / "c.jsonl"
+    second.rename(third)
+    append(third, line("u-later"))
+    await harness.ingester.run_once()
+    assert [r[0] for r in harness.rows(third)] == ["u-new", "u-later"]
+    assert [r[0] for r in harness.rows(first)] in ([], ["u-old"])
+
+
 async def test_truncate_and_rewrite_never_duplicates_or_deletes(harness: Harness) -> None:
     """A file truncated and rewritten is read from the start: known uuids are not stored
     again, new ones are, and what was stored stays."""

@@ -289,7 +289,10 @@ class TailerMachine(RuleBasedStateMachine):
     def _observe(self) -> None:
         """How a pass resolves identities (issue 2 section 5), and what it then reads."""
         identity = {p: os.stat(p) for p in self.live}
-        by_inode = {(r.device, r.inode): r for r in self.registered.values()}
+        by_inode: dict[tuple[int, int], list[Registration]] = {}
+        for registration in self.registered.values():
+            by_inode.setdefault((registration.device, registration.inode), []).append(
+                registration)
         lineage_of: dict[str, int | None] = {}
         claimed: set[str] = set()
         # The same file at the same path.
@@ -302,12 +305,13 @@ class TailerMachine(RuleBasedStateMachine):
         for path, st_ in identity.items():
             if path in lineage_of:
                 continue
-            known = by_inode.get((st_.st_dev, st_.st_ino))
-            if known is None or known.path in claimed:
-                continue
             with open(path, "rb") as handle:
-                if handle.read(len(known.head)) != known.head:
-                    continue
+                start = handle.read(max((len(r.head) for r in self.registered.values()),
+                                        default=0))
+            known = next((r for r in by_inode.get((st_.st_dev, st_.st_ino), ())
+                          if r.path not in claimed and start.startswith(r.head)), None)
+            if known is None:
+                continue
             lineage_of[path] = known.lineage
             claimed.update((known.path, path))
             self.registered.pop(known.path)
