@@ -1,0 +1,157 @@
+"""What every `memoryd` command shares: the group, settings loading, exit statuses, JSON.
+
+Exit statuses mean something, and the systemd/launchd units rely on them:
+0 done, 1 failed, 2 bad usage, 66 no such session or memory, 69 a store or
+backend is unavailable right now (locked, disk full), 75 another memoryd holds
+the state directory, 78 bad configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+
+from daemon import __version__
+from daemon.clock import SystemClock
+from daemon.config import Settings, load_settings
+from daemon.errors import (
+    EX_ALREADY_RUNNING,
+    EX_CONFIG,
+    AlreadyRunningError,
+    ConfigError,
+    MemorydError,
+)
+from daemon.logging import configure_logging
+from daemon.memory import RecallResult
+from daemon.timephrases import WhenError, parse_when
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+EX_NOT_FOUND = 66
+EX_UNAVAILABLE = 69
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"memoryd: {message}", err=True)
+    sys.exit(code)
+
+
+def settings_for(ctx: click.Context) -> Settings:
+    """Load the settings once per command; a bad setting exits 78 with one line."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        try:
+            obj["settings"] = load_settings(obj.get("config"))
+        except ConfigError as exc:
+            fail(str(exc), EX_CONFIG)
+        settings: Settings = obj["settings"]
+        configure_logging(settings.log_level, settings.log_format)
+    result: Settings = obj["settings"]
+    return result
+
+
+def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["config"] = value
+
+
+def config_option(func: F) -> F:
+    """`--config PATH`, accepted before or after the command name."""
+    return click.option(
+        "--config", "config", metavar="PATH", expose_value=False, is_eager=True,
+        callback=_remember_config,
+        help="Settings file (default: $MEMORYD_CONFIG, else ~/.config/memoryd/config.yaml).",
+    )(func)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
+
+
+def print_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+class _Group(click.Group):
+    """Turns memoryd's own errors into one line on stderr and a meaningful exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            fail(str(exc), EX_CONFIG)
+        except AlreadyRunningError as exc:
+            fail(str(exc), EX_ALREADY_RUNNING)
+        except MemorydError as exc:
+            fail(str(exc), EX_UNAVAILABLE if exc.transient else 1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="memoryd")
+@config_option
+def main() -> None:
+    """memoryd: a memory for AI coding agents that survives crashes, compactions and reboots.
+
+    It follows Claude Code, Codex and Gemini CLI transcripts into a local SQLite
+    store, exactly once, whatever happens to the agents or to memoryd itself.
+    """
+
+
+
+
+def when_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_when(value, SystemClock().now())
+    except WhenError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def project_path(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
+
+
+def iso_or_none(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else None
+
+
+def result_json(result: RecallResult) -> dict[str, Any]:
+    """One recall result as stable JSON: content, score and full provenance."""
+    p = result.provenance
+    return {
+        "memory_id": result.memory_id,
+        "type": result.type.value,
+        "content": result.content,
+        "score": round(result.score, 6),
+        "importance": result.importance,
+        "project": result.project,
+        "tags": list(result.tags),
+        "created_at": iso_or_none(result.created_at),
+        "provenance": {
+            "session_id": p.session_id,
+            "session_external_id": p.session_external_id,
+            "source": p.source,
+            "project": p.project,
+            "first_index": p.first_index,
+            "last_index": p.last_index,
+            "message_uuids": list(p.message_uuids),
+            "started_at": iso_or_none(p.started_at),
+            "ended_at": iso_or_none(p.ended_at),
+        },
+    }
+
+

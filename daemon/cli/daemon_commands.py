@@ -1,0 +1,289 @@
+"""Commands about the daemon itself: run, ingest, status, sessions, show, sync, doctor."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import structlog
+
+from daemon.cli.common import (
+    EX_NOT_FOUND,
+    config_option,
+    fail,
+    json_option,
+    main,
+    print_json,
+    run_async,
+    settings_for,
+)
+from daemon.clock import SystemClock
+from daemon.config import load_settings, resolve_config_path
+from daemon.doctor import run_checks
+from daemon.errors import EX_CONFIG, ConfigError
+from daemon.logging import configure_logging
+from daemon.notify import Notifier
+from daemon.service import Service, ingest_once, sync_now
+from daemon.status import collect_status
+from daemon.store import queries
+from daemon.store.connection import connect
+from daemon.units import ServiceManager
+
+
+@main.command()
+@config_option
+@click.pass_context
+def run(ctx: click.Context) -> None:
+    """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    settings = settings_for(ctx)
+
+    async def _main() -> None:
+        config = ctx.ensure_object(dict).get("config")
+        service = Service(settings, SystemClock(), Notifier(),
+                          reload=lambda: load_settings(config))
+        service.install_signal_handlers()
+        await service.run()
+
+    run_async(_main())
+
+
+@main.command()
+@click.option("--once", is_flag=True, default=True,
+              help="One full pass over every source, then exit (the default).")
+@config_option
+@click.pass_context
+def ingest(ctx: click.Context, once: bool) -> None:
+    """Read every transcript to its end once, then exit (`memoryd run` keeps following)."""
+    settings = settings_for(ctx)
+    clock = SystemClock()
+    show_progress = sys.stderr.isatty()
+    bar: Any = None
+
+    def on_total(total: int) -> None:
+        nonlocal bar
+        if show_progress and total:
+            bar = click.progressbar(length=total, label="ingesting", file=sys.stderr,
+                                    show_pos=False, show_percent=True, show_eta=True)
+            bar.__enter__()
+
+    def progress(n_bytes: int) -> None:
+        if bar is not None:
+            bar.update(n_bytes)
+
+    try:
+        stats = run_async(ingest_once(settings, clock, on_total=on_total, progress=progress))
+    finally:
+        if bar is not None:
+            # Partial last lines stay unread until complete: the pass itself is done.
+            bar.update(max(0, bar.length - bar.pos))
+            bar.__exit__(None, None, None)
+    structlog.get_logger("memoryd").info(
+        "ingest_done", files=stats.files, messages=stats.messages, bytes=stats.bytes_read
+    )
+    click.echo(f"stored {stats.messages} messages from {stats.files} files "
+               f"({stats.bytes_read / 1e6:.1f} MB read)")
+
+
+@main.command()
+@json_option
+@config_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Whether the daemon runs, what each source holds, and what is not stored yet."""
+    settings = settings_for(ctx)
+    report = run_async(collect_status(settings, SystemClock()))
+    if as_json:
+        print_json(report)
+        return
+    d = report["daemon"]
+    if d["running"]:
+        click.echo(f"daemon: running (pid {d['pid']}, up {_duration(d['uptime_seconds'])})")
+    elif d["pid"]:
+        click.echo(f"daemon: not running; `memoryd {d['command']}` holds the lock (pid {d['pid']})")
+    else:
+        click.echo("daemon: not running")
+    click.echo(f"state:  {report['state_dir']}")
+    db = report["database"]
+    click.echo(f"store:  {db['path']} ({_size(db['size_bytes'])})" if db["exists"]
+               else f"store:  {db['path']} (not created yet)")
+    for s in report["sources"]:
+        where = "" if s["exists"] else " (not found)"
+        state = "" if s["enabled"] else " [disabled]"
+        click.echo(f"source {s['kind']:<6} {s['root']}{where}{state}: {s['files']} files, "
+                   f"{s['sessions']} sessions, {s['messages']} messages")
+    memory = report["memory"]
+    state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
+    click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
+    by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
+    click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
+    click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
+               "not yet in memory")
+    click.echo(f"ingestion lag: {_size(report['ingestion_lag_bytes'])} not yet stored")
+    if report["rejected_lines"]:
+        click.echo(f"rejected lines: {report['rejected_lines']} (kept in table rejected_lines)")
+    if report["last_error"]:
+        click.echo(f"last error: {report['last_error']} at {report['last_error_at']}")
+
+
+@main.command()
+@click.option("--status", "status_filter", type=click.Choice(["active", "paused", "ended"]),
+              help="Only sessions with this status.")
+@click.option("--source", type=click.Choice(["claude", "codex", "gemini"]),
+              help="Only sessions of this agent.")
+@json_option
+@config_option
+@click.pass_context
+def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
+             as_json: bool) -> None:
+    """Every session, newest first, with how many messages are not yet in memory."""
+    settings = settings_for(ctx)
+
+    async def _load() -> list[dict[str, Any]]:
+        if not settings.database_path.exists():
+            return []
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            return await queries.list_sessions(conn, status=status_filter, source=source)
+        finally:
+            await conn.close()
+
+    rows = run_async(_load())
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo("no sessions yet")
+        return
+    click.echo(f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
+               f"{'LAST MESSAGE':<24}  PROJECT")
+    for r in rows:
+        click.echo(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  {r['message_count']:>6}  "
+                   f"{r['unsynced_messages']:>8}  {r['last_message_at'] or '-':<24}  "
+                   f"{r['project'] or '-'}")
+
+
+@main.command()
+@click.argument("session")
+@click.option("--limit", type=click.IntRange(min=0), default=None,
+              help="Show at most this many messages.")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="Skip this many messages first.")
+@json_option
+@config_option
+@click.pass_context
+def show(ctx: click.Context, session: str, limit: int | None, offset: int,
+         as_json: bool) -> None:
+    """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
+    settings = settings_for(ctx)
+
+    async def _load() -> dict[str, Any] | None:
+        if not settings.database_path.exists():
+            return None
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            found = await queries.find_session(conn, session)
+            if found is None:
+                return None
+            found["messages"] = await queries.session_messages(
+                conn, found["id"], limit=limit, offset=offset)
+            found["summaries"] = await queries.session_summaries(conn, found["id"])
+            return found
+        finally:
+            await conn.close()
+
+    found = run_async(_load())
+    if found is None:
+        fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        return
+    if as_json:
+        print_json(found)
+        return
+    click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
+               f"{found['status']}")
+    click.echo(f"project:    {found['project'] or '-'}")
+    click.echo(f"transcript: {found['transcript_path']}")
+    click.echo(f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in "
+               "memory)")
+    for m in found["messages"]:
+        text = m["content"].replace("\n", " ")
+        if len(text) > 200:
+            text = text[:199] + "…"
+        tool = f" {m['tool_name']}" if m["tool_name"] else ""
+        click.echo(f"[{m['message_index']}] {m['timestamp'] or '-'} {m['role']}{tool}: {text}")
+
+
+def _size(n_bytes: int) -> str:
+    value = float(n_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+
+
+@main.command()
+@click.argument("session", required=False)
+@config_option
+@click.pass_context
+def sync(ctx: click.Context, session: str | None) -> None:
+    """Save unsynced messages to memory now (all sessions, or SESSION)."""
+    settings = settings_for(ctx)
+    clock = SystemClock()
+
+    report = run_async(sync_now(settings, clock, session))
+    if report is None:
+        fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        return
+    click.echo(f"saved {report.segments_saved} segments ({report.messages_synced} messages) "
+               f"from {report.sessions} sessions, {report.summaries_saved} summaries")
+    if report.failed_sessions:
+        fail(f"memory backend failed for sessions {report.failed_sessions}; nothing was "
+              "skipped, run again later", 1)
+
+
+
+
+@main.command()
+@config_option
+@click.pass_context
+def doctor(ctx: click.Context) -> None:
+    """Check the installation: each check prints ok, warn or fail, with a fix."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    try:
+        settings = load_settings(obj.get("config"))
+    except ConfigError as exc:
+        click.echo(f"fail  config: {exc}")
+        fail("fix the setting named above", EX_CONFIG)
+        return
+    configure_logging("warning", settings.log_format)
+    platform = {"linux": "linux", "darwin": "macos"}.get(sys.platform)
+    manager = None
+    if platform is not None:
+        config_path, _ = resolve_config_path(obj.get("config"))
+        manager = ServiceManager(settings, platform=platform, home=Path.home(),
+                                 config=config_path.resolve() if config_path.exists() else None)
+    checks = run_async(run_checks(settings, SystemClock(), manager))
+    for check in checks:
+        click.echo(f"{check.level:<5} {check.name}: {check.detail}")
+        if check.fix and check.level != "ok":
+            click.echo(f"      fix: {check.fix}")
+    failed = sum(c.level == "fail" for c in checks)
+    warned = sum(c.level == "warn" for c in checks)
+    click.echo(f"{len(checks)} checks: {failed} failed, {warned} warnings")
+    if failed:
+        sys.exit(1)
