@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from daemon.cli.common import (
+    EX_NOT_FOUND,
     config_option,
+    fail,
     iso_or_none,
     json_option,
     main,
@@ -21,8 +27,14 @@ from daemon.cli.common import (
     when_option,
 )
 from daemon.clock import SystemClock
-from daemon.memory import RecallResult
+from daemon.config import Settings
+from daemon.memory import Memory, MemoryBackend, MemoryType, RecallResult, memory_to_record
+from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.service import open_memory_backend
+
+T = TypeVar("T")
+#: Recall this many candidates before fitting the best into a context budget.
+CONTEXT_CANDIDATES = 60
 
 
 @main.command()
@@ -64,25 +76,280 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
                                           ensure_ascii=False, sort_keys=True))
                 return
             assert query is not None
-            results = await one(query)
-            if as_json:
-                print_json([result_json(r) for r in results])
-                return
-            if not results:
-                click.echo("no memories found")
-            for r in results:
-                p = r.provenance
-                where = f"session {p.session_id}" if p.session_id is not None else "explicit"
-                if p.first_index is not None:
-                    where += f" messages {p.first_index}-{p.last_index}"
-                when = iso_or_none(p.ended_at or r.created_at) or "?"
-                click.echo(f"[{r.score:.3f}] {r.type.value} {when[:16]} {where}"
-                           f"{' ' + r.project if r.project else ''}")
-                text = r.content.strip().replace("\n", "\n    ")
-                click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
+            _print_results(await one(query), as_json)
         finally:
             await backend.close()
 
     run_async(_recall())
 
 
+def memory_json(memory: Memory) -> dict[str, Any]:
+    """One memory as stable JSON: the export record, every field and its provenance."""
+    return memory_to_record(memory)
+
+
+async def _with_backend(settings: Settings, work: Callable[[MemoryBackend], Awaitable[T]]) -> T:
+    backend = await open_memory_backend(settings, SystemClock())
+    try:
+        return await work(backend)
+    finally:
+        await backend.close()
+
+
+def _print_memory(memory: Memory) -> None:
+    state = "live" if memory.is_live else (
+        "deleted" if memory.deleted_at else f"superseded by {memory.superseded_by}")
+    click.echo(f"{memory.id}  {memory.type.value}  importance {memory.importance:.2f}  {state}")
+    click.echo(f"  created {iso_or_none(memory.created_at)}"
+               + (f"  project {memory.project}" if memory.project else "")
+               + (f"  tags {', '.join(memory.tags)}" if memory.tags else ""))
+    if memory.reason:
+        click.echo(f"  reason: {memory.reason}")
+    click.echo("  " + memory.content.strip().replace("\n", "\n  "))
+
+
+@main.command()
+@click.argument("text")
+@click.option("--project", help="Tie the memory to this project (its directory).")
+@click.option("--tag", "tags", multiple=True, help="A tag; repeat for more.")
+@click.option("--importance", type=click.FloatRange(0.0, 1.0),
+              help="0..1; explicit facts default to 0.9 and never decay.")
+@click.option("--type", "kind", type=click.Choice(["fact", "project_context"]), default="fact",
+              show_default=True)
+@json_option
+@config_option
+@click.pass_context
+def remember(ctx: click.Context, text: str, project: str | None, tags: tuple[str, ...],
+             importance: float | None, kind: str, as_json: bool) -> None:
+    """Keep TEXT as an explicit fact, recalled prominently and never forgotten by age."""
+    settings = settings_for(ctx)
+    if not text.strip():
+        raise click.BadParameter("the text to remember is empty", param_hint="TEXT")
+    memory = run_async(_with_backend(settings, lambda b: b.remember(
+        text.strip(), type=MemoryType(kind), importance=importance,
+        project=project_path(project), tags=tags)))
+    if as_json:
+        print_json(memory_json(memory))
+    else:
+        click.echo(f"remembered {memory.id}")
+
+
+@main.command()
+@click.argument("args", nargs=-1, metavar="[MEMORY_ID] NEW_TEXT")
+@click.option("--query", help="Correct the best match for this query instead of an ID.")
+@click.option("--reason", help="Why it changed (kept for the audit trail).")
+@json_option
+@config_option
+@click.pass_context
+def correct(ctx: click.Context, args: tuple[str, ...], query: str | None, reason: str | None,
+            as_json: bool) -> None:
+    """Supersede memory MEMORY_ID (or the best match for --query) with NEW_TEXT.
+
+    The old memory stays for audit; recall returns only the latest version.
+    """
+    settings = settings_for(ctx)
+    if len(args) != (1 if query is not None else 2):
+        raise click.UsageError("give MEMORY_ID NEW_TEXT, or --query Q NEW_TEXT")
+    memory_id, new_text = (None, args[0]) if query is not None else args
+    if not new_text.strip():
+        raise click.BadParameter("the corrected text is empty", param_hint="NEW_TEXT")
+
+    async def work(backend: MemoryBackend) -> tuple[Memory, str]:
+        target = memory_id
+        if target is None:
+            assert query is not None
+            found = await backend.recall(query, limit=1, all_projects=True,
+                                         record_access=False)
+            if not found:
+                fail(f"no memory matches {query!r}", EX_NOT_FOUND)
+            target = found[0].memory_id
+        if await backend.get(target) is None:
+            fail(f"no memory {target} (see `memoryd recall`)", EX_NOT_FOUND)
+        return await backend.correct(target, new_text, reason=reason), target
+
+    memory, old = run_async(_with_backend(settings, work))
+    if as_json:
+        print_json(memory_json(memory))
+    else:
+        click.echo(f"corrected {old}: the new version is {memory.id}")
+
+
+@main.command()
+@click.argument("memory_id", required=False)
+@click.option("--session", help="Forget every memory of this session (id or agent session id).")
+@click.option("--project", help="Forget every memory of this project.")
+@click.option("--all", "everything", is_flag=True, help="Forget every memory (needs --yes).")
+@click.option("--yes", is_flag=True, help="Confirm --all.")
+@click.option("--hard", is_flag=True,
+              help="Delete the content itself, leaving only an audit record of what was "
+                   "deleted when.")
+@config_option
+@click.pass_context
+def forget(ctx: click.Context, memory_id: str | None, session: str | None, project: str | None,
+           everything: bool, yes: bool, hard: bool) -> None:
+    """Forget MEMORY_ID, or in bulk by --session, --project or --all; never recalled again."""
+    settings = settings_for(ctx)
+    chosen = [memory_id is not None, session is not None, project is not None, everything]
+    if sum(chosen) != 1:
+        raise click.UsageError("give exactly one of MEMORY_ID, --session, --project, --all")
+    if everything and not yes:
+        raise click.UsageError("--all forgets every memory: add --yes to confirm")
+
+    async def work(backend: MemoryBackend) -> int:
+        if memory_id is not None:
+            if not await backend.forget(memory_id, hard=hard):
+                fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
+            return 1
+        if session is not None:
+            session_id = int(session) if session.isdigit() else None
+            return await backend.forget_where(
+                session_id=session_id, session_external_id=None if session_id else session,
+                hard=hard)
+        return await backend.forget_where(project=project_path(project), all=everything,
+                                          hard=hard)
+
+    count = run_async(_with_backend(settings, work))
+    how = "deleted (hard)" if hard else "forgotten"
+    click.echo(f"{count} {'memory' if count == 1 else 'memories'} {how}")
+
+
+@main.command("show-memory")
+@click.argument("memory_id")
+@click.option("--history", is_flag=True, help="The whole correction chain, oldest first.")
+@json_option
+@config_option
+@click.pass_context
+def show_memory(ctx: click.Context, memory_id: str, history: bool, as_json: bool) -> None:
+    """One memory with its provenance; --history shows what it corrected and was corrected by."""
+    settings = settings_for(ctx)
+
+    async def work(backend: MemoryBackend) -> list[Memory]:
+        if history:
+            return await backend.history(memory_id)
+        found = await backend.get(memory_id)
+        return [found] if found is not None else []
+
+    memories = run_async(_with_backend(settings, work))
+    if not memories:
+        fail(f"no memory {memory_id}", EX_NOT_FOUND)
+    if as_json:
+        print_json([memory_json(m) for m in memories] if history else memory_json(memories[0]))
+        return
+    for memory in memories:
+        _print_memory(memory)
+
+
+@main.command("recall-temporal")
+@click.argument("since", callback=when_option)
+@click.option("--until", callback=when_option, help="Until then (default: now).")
+@click.option("--query", default="", help="Only memories matching this query.")
+@click.option("--project", help="Prefer and keep this project's memories.")
+@click.option("--all-projects", is_flag=True, help="Search every project.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@json_option
+@config_option
+@click.pass_context
+def recall_temporal(ctx: click.Context, since: datetime, until: datetime | None, query: str,
+                    project: str | None, all_projects: bool, limit: int,
+                    as_json: bool) -> None:
+    """What was learned since SINCE ('last week', 'yesterday', '2026-11-01'), oldest first."""
+    settings = settings_for(ctx)
+    results = run_async(_with_backend(settings, lambda b: b.recall(
+        query, project=project_path(project), all_projects=all_projects, since=since,
+        until=until, limit=limit, order="time")))
+    _print_results(results, as_json)
+
+
+@main.command()
+@click.option("--query", default="", help="What the prompt is about (default: the most "
+              "important memories).")
+@click.option("--project", help="The project the prompt is for (its directory).")
+@click.option("--budget", type=click.IntRange(min=MIN_BUDGET), default=DEFAULT_BUDGET, show_default=True,
+              help="Estimated tokens the block may use.")
+@json_option
+@config_option
+@click.pass_context
+def context(ctx: click.Context, query: str, project: str | None, budget: int,
+            as_json: bool) -> None:
+    """A <memory_context> block of the most relevant memories for a prompt, within a budget."""
+    settings = settings_for(ctx)
+    results = run_async(_with_backend(settings, lambda b: b.recall(
+        query, project=project_path(project), limit=CONTEXT_CANDIDATES)))
+    block = build_context(results, budget)
+    if as_json:
+        print_json({"text": block.text, "tokens": block.tokens, "budget": block.budget,
+                    "dropped_duplicates": block.dropped_duplicates,
+                    "dropped_for_budget": block.dropped_for_budget,
+                    "items": [{**result_json(i.result), "line": i.text, "tokens": i.tokens}
+                              for i in block.items]})
+    else:
+        click.echo(block.text)
+
+
+@main.command("export")
+@click.option("--project", help="Only this project's memories.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to FILE atomically instead of standard output.")
+@config_option
+@click.pass_context
+def export_memories(ctx: click.Context, project: str | None, output: Path | None) -> None:
+    """Every live memory as JSON lines, sorted by id, with provenance and a schema version."""
+    settings = settings_for(ctx)
+
+    async def work(backend: MemoryBackend) -> int:
+        count = 0
+        if output is None:
+            async for record in backend.export(project=project_path(project)):
+                sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+            return count
+        tmp = output.with_name(f".{output.name}.tmp")
+        with tmp.open("w", encoding="utf-8") as handle:
+            async for record in backend.export(project=project_path(project)):
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, output)
+        return count
+
+    count = run_async(_with_backend(settings, work))
+    click.echo(f"exported {count} memories" + (f" to {output}" if output else ""), err=True)
+
+
+@main.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@config_option
+@click.pass_context
+def import_memories(ctx: click.Context, path: Path) -> None:
+    """Import an export file; memories already present (by id) are left as they are."""
+    settings = settings_for(ctx)
+    records: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError as exc:
+                fail(f"{path}:{number}: not JSON ({exc.args[0]})", 65)
+    added = run_async(_with_backend(settings, lambda b: b.import_records(records)))
+    click.echo(f"imported {added} new memories, {len(records) - added} already present")
+
+
+def _print_results(results: list[RecallResult], as_json: bool) -> None:
+    if as_json:
+        print_json([result_json(r) for r in results])
+        return
+    if not results:
+        click.echo("no memories found")
+    for r in results:
+        p = r.provenance
+        where = f"session {p.session_id}" if p.session_id is not None else "explicit"
+        if p.first_index is not None:
+            where += f" messages {p.first_index}-{p.last_index}"
+        when = iso_or_none(p.ended_at or r.created_at) or "?"
+        click.echo(f"[{r.score:.3f}] {r.type.value} {when[:16]} {where} {r.memory_id}"
+                   f"{' ' + r.project if r.project else ''}")
+        text = r.content.strip().replace("\n", "\n    ")
+        click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))

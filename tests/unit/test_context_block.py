@@ -1,0 +1,55 @@
+"""The prompt context block: budget, order, duplicates, provenance lines."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.memory import MemoryType, Provenance, RecallResult
+from daemon.memory.context import PREAMBLE, build_context, estimate_tokens
+
+WHEN = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+
+
+def result(content: str, kind: MemoryType = MemoryType.CONVERSATION, score: float = 0.5,
+           session: int | None = 7) -> RecallResult:
+    provenance = Provenance(session_id=session, source="claude", first_index=3, last_index=9,
+                            ended_at=WHEN) if session else Provenance()
+    return RecallResult(memory_id=content[:8], type=kind, content=content, score=score,
+                        provenance=provenance, created_at=WHEN)
+
+
+def test_facts_first_then_by_given_order() -> None:
+    """Explicit facts lead the block even when they scored lower."""
+    block = build_context([result("a conversation about caching layers"),
+                           result("we cache for 60 seconds", MemoryType.FACT, 0.1, None)])
+    lines = block.text.splitlines()
+    assert lines[1] == PREAMBLE
+    assert "fact; told explicitly" in lines[2] and "2026-11-02" in lines[2]
+    assert "claude session 7, messages 3-9" in lines[3]
+
+
+def test_near_duplicates_are_dropped() -> None:
+    """Items whose wording is almost the same are kept once."""
+    block = build_context([result("the build uses make and ccache for speed"),
+                           result("the build uses make and ccache for speed!"),
+                           result("something else entirely about testing")])
+    assert len(block.items) == 2 and block.dropped_duplicates == 1
+
+
+@given(texts=st.lists(st.text(min_size=1, max_size=3000), max_size=30),
+       budget=st.integers(100, 5000))
+def test_never_exceeds_the_budget(texts: list[str], budget: int) -> None:
+    """Whatever the memories, the block's estimated size stays within the budget."""
+    block = build_context([result(t) for t in texts], budget)
+    assert block.tokens <= budget
+    assert estimate_tokens(block.text) == block.tokens
+
+
+def test_tiny_budget_is_refused() -> None:
+    """A budget that cannot hold one memory is a usage error, not an empty block."""
+    with pytest.raises(ValueError):
+        build_context([], 10)
