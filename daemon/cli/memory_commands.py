@@ -264,8 +264,8 @@ def recall_temporal(ctx: click.Context, since: datetime, until: datetime | None,
 @click.option("--query", default="", help="What the prompt is about (default: the most "
               "important memories).")
 @click.option("--project", help="The project the prompt is for (its directory).")
-@click.option("--budget", type=click.IntRange(min=MIN_BUDGET), default=DEFAULT_BUDGET, show_default=True,
-              help="Estimated tokens the block may use.")
+@click.option("--budget", type=click.IntRange(min=MIN_BUDGET), default=DEFAULT_BUDGET,
+              show_default=True, help="Estimated tokens the block may use.")
 @json_option
 @config_option
 @click.pass_context
