@@ -87,3 +87,15 @@ def wait_ready(state_dir: Path, pid: int, timeout: float = 30.0) -> None:
             pass
         time.sleep(0.02)
     raise AssertionError(f"memoryd (pid {pid}) did not become ready in {timeout}s")
+
+
+def wait_for(predicate: object, timeout: float = 20.0, what: str = "the condition") -> None:
+    """Poll `predicate` until it is true; fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -30,6 +30,7 @@ from daemon.errors import (
 )
 from daemon.logging import configure_logging
 from daemon.memory import RecallResult
+from daemon.memory.records import provenance_to_record, to_utc_text
 from daemon.timephrases import WhenError, parse_when
 
 T = TypeVar("T")
@@ -131,7 +132,6 @@ def iso_or_none(moment: datetime | None) -> str | None:
 
 def result_json(result: RecallResult) -> dict[str, Any]:
     """One recall result as stable JSON: content, score and full provenance."""
-    p = result.provenance
     return {
         "memory_id": result.memory_id,
         "type": result.type.value,
@@ -140,18 +140,8 @@ def result_json(result: RecallResult) -> dict[str, Any]:
         "importance": result.importance,
         "project": result.project,
         "tags": list(result.tags),
-        "created_at": iso_or_none(result.created_at),
-        "provenance": {
-            "session_id": p.session_id,
-            "session_external_id": p.session_external_id,
-            "source": p.source,
-            "project": p.project,
-            "first_index": p.first_index,
-            "last_index": p.last_index,
-            "message_uuids": list(p.message_uuids),
-            "started_at": iso_or_none(p.started_at),
-            "ended_at": iso_or_none(p.ended_at),
-        },
+        "created_at": to_utc_text(result.created_at),
+        "provenance": provenance_to_record(result.provenance),
     }
 
 

@@ -38,8 +38,22 @@ def opt_from_utc_text(value: str | None) -> datetime | None:
     return None if value is None else from_utc_text(value)
 
 
+def provenance_to_record(p: Provenance) -> dict[str, Any]:
+    """Where a memory came from, as JSON (exports, recall results)."""
+    return {
+        "session_id": p.session_id,
+        "session_external_id": p.session_external_id,
+        "source": p.source,
+        "project": p.project,
+        "first_index": p.first_index,
+        "last_index": p.last_index,
+        "message_uuids": list(p.message_uuids),
+        "started_at": opt_utc_text(p.started_at),
+        "ended_at": opt_utc_text(p.ended_at),
+    }
+
+
 def memory_to_record(memory: Memory) -> dict[str, Any]:
-    p = memory.provenance
     return {
         "schema_version": SCHEMA_VERSION,
         "id": memory.id,
@@ -48,17 +62,7 @@ def memory_to_record(memory: Memory) -> dict[str, Any]:
         "importance": memory.importance,
         "project": memory.project,
         "tags": list(memory.tags),
-        "provenance": {
-            "session_id": p.session_id,
-            "session_external_id": p.session_external_id,
-            "source": p.source,
-            "project": p.project,
-            "first_index": p.first_index,
-            "last_index": p.last_index,
-            "message_uuids": list(p.message_uuids),
-            "started_at": opt_utc_text(p.started_at),
-            "ended_at": opt_utc_text(p.ended_at),
-        },
+        "provenance": provenance_to_record(memory.provenance),
         "created_at": to_utc_text(memory.created_at),
         "updated_at": to_utc_text(memory.updated_at),
         "supersedes": memory.supersedes,

@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import (
+    daemon_env,
+    lay_out_fixtures,
+    memoryd_command,
+    wait_for,
+    wait_ready,
+    write_config,
+)
 
 
 def run_cli(tmp_path: Path, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -34,13 +41,6 @@ def _count(db: Path, sql: str, *params: object) -> int:
         conn.close()
 
 
-def _wait_for(predicate: object, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.mark.parametrize("command", ["run", "ingest", "status", "sessions", "show 1"])
@@ -131,7 +131,7 @@ def test_run_follows_appends_stops_on_sigterm_and_refuses_a_second_daemon(
                 "sessionId": "live-session", "cwd": "/home/user/project",
                 "message": {"role": "user", "content": "remember the blue deploy lane"}}
         transcript.write_text(json.dumps(line) + "\n")
-        _wait_for(lambda: _count(db, "SELECT COUNT(*) FROM session_messages WHERE uuid = ?",
+        wait_for(lambda: _count(db, "SELECT COUNT(*) FROM session_messages WHERE uuid = ?",
                                  "u-live-1") == 1)
         conn = sqlite3.connect(db)
         stamp = conn.execute("SELECT timestamp FROM session_messages WHERE uuid = 'u-live-1'"
@@ -169,7 +169,7 @@ def test_root_created_after_start_is_followed(tmp_path: Path) -> None:
         project.mkdir(parents=True)
         line = {"type": "user", "uuid": "late-1", "message": {"role": "user", "content": "hi"}}
         (project / "late.jsonl").write_text(json.dumps(line) + "\n")
-        _wait_for(lambda: (state / "memoryd.db").exists() and _count(
+        wait_for(lambda: (state / "memoryd.db").exists() and _count(
             state / "memoryd.db", "SELECT COUNT(*) FROM session_messages WHERE uuid = 'late-1'"
         ) == 1)
         # And after the watch is set up, appends arrive through notifications too.
@@ -177,7 +177,7 @@ def test_root_created_after_start_is_followed(tmp_path: Path) -> None:
                 "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}}
         with (project / "late.jsonl").open("a") as handle:
             handle.write(json.dumps(more) + "\n")
-        _wait_for(lambda: _count(state / "memoryd.db",
+        wait_for(lambda: _count(state / "memoryd.db",
                                  "SELECT COUNT(*) FROM session_messages") == 2)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -232,7 +232,7 @@ def test_transcript_reaches_recall_once_quiet(tmp_path: Path) -> None:
             return bool(listed) and all(s["unsynced_messages"] == 0 and s["message_count"] > 0
                                         for s in listed)
 
-        _wait_for(all_synced, timeout=30)
+        wait_for(all_synced, timeout=30)
         uuid = _uuid_of_message_containing(source, "smooth transitions")
         found = json.loads(run_cli(tmp_path, "--config", str(config), "recall",
                                    "smooth transitions between states", "--json",

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import daemon_env, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
 
 
 def _count(db: Path) -> int:
@@ -21,13 +21,6 @@ def _count(db: Path) -> int:
         conn.close()
 
 
-def _wait_for(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def _write_message(project: Path, name: str, key: str) -> None:
@@ -67,7 +60,7 @@ def test_sighup_reloads_sources_and_keeps_running_on_bad_config(tmp_path: Path) 
         wait_ready(state, proc.pid)
         db = state / "memoryd.db"
         _write_message(first / "-p", "a.jsonl", "in-a")
-        _wait_for(lambda: _count(db) == 1)
+        wait_for(lambda: _count(db) == 1)
         _write_message(second / "-q", "b.jsonl", "in-b")
         time.sleep(1.0)
         assert _count(db) == 1  # the second root is not a source yet
@@ -76,14 +69,14 @@ def test_sighup_reloads_sources_and_keeps_running_on_bad_config(tmp_path: Path) 
             f"state_dir: {state}\npoll_interval: 0.2s\nsources:\n"
             f"  - {{kind: claude, root: {first}}}\n  - {{kind: claude, root: {second}}}\n")
         proc.send_signal(signal.SIGHUP)
-        _wait_for(lambda: _count(db) == 2)
+        wait_for(lambda: _count(db) == 2)
 
         config_path.write_text("poll_interval: never\n")
         proc.send_signal(signal.SIGHUP)
-        _wait_for(lambda: "reload_rejected" in log_path.read_text())
+        wait_for(lambda: "reload_rejected" in log_path.read_text())
         assert proc.poll() is None
         _write_message(second / "-q", "b.jsonl", "still-following")
-        _wait_for(lambda: _count(db) == 3)
+        wait_for(lambda: _count(db) == 3)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0, log_path.read_text()

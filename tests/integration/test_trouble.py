@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import daemon_env, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
 
 
 def _line(text: str) -> tuple[str, str]:
@@ -33,13 +33,6 @@ def _stored_uuids(db: Path) -> list[str]:
         conn.close()
 
 
-def _wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @contextlib.contextmanager
@@ -71,7 +64,7 @@ def test_locked_database_backs_off_and_loses_nothing(tmp_path: Path) -> None:
         key, line = _line("before the lock")
         transcript.write_text(line)
         written.append(key)
-        _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
+        wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
 
         blocker = sqlite3.connect(state / "memoryd.db", isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")
@@ -87,7 +80,7 @@ def test_locked_database_backs_off_and_loses_nothing(tmp_path: Path) -> None:
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
-        _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
+        wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
     log = (tmp_path / "run.log").read_text()
     assert "store_busy_backing_off" in log
     status = json.loads((state / "status.json").read_text())
@@ -120,7 +113,7 @@ def test_full_disk_backs_off_and_resumes(tmp_path: Path) -> None:
             key, line = _line("small")
             transcript.write_text(line)
             written.append(key)
-            _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
+            wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 15, "first line")
             filler = mount / "filler"
             with filler.open("wb") as handle, contextlib.suppress(OSError):
                 while True:
@@ -131,10 +124,10 @@ def test_full_disk_backs_off_and_resumes(tmp_path: Path) -> None:
                 with transcript.open("a") as handle:
                     handle.write(line)
                 written.append(key)
-            _wait_for(lambda: "store_busy_backing_off" in (tmp_path / "run.log").read_text(),
+            wait_for(lambda: "store_busy_backing_off" in (tmp_path / "run.log").read_text(),
                       30, "the daemon to notice the full disk")
             assert _stored_uuids(state / "memoryd.db") == written[:1]
             filler.unlink()
-            _wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
+            wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
