@@ -103,6 +103,29 @@ def default_config_path() -> Path:
     return base / "memoryd" / "config.yaml"
 
 
+class OpenAIEmbeddingSettings(BaseModel):
+    """An OpenAI-compatible /v1/embeddings endpoint (OpenAI, Ollama, vLLM...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "text-embedding-3-small"
+    dimensions: int = Field(default=512, ge=8, le=8192)
+    #: The name of the environment variable holding the API key (never the key itself).
+    api_key_env: str = "OPENAI_API_KEY"
+    batch_size: int = Field(default=64, ge=1, le=2048)
+    timeout: Duration = 30.0
+
+
+class EmbeddingSettings(BaseModel):
+    """Which embedder hybrid recall uses; `auto` is `local` when its extra is installed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str = Field(default="auto", pattern="^(none|local|openai|auto)$")
+    openai: OpenAIEmbeddingSettings = Field(default_factory=OpenAIEmbeddingSettings)
+
+
 class MemorySettings(BaseModel):
     """The memory backend that recovered conversation is saved to."""
 
@@ -111,6 +134,7 @@ class MemorySettings(BaseModel):
     backend: str = Field(default="sqlite", pattern="^(sqlite)$")
     #: The embedded backend's own database; default `<state_dir>/memory.db`.
     path: ExpandedPath | None = None
+    embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
 
 
 class Settings(BaseSettings):
@@ -131,6 +155,7 @@ class Settings(BaseSettings):
     stale_session_timeout: Duration = 1800.0
     lifecycle_check_interval: Duration = Field(default=60.0, gt=0)
     sync_delay: Duration = 60.0
+    sync_max_lag: Duration = 120.0
     sync_check_interval: Duration = Field(default=5.0, gt=0)
     segment_max_chars: int = Field(default=6000, ge=500)
     segment_idle_gap: Duration = 1800.0

@@ -102,6 +102,7 @@ async def open_memory_backend(settings: Settings, clock: Clock) -> MemoryBackend
 def recovery_policy(settings: Settings) -> RecoveryPolicy:
     return RecoveryPolicy(
         sync_delay=timedelta(seconds=settings.sync_delay),
+        sync_max_lag=timedelta(seconds=settings.sync_max_lag),
         max_chars=settings.segment_max_chars,
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
     )

@@ -8,7 +8,9 @@ between the save and the index update neither loses nor duplicates anything.
 
 A segment is due when a cut closes it (a compaction boundary, an idle gap, the
 size bound), or, for the open tail, when the session has been quiet for
-`sync_delay`, is paused or ended, or a sync is forced. A backend that fails
+`sync_delay`, is paused or ended, its first message was written more than
+`sync_max_lag` ago (a conversation that never pauses still reaches memory, and a
+backfilled old transcript does not wait), or a sync is forced. A backend that fails
 leaves the index where it was; transient failures are retried briefly
 (tenacity) and the session is then backed off, so nothing is ever skipped.
 """
@@ -44,6 +46,7 @@ BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
 @dataclass(frozen=True, slots=True)
 class RecoveryPolicy:
     sync_delay: timedelta = timedelta(seconds=60)
+    sync_max_lag: timedelta = timedelta(minutes=2)
     max_chars: int = 6000
     idle_gap: timedelta = timedelta(minutes=30)
     retry_attempts: int = 3
@@ -113,7 +116,7 @@ class Recovery:
             if more and not ready:
                 page *= 2  # one segment longer than a page: read a bigger page
                 continue
-            if not more and (force or self._tail_due(session)):
+            if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
             for plan in ready:
                 await self._save(session, plan, report)
@@ -132,11 +135,15 @@ class Recovery:
             report.sessions += 1
             self._backoff.pop(session.id, None)
 
-    def _tail_due(self, session: SessionSyncState) -> bool:
+    def _tail_due(self, session: SessionSyncState, tail: SegmentPlan) -> bool:
         if session.status in ("paused", "ended"):
             return True
+        now = self._clock.now()
+        first_written = tail.messages[0].timestamp
+        if first_written is not None and now - first_written >= self.policy.sync_max_lag:
+            return True
         last = session.last_activity
-        return last is None or self._clock.now() - last >= self.policy.sync_delay
+        return last is None or now - last >= self.policy.sync_delay
 
     async def _save(self, session: SessionSyncState, plan: SegmentPlan,
                     report: SyncReport) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,14 @@ async def backend(world: World) -> AsyncIterator[SQLiteMemoryBackend]:
     await opened.close()
 
 
-async def recover(world: World, backend: MemoryBackend, **kwargs: Any) -> Any:
-    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01)
+#: The fixtures' timestamps lie years before the fake clock: without this, every tail
+#: would be due at once for its age (sync_max_lag), hiding the quiet rule under test.
+NEVER = timedelta(days=36500)
+
+
+async def recover(world: World, backend: MemoryBackend, *, max_lag: timedelta = NEVER,
+                  **kwargs: Any) -> Any:
+    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01, sync_max_lag=max_lag)
     async with open_store(world.settings) as conn:
         return await Recovery(conn, backend, world.clock, policy).run(**kwargs)
 
@@ -200,7 +207,7 @@ async def test_backend_outage_loses_nothing(world: World, backend: SQLiteMemoryB
     (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
     await ingest(world)
     flaky = FlakyBackend(backend, failures=3)
-    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01)
+    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01, sync_max_lag=NEVER)
     async with open_store(world.settings) as conn:
         recovery = Recovery(conn, flaky, world.clock, policy)  # type: ignore[arg-type]
         world.clock.advance(61)
@@ -251,3 +258,28 @@ async def test_recall_finds_recovered_text_with_provenance(world: World,
     first, last = hit.provenance.first_index, hit.provenance.last_index
     assert first is not None and last is not None and first <= index <= last
     assert hit.provenance.project == "/Users/yoavfarhi/dev/pomodoro/claude"
+
+
+async def test_a_conversation_that_never_pauses_still_reaches_memory(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """A tail whose first message is older than sync_max_lag is saved while still active."""
+    transcript = world.project / "busy.jsonl"
+    start = world.clock.now()
+
+    def say(i: int) -> None:
+        stamp = (start + timedelta(seconds=30 * i)).isoformat().replace("+00:00", "Z")
+        line = {"type": "user", "uuid": f"m{i}", "timestamp": stamp,
+                "message": {"role": "user", "content": f"message number {i}"}}
+        with transcript.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+    saved_at = None
+    for i in range(10):  # a message every 30 s: never quiet for sync_delay (60 s)
+        say(i)
+        await ingest(world)
+        await recover(world, backend, max_lag=timedelta(minutes=2))
+        if sync_state(world)[0][2] > 0 and saved_at is None:
+            saved_at = i
+        world.clock.advance(30)
+    assert saved_at == 4  # the first message turned two minutes old with the fifth
+    assert_partitioned((await conversation_ranges(backend))[1], sync_state(world)[0][2])
