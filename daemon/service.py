@@ -26,7 +26,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import Settings
-from daemon.errors import ConfigError, StoreError
+from daemon.errors import ConfigError, MemorydError, StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -176,6 +176,7 @@ class Service:
         self._ingester: Ingester | None = None
         self._scheduler_: LifecycleScheduler | None = None
         self._recovery: Recovery | None = None
+        self._backend: MemoryBackend | None = None
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
@@ -232,9 +233,8 @@ class Service:
                 # Lifecycle jobs get their own connection: transactions on one
                 # connection would interleave with the ingester's.
                 jobs_conn = await stack.enter_async_context(open_store(settings))
-                backend = await open_memory_backend(settings, clock)
-                stack.push_async_callback(backend.close)
-                scheduler = self._scheduler(jobs_conn, backend)
+                stack.push_async_callback(self._close_backend)
+                scheduler = self._scheduler(jobs_conn)
                 ingester = self._ingester = Ingester(conn, settings, clock)
                 await ingester.load()
                 tasks = [
@@ -254,7 +254,7 @@ class Service:
                 self._write_status(force=True)
                 self.notifier.ready(self._status_line())
                 log.info("started", state_dir=str(settings.state_dir),
-                         memory=f"{backend.name}:{settings.memory_path}",
+                         memory=f"{settings.memory.backend}:{settings.memory_path}",
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
                 try:
                     await self._supervise(tasks)
@@ -263,9 +263,36 @@ class Service:
                     await scheduler.stop(settings.shutdown_grace)
         log.info("stopped")
 
-    def _scheduler(self, conn: aiosqlite.Connection, backend: MemoryBackend) -> LifecycleScheduler:
+    async def _recovery_for(self, conn: aiosqlite.Connection) -> Recovery | None:
+        """The recovery worker, opening the memory backend on first use.
+
+        A backend that cannot be opened (a broken file, a server down) must not
+        stop ingestion: the messages wait in the store and the next run tries again.
+        """
+        if self._recovery is None:
+            try:
+                self._backend = await open_memory_backend(self.settings, self.clock)
+            except (MemorydError, OSError) as exc:
+                log.warning("memory_backend_unavailable", error=str(exc))
+                self._record_error(exc)
+                return None
+            self._recovery = Recovery(conn, self._backend, self.clock,
+                                      recovery_policy(self.settings))
+        return self._recovery
+
+    async def _close_backend(self) -> None:
+        if self._backend is not None:
+            await self._backend.close()
+            self._backend = None
+            self._recovery = None
+
+    def _scheduler(self, conn: aiosqlite.Connection) -> LifecycleScheduler:
         settings, clock = self.settings, self.clock
-        recovery = self._recovery = Recovery(conn, backend, clock, recovery_policy(settings))
+
+        async def recover() -> None:
+            recovery = await self._recovery_for(conn)
+            if recovery is not None:
+                await recovery.run()
 
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
@@ -273,7 +300,7 @@ class Service:
 
         self._scheduler_ = LifecycleScheduler(
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
-             PeriodicJob("recover_unsynced", settings.sync_check_interval, recovery.run)],
+             PeriodicJob("recover_unsynced", settings.sync_check_interval, recover)],
             now=clock.now,
             on_error=lambda _job, exc: self._record_error(exc),
         )

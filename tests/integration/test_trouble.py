@@ -131,3 +131,34 @@ def test_full_disk_backs_off_and_resumes(tmp_path: Path) -> None:
             wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_unopenable_memory_backend_does_not_stop_ingestion(tmp_path: Path) -> None:
+    """With the memory store unusable, messages are still stored; once it is fixed they sync."""
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    state = tmp_path / "state"
+    broken = tmp_path / "memory.db"
+    broken.mkdir()  # a directory where the memory database should be: it cannot be opened
+    config = write_config(tmp_path / "c.yaml", state, {"claude": tmp_path / "claude"},
+                          poll_interval="0.2s", sync_delay=0, sync_check_interval="0.3s",
+                          memory={"backend": "sqlite", "path": str(broken)})
+    with running_daemon(tmp_path, config, state):
+        key, line = _line("kept while memory is down")
+        (project / "s.jsonl").write_text(line)
+        wait_for(lambda: _stored_uuids(state / "memoryd.db") == [key], 15, "the line")
+        wait_for(lambda: "memory_backend_unavailable" in (tmp_path / "run.log").read_text(),
+                 15, "the backend failure to be logged")
+        conn = sqlite3.connect(state / "memoryd.db")
+        assert conn.execute("SELECT memory_sync_index FROM sessions").fetchone()[0] == 0
+        conn.close()
+        broken.rmdir()
+
+        def synced() -> bool:
+            db = sqlite3.connect(state / "memoryd.db")
+            try:
+                return bool(db.execute("SELECT memory_sync_index FROM sessions").fetchone()[0])
+            finally:
+                db.close()
+
+        wait_for(synced, 30, "the message to reach memory once the store works")
