@@ -33,6 +33,7 @@ from daemon.clock import Clock
 from daemon.errors import BackendError
 from daemon.lifecycle.segments import SegmentPlan, plan_segments
 from daemon.memory import ConversationSegment, MemoryBackend, SessionSummary
+from daemon.memory.redaction import redact
 from daemon.store import sessions as store
 from daemon.store.sessions import SessionSyncState
 
@@ -182,7 +183,7 @@ class Recovery:
                 await self._backend.save_session_summary(SessionSummary(
                     source=session.source, session_id=session.id,
                     session_external_id=session.external_id, project=session.project,
-                    kind=summary.kind, content=summary.content,
+                    kind=summary.kind, content=redact(summary.content),
                 ))
             except BackendError as exc:
                 log.warning("summary_sync_failed", session_id=session.id, error=str(exc))

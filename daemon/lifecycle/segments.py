@@ -11,8 +11,8 @@ decides when an open run is saved anyway (quiet for `sync_delay`, session
 paused or ended, an explicit `memoryd sync`).
 
 Rendering keeps tool noise out of the memory text (long tool output and base64
-are clipped) while the segment's index range and uuids still point at every
-message, so provenance is complete.
+are clipped) and secrets are masked (`memory.redaction`), while the segment's
+index range and uuids still point at every message, so provenance is complete.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from daemon.memory.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})
@@ -57,7 +58,11 @@ def _clip(text: str, limit: int) -> str:
 
 
 def render_message(message: StoredMessage) -> str:
-    """One message as a line of memory text, with tool noise clipped."""
+    """One message as a line of memory text: tool noise clipped, secrets masked."""
+    return redact(_render(message))
+
+
+def _render(message: StoredMessage) -> str:
     if message.kind in BOUNDARY_KINDS:
         return "[conversation compacted]" if message.kind == "compact_boundary" else (
             "[compacted] " + _clip(message.content, MESSAGE_CHARS))
