@@ -245,6 +245,10 @@ class RecallResult:
     project: str | None = None
     importance: float = 0.0
     tags: tuple[str, ...] = ()
+    #: The part of `content` that matched (hybrid recall: the best chunks, joined by
+    #: "…"); None when the whole content is the match. `provenance` then covers
+    #: just those chunks' messages.
+    excerpt: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,10 @@ Rules every backend follows (the contract tests in tests/memory check them):
 - Importance defaults by type (`models.DEFAULT_IMPORTANCE`); conversation and
   session summaries decay with age unless recalled (`ranking`).
 - `recall` never returns superseded or deleted memories; it records each access.
+  A backend may search finer units than whole memories (the SQLite backend's
+  hybrid recall searches chunks): it still returns one result per memory, sets
+  `excerpt` to the part that matched, narrows `provenance` to that part's
+  messages, and may drop a result that is a near-duplicate of a better one.
 - `correct` stores a new `correction` memory that supersedes the old one; the old
   one stays for audit. Only the latest version of a chain can be corrected.
 - `forget` acts on a memory's whole correction chain. Soft: a tombstone, the

@@ -50,3 +50,10 @@ def score(bm25: float | None, importance: float, memory_type: MemoryType | str,
     """The recall score of one memory (see the module docstring)."""
     weight = importance * decay(memory_type, age_days)
     return relevance(bm25) * (0.5 + 0.5 * weight)
+
+
+def blend(relevance_value: float, importance: float, memory_type: MemoryType | str,
+          age_days: float) -> float:
+    """`score` for a relevance already in [0, 1] (hybrid recall's fused relevance)."""
+    weight = importance * decay(memory_type, age_days)
+    return relevance_value * (0.5 + 0.5 * weight)

@@ -9,6 +9,11 @@ and 0.5 ** (age_days / 30), floored at 0.25, for conversation and session
 summaries. Every filter (live only, project, time span, types) is applied in
 SQL, in the statement that ranks the candidates (see sqlite_recall.py).
 
+Opened with an embedder (or `chunked=True`), recall with words is hybrid
+instead: BM25 and vector similarity over chunks, fused, then the same
+importance/recency weighting (see sqlite_hybrid.py). Every memory is chunked in
+the transaction that saves it; vectors are added later by `embed_pending`.
+
 Decisions worth knowing:
 
 - A correction is a new memory of type `correction` whose importance is the
@@ -32,17 +37,19 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import sqlite_recall
+from daemon.memory import fts, sqlite_hybrid, sqlite_recall
+from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
     ConversationSegment,
@@ -79,10 +86,58 @@ from daemon.memory.sqlite_schema import (
     translate,
 )
 
+if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
+    from daemon.memory.embeddings.base import Embedder
+    from daemon.memory.vector_index import VectorIndex
+
 log = structlog.get_logger("memoryd.memory.sqlite")
 
 EXPORT_PAGE_SIZE = 500
 IMPORT_BATCH_SIZE = 500
+
+# Chunks of live memories with no vector from the current model.
+_PENDING_FROM = (
+    "FROM memory_chunks c JOIN memories m ON m.seq = c.memory_seq"
+    " LEFT JOIN chunk_vectors v ON v.chunk_seq = c.seq AND v.model = :model"
+    " WHERE v.chunk_seq IS NULL AND m.deleted_at IS NULL AND m.superseded_by IS NULL"
+)
+
+
+async def _insert_chunks(conn: aiosqlite.Connection, seq: int, content: str,
+                         memory_type: MemoryType | str, provenance: Provenance) -> None:
+    await conn.executemany(
+        "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
+        " first_index, last_index, message_uuids) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+          json.dumps(list(c.message_uuids))) for c in chunk_memory(content, memory_type,
+                                                                    provenance)])
+
+
+async def _chunk_missing(conn: aiosqlite.Connection) -> int:
+    """Chunk every memory that has none yet (after an import, or a database from before v2)."""
+    async with conn.execute(
+        "SELECT * FROM memories m WHERE NOT EXISTS"
+        " (SELECT 1 FROM memory_chunks c WHERE c.memory_seq = m.seq)"
+    ) as cur:
+        rows = list(await cur.fetchall())
+    if not rows:
+        return 0
+    own = not conn.in_transaction
+    if own:
+        await conn.execute("BEGIN IMMEDIATE")
+    try:
+        for row in rows:
+            await _insert_chunks(conn, row["seq"], row["content"], row["type"],
+                                 row_provenance(row))
+    except BaseException:
+        if own:
+            with suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+        raise
+    if own:
+        await conn.execute("COMMIT")
+    return len(rows)
+
 
 def _importance(value: float) -> float:
     if not 0.0 <= value <= 1.0:
@@ -95,20 +150,36 @@ class SQLiteMemoryBackend:
 
     name = BACKEND_NAME
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
+                 embedder: Embedder | None = None, chunked: bool | None = None,
+                 fusion: sqlite_hybrid.Fusion = "weighted") -> None:
         self._conn: aiosqlite.Connection | None = conn
         self._path = path
         self._clock = clock
         self._lock = asyncio.Lock()
+        self._embedder = embedder
+        self._chunked = embedder is not None if chunked is None else chunked
+        self._fusion: sqlite_hybrid.Fusion = fusion
+        self._index: VectorIndex | None = None
+        self._embed_lock = asyncio.Lock()
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder hybrid recall uses, or None (keyword search only)."""
+        return self._embedder
 
     @classmethod
     async def open(
-        cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0
+        cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0,
+        embedder: Embedder | None = None, chunked: bool | None = None,
+        fusion: sqlite_hybrid.Fusion = "weighted",
     ) -> SQLiteMemoryBackend:
         """Open or create the memory database at `path` and bring its schema up to date.
 
         `busy_timeout` is how long (seconds) to wait for another writer before a
-        write fails with BackendUnavailable.
+        write fails with BackendUnavailable. With an `embedder` (or `chunked=True`
+        for keyword-only chunk recall), recall is hybrid (sqlite_hybrid.py);
+        vectors are added by `embed_pending`, never on the save path.
         """
         conn = await connect(path, busy_timeout=busy_timeout)
         try:
@@ -116,6 +187,7 @@ class SQLiteMemoryBackend:
             await conn.create_function(
                 sqlite_recall.SCORE_FUNCTION, 4, sqlite_recall.score_sql, deterministic=True
             )
+            await _chunk_missing(conn)
         except sqlite3.Error as exc:
             await conn.close()
             raise translate(exc) from exc
@@ -124,7 +196,7 @@ class SQLiteMemoryBackend:
             raise
         make_private(path)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
-        return cls(conn, path, clock)
+        return cls(conn, path, clock, embedder=embedder, chunked=chunked, fusion=fusion)
 
     async def __aenter__(self) -> SQLiteMemoryBackend:
         return self
@@ -191,7 +263,10 @@ class SQLiteMemoryBackend:
     async def _insert_once(self, conn: aiosqlite.Connection, memory: Memory) -> bool:
         cur = await conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
         created = cur.rowcount == 1
+        seq = cur.lastrowid
         await cur.close()
+        if created and seq is not None:
+            await _insert_chunks(conn, seq, memory.content, memory.type, memory.provenance)
         return created
 
     # -- protocol -----------------------------------------------------------
@@ -252,6 +327,15 @@ class SQLiteMemoryBackend:
         record_access: bool = True,
     ) -> list[RecallResult]:
         now = self._clock.now()
+        if self._chunked and order == "score" and fts.terms(query):
+            results = await self._hybrid_recall(
+                query, now=now, project=project, limit=limit, since=since, until=until,
+                types=types, all_projects=all_projects)
+            if record_access and results:
+                await self._record_access([r.memory_id for r in results], now)
+            log.debug("memory_recalled", results=len(results), project=project, order=order,
+                      hybrid=True)
+            return results
         recall = sqlite_recall.plan(query, now=now, project=project, since=since, until=until,
                                     types=types, all_projects=all_projects)
         if recall is None or limit <= 0:
@@ -280,6 +364,124 @@ class SQLiteMemoryBackend:
             await self._record_access([r.memory_id for r in results], now)
         log.debug("memory_recalled", results=len(results), project=project, order=order)
         return results
+
+    async def _hybrid_recall(
+        self, query: str, *, now: datetime, project: str | None, limit: int,
+        since: datetime | None, until: datetime | None,
+        types: Iterable[MemoryType] | None, all_projects: bool,
+    ) -> list[RecallResult]:
+        filters = sqlite_recall.plan("", now=now, project=project, since=since, until=until,
+                                     types=types, all_projects=all_projects)
+        if filters is None or limit <= 0:
+            return []
+        query_vector = None
+        if self._embedder is not None:
+            try:
+                await self._load_index()
+                query_vector = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
+            except BackendError as exc:
+                # A model or endpoint that fails leaves keyword search working.
+                log.warning("memory_recall_keywords_only", error=str(exc))
+
+        async def fetch(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
+            return await self._fetch_all(conn, sql, params)
+
+        async with self._read() as conn:
+            hits = await sqlite_hybrid.hybrid_rows(
+                fetch, filters, query, query_vector, self._index, limit=limit,
+                fusion=self._fusion)
+        results = []
+        for hit in hits:
+            row = hit.row
+            provenance = row_provenance(row)
+            excerpt = hit.excerpt
+            if excerpt != row["content"]:
+                first, last, uuids = hit.provenance_range()
+                provenance = replace(provenance, first_index=first, last_index=last,
+                                     message_uuids=uuids)
+            results.append(RecallResult(
+                memory_id=row["id"],
+                type=MemoryType(row["type"]),
+                content=row["content"],
+                score=hit.score,
+                provenance=provenance,
+                created_at=from_utc_text(row["created_at"]),
+                project=row["project"],
+                importance=row["importance"],
+                tags=tuple(json.loads(row["tags"])),
+                excerpt=None if excerpt == row["content"] else excerpt,
+            ))
+        return results
+
+    # -- embeddings -------------------------------------------------------
+
+    async def _load_index(self) -> VectorIndex | None:
+        """The in-memory vector index, read from `chunk_vectors` on first use."""
+        if self._embedder is None:
+            return None
+        if self._index is None:
+            import numpy as np
+
+            from daemon.memory.vector_index import VectorIndex
+
+            model = self._embedder.name
+            index = VectorIndex(self._embedder.dimensions)
+            async with self._read() as conn:
+                rows = await self._fetch_all(
+                    conn,
+                    "SELECT v.chunk_seq, c.memory_seq, v.vector FROM chunk_vectors v"
+                    " JOIN memory_chunks c ON c.seq = v.chunk_seq WHERE v.model = ?",
+                    (model,))
+            if rows:
+                vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
+                index.add([r[0] for r in rows], [r[1] for r in rows],
+                          vectors.reshape(len(rows), self._embedder.dimensions))
+            self._index = index
+        return self._index
+
+    async def pending_embeddings(self) -> int:
+        """How many chunks of live memories still wait for a vector (0 without an embedder)."""
+        if self._embedder is None:
+            return 0
+        async with self._read() as conn:
+            rows = await self._fetch_all(conn, f"SELECT COUNT(*) {_PENDING_FROM}",
+                                         {"model": self._embedder.name})
+        return int(rows[0][0])
+
+    async def embed_pending(self, limit: int = 256) -> int:
+        """Embed up to `limit` chunks that have no vector yet; returns how many were stored.
+
+        The model runs in a worker thread without the database lock held, so
+        saves and recalls go on meanwhile. Failures raise EmbeddingError
+        (EmbeddingUnavailable when transient): nothing is lost, the chunks stay
+        pending for the next call.
+        """
+        embedder = self._embedder
+        if embedder is None or limit <= 0:
+            return 0
+        async with self._embed_lock:
+            index = await self._load_index()
+            async with self._read() as conn:
+                rows = await self._fetch_all(
+                    conn,
+                    f"SELECT c.seq, c.memory_seq, c.content {_PENDING_FROM}"
+                    " ORDER BY c.seq LIMIT :limit",
+                    {"model": embedder.name, "limit": limit})
+            if not rows:
+                return 0
+            vectors = await asyncio.to_thread(embedder.embed, [r[2] for r in rows])
+            import numpy as np
+
+            async with self._write() as conn:
+                await conn.executemany(
+                    "INSERT OR REPLACE INTO chunk_vectors (chunk_seq, model, vector)"
+                    " SELECT ?, ?, ? WHERE EXISTS (SELECT 1 FROM memory_chunks WHERE seq = ?)",
+                    [(r[0], embedder.name, vectors[i].astype(np.float32).tobytes(), r[0])
+                     for i, r in enumerate(rows)])
+            if index is not None:
+                index.add([r[0] for r in rows], [r[1] for r in rows], vectors)
+        log.debug("memory_chunks_embedded", count=len(rows), model=embedder.name)
+        return len(rows)
 
     async def _record_access(self, ids: Sequence[str], now: datetime) -> None:
         """Count a recall of these memories; a busy database skips it rather than fail recall."""
@@ -367,6 +569,8 @@ class SQLiteMemoryBackend:
         try:
             async with self._read() as conn:
                 await conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+                await conn.execute(
+                    "INSERT INTO memory_chunks_fts (memory_chunks_fts) VALUES ('optimize')")
                 await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except BackendUnavailable as exc:
             log.warning("memory_scrub_deferred", backend=BACKEND_NAME, error=str(exc))
@@ -517,6 +721,7 @@ class SQLiteMemoryBackend:
                     created += await self._insert_many(conn, batch)
                     batch = []
             created += await self._insert_many(conn, batch)
+            await _chunk_missing(conn)
         log.info("memories_imported", records=number, created=created)
         return created
 

@@ -31,6 +31,7 @@ from daemon.memory.records import to_utc_text
 log = structlog.get_logger("memoryd.memory.sqlite")
 
 SCORE_FUNCTION = "memoryd_score"
+IN_PROJECT = "(m.project = :project OR m.project IS NULL)"
 POOL = 1000
 
 Fetch = Callable[[str, dict[str, Any]], Awaitable[list[sqlite3.Row]]]
@@ -98,7 +99,7 @@ def plan(
     tier = "0"
     if project is not None:
         params["project"] = project
-        in_project = "(m.project = :project OR m.project IS NULL)"
+        in_project = IN_PROJECT
         if all_projects:
             tier = f"(CASE WHEN {in_project} THEN 0 ELSE 1 END)"
         else:

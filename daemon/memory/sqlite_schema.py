@@ -13,9 +13,14 @@ Schema, version 1:
 - `memory_deletions`: the audit trail of forgets; never holds content.
 - `schema_migrations`: this file's own migration bookkeeping.
 
-Hybrid search (issue 5) is meant to arrive as a further migration adding a
-`memory_chunks` table (chunk text, memory `seq`, offsets) and a vector index
-keyed by chunk rowid; nothing here needs to change for it.
+Version 2 (hybrid search):
+
+- `memory_chunks`: each memory cut into retrieval units (`chunks.py`): offsets
+  into the content, the chunk text, and the message range and uuids it covers.
+  Written in the same transaction as the memory; deleted with it by trigger.
+- `memory_chunks_fts`: FTS5 over chunk text, kept in sync by triggers.
+- `chunk_vectors`: one float32 vector per chunk and the model that made it,
+  filled in the background by `embed_pending`; deleted with its chunk.
 """
 
 from __future__ import annotations
@@ -114,6 +119,45 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             deleted_at TEXT NOT NULL
         );
         CREATE INDEX memory_deletions_by_memory_id ON memory_deletions (memory_id, mode);
+        """,
+    ),
+    (
+        2,
+        "chunks of memories with their own FTS5 index, chunk vectors",
+        """
+        CREATE TABLE memory_chunks (
+            seq INTEGER PRIMARY KEY,
+            memory_seq INTEGER NOT NULL,
+            ordinal INTEGER NOT NULL,
+            start_char INTEGER NOT NULL,
+            end_char INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            first_index INTEGER,
+            last_index INTEGER,
+            message_uuids TEXT NOT NULL DEFAULT '[]',
+            UNIQUE (memory_seq, ordinal)
+        );
+        CREATE VIRTUAL TABLE memory_chunks_fts USING fts5(
+            content,
+            content='memory_chunks', content_rowid='seq',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        CREATE TRIGGER memory_chunks_fts_insert AFTER INSERT ON memory_chunks BEGIN
+            INSERT INTO memory_chunks_fts (rowid, content) VALUES (new.seq, new.content);
+        END;
+        CREATE TRIGGER memory_chunks_fts_delete AFTER DELETE ON memory_chunks BEGIN
+            INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, content)
+                VALUES ('delete', old.seq, old.content);
+            DELETE FROM chunk_vectors WHERE chunk_seq = old.seq;
+        END;
+        CREATE TRIGGER memories_chunks_delete AFTER DELETE ON memories BEGIN
+            DELETE FROM memory_chunks WHERE memory_seq = old.seq;
+        END;
+        CREATE TABLE chunk_vectors (
+            chunk_seq INTEGER PRIMARY KEY,
+            model TEXT NOT NULL,
+            vector BLOB NOT NULL
+        );
         """,
     ),
 ]

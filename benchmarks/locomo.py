@@ -1,0 +1,365 @@
+"""LoCoMo evidence recall through the real pipeline: transcripts -> ingest -> recovery -> recall.
+
+    python -m benchmarks.locomo [--data ../shared/datasets/locomo10.json] [--scale 100000]
+
+The data set is read where it lies (never copied). Each LoCoMo conversation
+becomes one project (`/locomo/<sample_id>`); each of its sessions one Claude
+transcript file, the first speaker as `user`, the second as `assistant`, each
+turn's text prefixed with the speaker's name (the questions name people), a
+shared photo as its caption, the session's date as the timestamps (turns 30 s
+apart) and the LoCoMo `dia_id` in the message uuid. `ingest_once` and
+`sync_now` (what `memoryd ingest --once` and `memoryd sync` run) store and save
+them; every question of categories 1-4 is then asked through
+`SQLiteMemoryBackend.recall`, as `memoryd recall --project` does, with
+`record_access=False` so that the modes do not change each other's recency.
+
+Metrics, per category and overall (a result's provenance is its message uuids;
+with chunked recall only the matched chunks' messages):
+- recall@k: some result among the first k holds an evidence turn;
+- nDCG@5: binary gain (a result holding an evidence turn), ideal = as many such
+  results at the top as there are memories holding evidence (at most 5);
+- ctx@1000: an evidence turn is in the results that fit in a 1,000-token
+  context block (4 characters a token; each result's excerpt, else its content);
+- p50/p95: wall time of one recall call, query embedding included.
+
+Modes: `none` keyword (FTS5 BM25 over chunks), `local` vectors alone (all-MiniLM-
+L6-v2 in NumPy), `hybrid` both fused 0.7/0.3, `hybrid-rrf` both by reciprocal
+rank fusion, and `none-segments`, today's keyword recall over whole segments.
+`--scale N` adds synthetic memories until the store holds N and measures again
+(their vectors are sums of embedded template sentences, see `_synthetic`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from benchmarks._common import REPO, isolate_this_process, machine, percentile, write_config
+from daemon.clock import SystemClock
+from daemon.config import load_settings
+from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
+from daemon.memory.embeddings.base import Embedder
+from daemon.memory.embeddings.local import LocalEmbedder
+from daemon.memory.records import memory_to_record
+from daemon.service import ingest_once, sync_now
+
+DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+MODES = ("none-segments", "none", "local", "hybrid", "hybrid-rrf")
+CONTEXT_TOKENS = 1000
+
+
+def _date(text: str) -> datetime:
+    return datetime.strptime(text, "%I:%M %p on %d %B, %Y").astimezone()
+
+
+def write_transcripts(data: list[dict[str, Any]], root: Path) -> dict[str, str]:
+    """One Claude transcript per LoCoMo session; returns sample_id -> project path."""
+    projects: dict[str, str] = {}
+    for sample in data:
+        sid = sample["sample_id"]
+        project = f"/locomo/{sid}"
+        projects[sid] = project
+        conv = sample["conversation"]
+        first = conv["speaker_a"]
+        folder = root / f"-locomo-{sid}"
+        folder.mkdir(parents=True, exist_ok=True)
+        number = 1
+        while f"session_{number}" in conv:
+            turns = conv[f"session_{number}"]
+            start = _date(conv[f"session_{number}_date_time"])
+            lines = []
+            for i, turn in enumerate(turns):
+                role = "user" if turn["speaker"] == first else "assistant"
+                text = turn["text"]
+                if turn.get("blip_caption"):
+                    text += f" [shares a photo: {turn['blip_caption']}]"
+                lines.append(json.dumps({
+                    "type": role, "uuid": f"{sid}:{turn['dia_id']}",
+                    "sessionId": f"{sid}-s{number}", "cwd": project,
+                    "timestamp": (start + timedelta(seconds=30 * i)).isoformat(),
+                    "message": {"role": role, "content": f"{turn['speaker']}: {text}"},
+                }))
+            (folder / f"{sid}-s{number}.jsonl").write_text("\n".join(lines) + "\n")
+            number += 1
+    return projects
+
+
+@dataclass
+class Scores:
+    hits5: list[float] = field(default_factory=list)
+    hits10: list[float] = field(default_factory=list)
+    ndcg5: list[float] = field(default_factory=list)
+    ctx: list[float] = field(default_factory=list)
+    latency_ms: list[float] = field(default_factory=list)
+
+    def row(self) -> dict[str, float]:
+        def mean(v: list[float]) -> float:
+            return statistics.fmean(v) if v else float("nan")
+        return {"n": len(self.hits10), "recall@5": mean(self.hits5),
+                "recall@10": mean(self.hits10), "ndcg@5": mean(self.ndcg5),
+                "ctx@1000": mean(self.ctx), "p50_ms": percentile(self.latency_ms, 50),
+                "p95_ms": percentile(self.latency_ms, 95)}
+
+
+def _holds(result: RecallResult, evidence: set[str]) -> bool:
+    return not evidence.isdisjoint(result.provenance.message_uuids)
+
+
+def score_question(results: list[RecallResult], evidence: set[str], relevant: int,
+                   into: Scores) -> None:
+    flags = [_holds(r, evidence) for r in results]
+    into.hits5.append(float(any(flags[:5])))
+    into.hits10.append(float(any(flags[:10])))
+    dcg = sum(1 / math.log2(i + 2) for i, f in enumerate(flags[:5]) if f)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(max(relevant, 1), 5)))
+    into.ndcg5.append(dcg / ideal)
+    budget, found = CONTEXT_TOKENS * 4, False
+    for result, flag in zip(results, flags, strict=True):
+        text = result.excerpt or result.content
+        if budget <= 0:
+            break
+        found = found or flag
+        budget -= len(text)
+    into.ctx.append(float(found))
+
+
+async def build(data: list[dict[str, Any]], work: Path, segment_max_chars: int) -> Path:
+    """Transcripts ingested and synced through the daemon's own entry points; the memory db."""
+    isolate_this_process(work / "xdg")
+    root = work / "claude"
+    write_transcripts(data, root)
+    config = write_config(work / "config.yaml", work / "state", root,
+                          segment_max_chars=segment_max_chars,
+                          memory={"embeddings": {"provider": "none"}})
+    settings = load_settings(config)
+    clock = SystemClock()
+    began = time.perf_counter()
+    await ingest_once(settings, clock)
+    report = await sync_now(settings, clock, None)
+    print(f"ingest + sync: {time.perf_counter() - began:.1f} s, "
+          f"{report.segments_saved if report else 0} segments", file=sys.stderr)
+    return settings.memory_path
+
+
+async def embed_all(path: Path, embedder: Embedder) -> float:
+    backend = await SQLiteMemoryBackend.open(path, clock=SystemClock(), embedder=embedder)
+    began, total = time.perf_counter(), 0
+    try:
+        while (done := await backend.embed_pending(limit=512)):
+            total += done
+    finally:
+        await backend.close()
+    seconds = time.perf_counter() - began
+    print(f"embedded {total} chunks in {seconds:.1f} s", file=sys.stderr)
+    return total / seconds if seconds and total else float("nan")
+
+
+async def relevant_memories(path: Path, evidence: set[str]) -> int:
+    """How many memories hold an evidence turn (the ideal for nDCG)."""
+    import aiosqlite
+
+    async with aiosqlite.connect(path) as conn:
+        marks = ",".join("?" for _ in evidence)
+        sql = ("SELECT COUNT(DISTINCT m.seq) FROM memories m, json_each(m.message_uuids) j"
+               f" WHERE j.value IN ({marks})")
+        async with conn.execute(sql, tuple(evidence)) as cur:
+            row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, str],
+                   mode: str, embedder: Embedder | None) -> dict[str, dict[str, float]]:
+    opts: dict[str, Any] = {}
+    if mode == "none":
+        opts = {"chunked": True}
+    elif mode in ("local", "hybrid", "hybrid-rrf", "hybrid-relative"):
+        fusion = {"local": "vector", "hybrid": "weighted", "hybrid-rrf": "rrf",
+                  "hybrid-relative": "relative"}[mode]
+        opts = {"embedder": embedder, "fusion": fusion}
+    backend = await SQLiteMemoryBackend.open(path, clock=SystemClock(), **opts)
+    per: dict[str, Scores] = defaultdict(Scores)
+    ideal: dict[frozenset[str], int] = {}
+    try:
+        if embedder is not None and mode != "none" and mode != "none-segments":
+            await backend.recall("warm up", project="/nowhere", record_access=False)
+        for sample in data:
+            project = projects[sample["sample_id"]]
+            for qa in sample["qa"]:
+                if qa["category"] not in CATEGORIES:
+                    continue
+                evidence = {f"{sample['sample_id']}:{e.strip()}" for e in qa["evidence"]}
+                key = frozenset(evidence)
+                if key not in ideal:
+                    ideal[key] = await relevant_memories(path, evidence)
+                began = time.perf_counter()
+                results = await backend.recall(qa["question"], project=project, limit=10,
+                                               record_access=False)
+                elapsed = (time.perf_counter() - began) * 1000
+                for name in ("all", CATEGORIES[qa["category"]]):
+                    score_question(results, evidence, ideal[key], per[name])
+                    per[name].latency_ms.append(elapsed)
+    finally:
+        await backend.close()
+    return {name: scores.row() for name, scores in per.items()}
+
+
+_SUBJECTS = ["the build", "the parser", "the cache", "the deploy script", "the API client",
+             "the test suite", "the migration", "the scheduler", "the login page", "the CLI",
+             "the config loader", "the websocket handler", "the retry logic", "the logger"]
+_VERBS = ["fails on", "times out during", "needs a fix for", "was refactored around",
+          "now handles", "crashes with", "was rewritten to avoid", "should log", "skips"]
+_OBJECTS = ["empty input", "unicode paths", "a missing token", "large files", "a 503 answer",
+            "daylight saving time", "concurrent writes", "a stale lock", "null bytes",
+            "the Windows line endings", "an expired certificate", "a full disk"]
+
+
+def _synthetic(rng: random.Random) -> tuple[str, list[int]]:
+    picks = [rng.randrange(len(_SUBJECTS) * len(_VERBS) * len(_OBJECTS)) for _ in range(3)]
+    return " ".join(_sentence(p) for p in picks), picks
+
+
+def _sentence(p: int) -> str:
+    o, rest = p % len(_OBJECTS), p // len(_OBJECTS)
+    v, s = rest % len(_VERBS), rest // len(_VERBS)
+    return f"user: {_SUBJECTS[s]} {_VERBS[v]} {_OBJECTS[o]}."
+
+
+async def add_synthetic(path: Path, total: int, projects: list[str],
+                        embedder: Embedder | None) -> int:
+    """Fill the store up to `total` memories, spread over the LoCoMo projects and others.
+
+    Embedding 100,000 texts with the model would take over half an hour here, so
+    each synthetic memory is three template sentences and its vector the
+    normalised sum of those sentences' real embeddings.
+    """
+    import aiosqlite
+
+    from daemon.memory import Memory, Provenance, new_memory_id
+
+    async with aiosqlite.connect(path) as conn, conn.execute(
+            "SELECT COUNT(*) FROM memories") as cur:
+        row = await cur.fetchone()
+    have = int(row[0]) if row else 0
+    wanted = max(0, total - have)
+    rng = random.Random(5)
+    owners = projects + [f"/synthetic/p{i}" for i in range(40)]
+    now = datetime.now().astimezone()
+    records, picks_of = [], []
+    for _ in range(wanted):
+        text, picks = _synthetic(rng)
+        project = rng.choice(owners)
+        memory = Memory(id=new_memory_id(), content=text, type=MemoryType.FACT,
+                        importance=0.5, project=project, tags=(),
+                        provenance=Provenance(project=project), created_at=now, updated_at=now)
+        records.append(memory_to_record(memory))
+        picks_of.append(picks)
+    backend = await SQLiteMemoryBackend.open(path, clock=SystemClock())
+    try:
+        await backend.import_records(records)
+    finally:
+        await backend.close()
+    if embedder is not None and wanted:
+        pool = len(_SUBJECTS) * len(_VERBS) * len(_OBJECTS)
+        base = embedder.embed([_sentence(p) for p in range(pool)])
+        ids = [r["id"] for r in records]
+        async with aiosqlite.connect(path) as conn:
+            rows = []
+            for start in range(0, len(ids), 900):
+                part = ids[start:start + 900]
+                marks = ",".join("?" for _ in part)
+                async with conn.execute(
+                    f"SELECT m.id, c.seq FROM memories m JOIN memory_chunks c"
+                    f" ON c.memory_seq = m.seq WHERE m.id IN ({marks})", part) as cur:
+                    rows.extend(await cur.fetchall())
+            where = {memory_id: seq for memory_id, seq in rows}
+            vectors = []
+            for memory_id, picks in zip(ids, picks_of, strict=True):
+                v = base[picks].sum(axis=0)
+                v /= np.linalg.norm(v)
+                vectors.append((where[memory_id], embedder.name, v.astype(np.float32).tobytes()))
+            await conn.executemany(
+                "INSERT OR REPLACE INTO chunk_vectors (chunk_seq, model, vector) VALUES (?,?,?)",
+                vectors)
+            await conn.commit()
+    return have + wanted
+
+
+def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = ["| mode | category | n | recall@5 | recall@10 | nDCG@5 | ctx@1000 | p50 ms | p95 ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for mode, per in results.items():
+        for name in ["all", *CATEGORIES.values()]:
+            if name not in per:
+                continue
+            r = per[name]
+            lines.append(f"| {mode} | {name} | {r['n']:.0f} | {r['recall@5']:.3f} | "
+                         f"{r['recall@10']:.3f} | {r['ndcg@5']:.3f} | {r['ctx@1000']:.3f} | "
+                         f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
+    return "\n".join(lines)
+
+
+async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> str:
+    if args.limit:
+        data = data[:args.limit]
+    modes = [m for m in args.modes.split(",") if m]
+    embedder: Embedder | None = None
+    if any(m in ("local", "hybrid", "hybrid-rrf") for m in modes):
+        began = time.perf_counter()
+        embedder = LocalEmbedder.load()
+        print(f"local model loaded in {time.perf_counter() - began:.2f} s", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="memoryd-locomo-") as tmp:
+        work = Path(args.workdir) if args.workdir else Path(tmp)
+        projects = {s["sample_id"]: f"/locomo/{s['sample_id']}" for s in data}
+        existing = work / "state" / "memory.db"
+        if args.workdir and existing.exists():
+            path = existing  # built by an earlier run with --workdir: reuse it
+        else:
+            path = await build(data, work, args.segment_max_chars)
+        rate = await embed_all(path, embedder) if embedder is not None else float("nan")
+        results = {m: await evaluate(path, data, projects, m, embedder) for m in modes}
+        out = [f"machine: {machine()}", f"segment_max_chars: {args.segment_max_chars}",
+               f"embedding rate during build: {rate:.1f} chunks/s", "", table(results)]
+        if args.scale:
+            count = await add_synthetic(path, args.scale, list(projects.values()), embedder)
+            scaled = {f"{m} @{count}": await evaluate(path, data, projects, m, embedder)
+                      for m in modes if m != "none-segments"}
+            out += ["", f"scale: {count} memories", "", table(scaled)]
+    return "\n".join(out)
+
+
+def main() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--segment-max-chars", type=int, default=6000)
+    parser.add_argument("--scale", type=int, default=0, help="fill up to N memories and rerun")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
+    parser.add_argument("--out", help="also write the report to this file")
+    parser.add_argument("--workdir", help="build here, or reuse what an earlier run built here")
+    args = parser.parse_args()
+    report = asyncio.run(main_async(args, json.loads(Path(args.data).read_text())))
+    print(report)
+    if args.out:
+        Path(args.out).write_text(report + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The embedder interface: text in, L2-normalised float32 vectors out.
+
+Errors, drawn once:
+
+    BackendError                      (daemon.errors)
+    └── EmbeddingError                 an embedder failed; carries `provider`, never a key
+        └── EmbeddingUnavailable       transient (429, 5xx, timeout, refused): try again later
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from daemon.errors import BackendError, BackendUnavailable
+
+Vectors = npt.NDArray[np.float32]
+
+
+class EmbeddingError(BackendError):
+    """An embedder failed; the message names the provider, never a credential."""
+
+    def __init__(self, message: str, *, provider: str) -> None:
+        super().__init__(message, backend=f"embeddings:{provider}")
+        self.provider = provider
+
+
+class EmbeddingUnavailable(EmbeddingError, BackendUnavailable):
+    """A transient embedder failure (rate limit, server error, timeout)."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into unit vectors of `dimensions` floats; `name` identifies the model."""
+
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """One L2-normalised float32 row per text (blocking: call it off the event loop)."""
+        ...
+
+
+def normalise(vectors: npt.NDArray[np.floating]) -> Vectors:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    array = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    out: Vectors = (array / np.maximum(norms, 1e-12)).astype(np.float32)
+    return out

@@ -1,0 +1,229 @@
+"""Hybrid recall: FTS5 BM25 and vector similarity over chunks, fused, then weighted.
+
+Order of work for one query (with words; an empty query or `order="time"`
+goes through `sqlite_recall` unchanged):
+
+1. Filters first. The same WHERE as keyword recall (live, project, time span,
+   types) selects the memories allowed; both channels only ever see chunks of
+   those memories.
+2. Keyword channel: the best CANDIDATES chunks by BM25 in `memory_chunks_fts`,
+   relevance `s / (s + 1)` with s = -bm25 (as in `ranking`).
+3. Vector channel: the best CANDIDATES chunks by cosine similarity to the
+   query's embedding (`vector_index`), relevance max(cos, 0).
+4. Fusion, per chunk. `weighted` (the default, it measured best on LoCoMo,
+   see benchmarks/README.md): VECTOR_WEIGHT * vector + KEYWORD_WEIGHT * keyword,
+   a channel that did not return the chunk counting 0. The issue's starting
+   point was 0.7 vector / 0.3 keyword; with all-MiniLM-L6-v2 on LoCoMo the
+   reverse, 0.3 / 0.7, measured best (recall@10 0.865 against 0.794 for 0.7/0.3
+   and 0.818 for RRF), so that is the default. A chunk with no vector yet (the background
+   queue has not reached it) takes its keyword relevance alone, so fresh
+   memories are not penalised. `rrf`: reciprocal rank fusion,
+   sum of 1 / (60 + rank) over the channels, divided by its maximum 2/61.
+   `relative`: the weighted sum of each channel's score divided by that
+   channel's best score for this query (relative score fusion).
+   (`vector`, the vector channel alone, exists for the benchmark's comparison.)
+5. Merge: a memory's relevance is its best chunk's; its result carries the
+   best chunks' text as `excerpt` and their messages as provenance.
+6. Importance and recency: `ranking.blend(relevance, importance, type, age)`
+   = relevance * (0.5 + 0.5 * importance * decay), tier first with
+   `all_projects`.
+7. Near-duplicates dropped: a result whose best chunk has cosine >= 0.97 with a
+   better result's best chunk (or, without vectors, >= 0.9 word overlap).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from daemon.memory import fts, ranking
+from daemon.memory.sqlite_recall import _AGE_DAYS, IN_PROJECT, RecallPlan
+
+if TYPE_CHECKING:  # NumPy is imported only when there are vectors
+    from daemon.memory.vector_index import Floats, VectorIndex
+
+Fusion = Literal["weighted", "relative", "rrf", "vector"]
+# Measured on LoCoMo, all-MiniLM-L6-v2, 600-char chunks (benchmarks/README.md): the starting
+# point 0.7/0.3 gave recall@10 0.794, RRF 0.818, 0.3/0.7 0.865 (keywords alone 0.858).
+VECTOR_WEIGHT = 0.3
+KEYWORD_WEIGHT = 0.7
+RRF_K = 60
+CANDIDATES = 200
+EXCERPT_CHUNKS = 2
+DUPLICATE_COSINE = 0.97
+DUPLICATE_OVERLAP = 0.9
+
+Fetch = Callable[[str, dict[str, Any]], Awaitable[list[sqlite3.Row]]]
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(slots=True)
+class _Chunk:
+    seq: int
+    memory_seq: int
+    keyword: float = 0.0
+    keyword_rank: int | None = None
+    vector: float = 0.0
+    vector_rank: int | None = None
+    has_vector: bool = False
+    fused: float = 0.0
+
+
+@dataclass(slots=True)
+class Hit:
+    """One memory found by hybrid recall: its row, score, and the chunks that matched."""
+
+    row: sqlite3.Row
+    score: float
+    chunks: list[sqlite3.Row] = field(default_factory=list)
+
+    @property
+    def excerpt(self) -> str:
+        return "\n…\n".join(c["content"] for c in sorted(self.chunks, key=lambda c: c["ordinal"]))
+
+    def provenance_range(self) -> tuple[int | None, int | None, tuple[str, ...]]:
+        firsts = [c["first_index"] for c in self.chunks if c["first_index"] is not None]
+        lasts = [c["last_index"] for c in self.chunks if c["last_index"] is not None]
+        uuids: dict[str, None] = {}
+        for c in sorted(self.chunks, key=lambda c: c["ordinal"]):
+            uuids.update(dict.fromkeys(json.loads(c["message_uuids"])))
+        return (min(firsts) if firsts else None, max(lasts) if lasts else None,
+                tuple(uuids))
+
+
+def _allowed_sql(filters: RecallPlan) -> str:
+    """The seqs of the memories the filters allow, with their tier.
+
+    SQLite scans the whole project index for `project = ? OR project IS NULL`;
+    as a UNION ALL of the two halves each is an index search (11 ms -> 1 ms
+    at 100,000 memories).
+    """
+    select = f"SELECT m.seq AS seq, {filters.tier} AS tier FROM memories m WHERE "
+    if IN_PROJECT not in filters.where:
+        return select + filters.where
+    return " UNION ALL ".join(
+        select + filters.where.replace(IN_PROJECT, half)
+        for half in ("m.project = :project", "m.project IS NULL"))
+
+
+def _fuse(chunk: _Chunk, fusion: Fusion, vectors_on: bool,
+          scale: tuple[float, float] = (1.0, 1.0)) -> float:
+    if fusion == "relative" and vectors_on and chunk.has_vector:
+        return (VECTOR_WEIGHT * chunk.vector / scale[0]
+                + KEYWORD_WEIGHT * chunk.keyword / scale[1])
+    if fusion == "vector":
+        return chunk.vector if vectors_on else chunk.keyword
+    if fusion == "rrf":
+        total = sum(1.0 / (RRF_K + r) for r in (chunk.keyword_rank, chunk.vector_rank)
+                    if r is not None)
+        return total / (2.0 / (RRF_K + 1))
+    if not vectors_on or not chunk.has_vector:
+        return chunk.keyword
+    return VECTOR_WEIGHT * chunk.vector + KEYWORD_WEIGHT * chunk.keyword
+
+
+async def hybrid_rows(
+    fetch: Fetch,
+    filters: RecallPlan,
+    query: str,
+    query_vector: Floats | None,
+    index: VectorIndex | None,
+    *,
+    limit: int,
+    fusion: Fusion = "weighted",
+) -> list[Hit]:
+    """The best `limit` memories for `query` under `filters` (a plan made without words)."""
+    candidates: dict[int, _Chunk] = {}
+    tiers: dict[int, int] = {}
+    match = fts.match_expression(query)
+    pool = max(CANDIDATES, limit * 10)
+    vectors_on = query_vector is not None and index is not None and len(index) > 0
+    if match is not None and not (fusion == "vector" and vectors_on):
+        rows = await fetch(
+            f"SELECT c.seq AS seq, c.memory_seq AS memory_seq,"
+            f" bm25(memory_chunks_fts) AS bm, {filters.tier} AS tier"
+            " FROM memory_chunks_fts JOIN memory_chunks c ON c.seq = memory_chunks_fts.rowid"
+            f" JOIN memories m ON m.seq = c.memory_seq"
+            f" WHERE memory_chunks_fts MATCH :match AND {filters.where}"
+            " ORDER BY tier, bm LIMIT :pool",
+            {**filters.params, "match": match, "pool": pool},
+        )
+        for rank, row in enumerate(rows, 1):
+            candidates[row["seq"]] = _Chunk(row["seq"], row["memory_seq"],
+                                            keyword=ranking.relevance(row["bm"]),
+                                            keyword_rank=rank)
+            tiers[row["memory_seq"]] = row["tier"]
+    if vectors_on and index is not None and query_vector is not None:
+        allowed = await fetch(_allowed_sql(filters), filters.params)
+        if allowed:
+            import numpy as np
+
+            tier_of = {r["seq"]: r["tier"] for r in allowed}
+            seqs = np.fromiter(tier_of, dtype=np.int64, count=len(tier_of))
+            found = index.search(query_vector, pool, seqs)
+            for rank, (chunk_seq, memory_seq, cosine) in enumerate(found, 1):
+                chunk = candidates.setdefault(chunk_seq, _Chunk(chunk_seq, memory_seq))
+                chunk.vector, chunk.vector_rank = max(cosine, 0.0), rank
+                tiers[memory_seq] = tier_of[memory_seq]
+        for chunk in candidates.values():
+            chunk.has_vector = index.has(chunk.seq)
+    if not candidates:
+        return []
+    best: dict[int, list[_Chunk]] = {}
+    scale = (max([c.vector for c in candidates.values()] + [1e-9]),
+             max([c.keyword for c in candidates.values()] + [1e-9]))
+    for chunk in candidates.values():
+        chunk.fused = _fuse(chunk, fusion, vectors_on, scale)
+        best.setdefault(chunk.memory_seq, []).append(chunk)
+    for chunks in best.values():
+        chunks.sort(key=lambda c: -c.fused)
+    # Weighting can move a memory at most by a factor of 2, so only memories whose
+    # relevance is at least half the limit-th best relevance can still make it.
+    relevances = sorted((c[0].fused for c in best.values()), reverse=True)
+    floor = relevances[min(len(relevances), limit * 4) - 1] * 0.5
+    keep = {m: c for m, c in best.items() if c[0].fused >= floor}
+    memory_rows = await fetch(
+        f"SELECT m.*, {_AGE_DAYS} AS age FROM memories m"
+        f" WHERE m.seq IN ({', '.join(str(int(s)) for s in keep)})",
+        {"now": filters.params["now"]},
+    )
+    chunk_ids = [c.seq for chunks in keep.values() for c in chunks[:EXCERPT_CHUNKS]]
+    chunk_rows = {r["seq"]: r for r in await fetch(
+        "SELECT * FROM memory_chunks WHERE seq IN"
+        f" ({', '.join(str(int(s)) for s in chunk_ids)})", {})}
+    hits: list[tuple[int, Hit]] = []
+    for row in memory_rows:
+        chunks = keep[row["seq"]]
+        score = ranking.blend(chunks[0].fused, row["importance"], row["type"], row["age"])
+        top = [chunk_rows[c.seq] for c in chunks[:EXCERPT_CHUNKS] if c.seq in chunk_rows
+               and c.fused >= 0.8 * chunks[0].fused]
+        hits.append((tiers.get(row["seq"], 0), Hit(row, score, top)))
+    hits.sort(key=lambda th: (th[0], -th[1].score, th[1].row["id"]))
+    return _dedup([h for _, h in hits], best, index, limit)
+
+
+def _dedup(hits: list[Hit], best: dict[int, list[_Chunk]], index: VectorIndex | None,
+           limit: int) -> list[Hit]:
+    kept: list[tuple[Hit, int, frozenset[str]]] = []
+    for hit in hits:
+        if len(kept) >= limit:
+            break
+        head = best[hit.row["seq"]][0].seq
+        words = frozenset(_WORD.findall(hit.excerpt.lower()))
+        if not any(_duplicate(head, words, other_head, other_words, index)
+                   for _, other_head, other_words in kept):
+            kept.append((hit, head, words))
+    return [hit for hit, _, _ in kept]
+
+
+def _duplicate(a_chunk: int, a_words: frozenset[str], b_chunk: int, b_words: frozenset[str],
+               index: VectorIndex | None) -> bool:
+    if index is not None and index.has(a_chunk) and index.has(b_chunk):
+        return index.cosine(a_chunk, b_chunk) >= DUPLICATE_COSINE
+    if not a_words or not b_words:
+        return False
+    return len(a_words & b_words) / len(a_words | b_words) >= DUPLICATE_OVERLAP

@@ -1,0 +1,98 @@
+"""An exact, filter-first vector index in NumPy over chunk vectors.
+
+Why exact brute force rather than an approximate index (HNSW): recall always
+filters first (project, type, time, live status), and a project's memories are
+a small slice of the store, so the candidate set is usually thousands of rows,
+where a dense matrix-vector product is both exact and faster than any graph
+walk. The rows allowed by the filters are picked with a mask, then scored with
+one matrix product (`rows @ query`, vectors are unit length, so this is cosine
+similarity) and the top k found with `argpartition`. Measured on a 2-core
+machine, 384 dimensions float32, under load: 100,000 rows scanned whole in
+16 ms (p50), 1,000,000 in 153 ms; one project's slice of either far less
+(see benchmarks/README.md). An approximate index pays off only for
+unfiltered searches over millions of vectors; it can replace this class behind
+the same `search` signature.
+
+The durable copy is the `chunk_vectors` table; this is a cache rebuilt from it
+on first use and appended to as `embed_pending` stores new vectors. Rows of
+memories deleted or superseded since are never returned because the allowed set
+comes from SQL at query time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float32]
+
+
+class VectorIndex:
+    """Chunk vectors with the memory each belongs to; exact cosine search under a filter."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self._size = 0
+        self._chunks: Ints = np.zeros(1024, dtype=np.int64)
+        self._memories: Ints = np.zeros(1024, dtype=np.int64)
+        self._vectors: Floats = np.zeros((1024, dimensions), dtype=np.float32)
+        self._position: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, chunk_seqs: Ints | list[int], memory_seqs: Ints | list[int],
+            vectors: Floats) -> None:
+        """Append vectors (chunks already present are skipped)."""
+        keep = [i for i, c in enumerate(chunk_seqs) if int(c) not in self._position]
+        if not keep:
+            return
+        needed = self._size + len(keep)
+        if needed > len(self._chunks):
+            capacity = max(needed, 2 * len(self._chunks))
+            self._chunks = np.resize(self._chunks, capacity)
+            self._memories = np.resize(self._memories, capacity)
+            grown = np.zeros((capacity, self.dimensions), dtype=np.float32)
+            grown[:self._size] = self._vectors[:self._size]
+            self._vectors = grown
+        end = self._size + len(keep)
+        self._chunks[self._size:end] = np.asarray(chunk_seqs, dtype=np.int64)[keep]
+        self._memories[self._size:end] = np.asarray(memory_seqs, dtype=np.int64)[keep]
+        self._vectors[self._size:end] = vectors[keep]
+        for offset, i in enumerate(keep):
+            self._position[int(chunk_seqs[i])] = self._size + offset
+        self._size = end
+
+    def has(self, chunk_seq: int) -> bool:
+        """True when the chunk has a vector here."""
+        return chunk_seq in self._position
+
+    def cosine(self, a: int, b: int) -> float:
+        """Cosine similarity of two indexed chunks."""
+        return float(self._vectors[self._position[a]] @ self._vectors[self._position[b]])
+
+    def search(self, query: Floats, k: int,
+               allowed_memories: Ints | None = None) -> list[tuple[int, int, float]]:
+        """The k best (chunk seq, memory seq, cosine) among chunks of allowed memories."""
+        if self._size == 0 or k <= 0:
+            return []
+        memories = self._memories[:self._size]
+        if allowed_memories is None:
+            rows: Ints = np.arange(self._size)
+        else:
+            # A lookup table over memory seqs: one gather, where np.isin would sort.
+            top_seq = int(max(memories.max(), allowed_memories.max())) + 1
+            lookup = np.zeros(top_seq, dtype=bool)
+            lookup[allowed_memories] = True
+            rows = np.flatnonzero(lookup[memories]).astype(np.int64)
+            if len(rows) == 0:
+                return []
+        if len(rows) == self._size:
+            sims = self._vectors[:self._size] @ query
+        else:
+            sims = self._vectors[rows] @ query
+        top = np.argpartition(-sims, k - 1)[:k] if len(sims) > k else np.arange(len(sims))
+        top = top[np.argsort(-sims[top], kind="stable")]
+        return [(int(self._chunks[rows[i]]), int(memories[rows[i]]), float(sims[i]))
+                for i in top]

@@ -1,0 +1,261 @@
+"""Hybrid recall on the SQLite backend with a fake embedder of known vectors."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiosqlite
+import numpy as np
+import pytest
+
+from daemon.clock import FakeClock
+from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
+from daemon.memory.chunks import chunk_memory
+from daemon.memory.models import Provenance
+from daemon.memory.sqlite_hybrid import KEYWORD_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
+from daemon.memory.vector_index import VectorIndex
+from tests.memory.hybrid_helpers import FakeEmbedder
+
+START = datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
+
+
+async def open_hybrid(tmp_path: Path, clock: FakeClock,
+                      embedder: FakeEmbedder | None = None) -> SQLiteMemoryBackend:
+    return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock,
+                                          embedder=embedder or FakeEmbedder())
+
+
+def conversation(lines: list[str], *, session_id: int = 1, project: str = "/work/app",
+                 start: datetime = START) -> ConversationSegment:
+    return ConversationSegment(
+        source="claude", session_id=session_id, session_external_id=f"s{session_id}",
+        project=project, first_index=0, last_index=len(lines) - 1, text="\n".join(lines),
+        message_uuids=tuple(f"s{session_id}-m{i}" for i in range(len(lines))),
+        started_at=start, ended_at=start + timedelta(minutes=len(lines)),
+    )
+
+
+async def embed_all(backend: SQLiteMemoryBackend) -> int:
+    total = 0
+    while (done := await backend.embed_pending(limit=64)):
+        total += done
+    return total
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock that starts at 2026-01-01T00:00Z and moves only when told."""
+    return FakeClock()
+
+
+async def test_paraphrase_found_by_vector_not_by_keywords(tmp_path: Path,
+                                                          clock: FakeClock) -> None:
+    """A query sharing no word with the memory is found once vectors exist."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        wanted = await backend.remember("deploy to staging before production", project="/p")
+        await backend.remember("the espresso machine is broken", project="/p")
+        assert await backend.recall("release sequence preprod prod", project="/p") == []
+        assert await embed_all(backend) == 2
+        results = await backend.recall("release sequence preprod prod", project="/p")
+        assert results[0].memory_id == wanted.id
+
+
+async def test_exact_identifier_found_by_keywords(tmp_path: Path, clock: FakeClock) -> None:
+    """An identifier the embedder knows nothing about still ranks first through BM25."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        ticket = await backend.remember("ticket MEM-4711 tracks the flaky login test")
+        for i in range(5):
+            await backend.remember(f"deploy note {i}: release to production after staging")
+        await embed_all(backend)
+        results = await backend.recall("what is MEM-4711 about")
+        assert results[0].memory_id == ticket.id
+
+
+async def test_saving_never_calls_the_model(tmp_path: Path, clock: FakeClock) -> None:
+    """Saves do not embed; a broken model leaves saving and keyword recall working."""
+    embedder = FakeEmbedder()
+    embedder.fail = True
+    async with await open_hybrid(tmp_path, clock, embedder) as backend:
+        memory = await backend.remember("the cache uses LRU eviction")
+        await backend.save_conversation_segment(conversation(["user: hello", "assistant: hi"]))
+        assert embedder.calls == 0
+        assert [r.memory_id for r in await backend.recall("LRU eviction")] == [memory.id]
+        with pytest.raises(Exception, match="fake outage"):
+            await backend.embed_pending()
+        assert await backend.pending_embeddings() == 2
+
+
+async def test_embed_pending_drains_the_queue_once(tmp_path: Path, clock: FakeClock) -> None:
+    """embed_pending stores each chunk's vector once and then has nothing left to do."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        for i in range(5):
+            await backend.remember(f"fact number {i} about the database")
+        assert await backend.pending_embeddings() == 5
+        assert await backend.embed_pending(limit=3) == 3
+        assert await backend.embed_pending(limit=3) == 2
+        assert await backend.embed_pending() == 0
+        assert await backend.pending_embeddings() == 0
+
+
+async def test_vectors_survive_reopening(tmp_path: Path, clock: FakeClock) -> None:
+    """Stored vectors are read back into the index when the store is opened again."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        wanted = await backend.remember("my kitten sleeps all day")
+        await embed_all(backend)
+    embedder = FakeEmbedder()
+    async with await open_hybrid(tmp_path, clock, embedder) as backend:
+        results = await backend.recall("feline")
+        assert [r.memory_id for r in results] == [wanted.id]
+        assert await backend.pending_embeddings() == 0
+
+
+async def test_filters_apply_before_ranking(tmp_path: Path, clock: FakeClock) -> None:
+    """Another project's, another type's, an out-of-span or a forgotten memory never comes back."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        mine = await backend.remember("deploy to staging first", project="/mine")
+        await backend.remember("deploy to staging first, exactly", project="/theirs")
+        gone = await backend.remember("release to preprod then prod", project="/mine")
+        await backend.save_conversation_segment(conversation(
+            ["user: we deploy to staging first"], project="/mine",
+            start=START - timedelta(days=40)))
+        await embed_all(backend)
+        await backend.forget(gone.id)
+        results = await backend.recall("deploy staging", project="/mine",
+                                       types=[MemoryType.FACT])
+        assert [r.memory_id for r in results] == [mine.id]
+        since = await backend.recall("deploy staging", project="/mine",
+                                     since=START - timedelta(days=1))
+        assert all(r.type is MemoryType.FACT for r in since)
+        assert {r.memory_id for r in since} == {mine.id}
+
+
+async def test_corrected_memory_is_not_recalled(tmp_path: Path, clock: FakeClock) -> None:
+    """After a correction only the new version is found, even through its old vector."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        old = await backend.remember("we ship on fridays")
+        await embed_all(backend)
+        new = await backend.correct(old.id, "we ship on tuesdays")
+        await embed_all(backend)
+        assert [r.memory_id for r in await backend.recall("release day")] == [new.id]
+
+
+async def test_near_duplicates_are_dropped(tmp_path: Path, clock: FakeClock) -> None:
+    """Two memories with the same text come back once; a different one still comes back."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        first = await backend.remember("the database runs on postgres 16")
+        await backend.remember("The database runs on Postgres 16!")
+        other = await backend.remember("the sqlite database is the default store")
+        await embed_all(backend)
+        ids = [r.memory_id for r in await backend.recall("database postgres")]
+        assert len(ids) == 2
+        assert other.id in ids
+        assert ids.count(first.id) + (len(ids) - 1 - ids.count(first.id)) >= 1
+
+
+async def test_long_segment_is_recalled_by_its_chunk(tmp_path: Path, clock: FakeClock) -> None:
+    """One result per segment, its excerpt and provenance narrowed to the matching messages."""
+    lines = [f"user: filler message {i} about nothing in particular " + "x" * 150
+             for i in range(20)]
+    lines[13] = "user: my cat knocked the espresso cup off the desk"
+    lines[17] = "assistant: your kitten again? poor espresso"
+    segment = conversation(lines)
+    async with await open_hybrid(tmp_path, clock) as backend:
+        await backend.save_conversation_segment(segment)
+        await embed_all(backend)
+        results = await backend.recall("cat espresso")
+        assert [r.memory_id for r in results] == [segment.id]
+        hit = results[0]
+        assert hit.content == segment.text
+        assert hit.excerpt is not None and "knocked the espresso" in hit.excerpt
+        assert "s1-m13" in hit.provenance.message_uuids
+        assert "s1-m0" not in hit.provenance.message_uuids
+        assert hit.provenance.first_index is not None and hit.provenance.first_index > 0
+
+
+async def test_recent_conversation_beats_old_at_equal_relevance(tmp_path: Path,
+                                                                clock: FakeClock) -> None:
+    """Importance and recency still order results after fusion."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        old = conversation(["user: the cache eviction policy, first pass"], session_id=1,
+                           start=clock.now() - timedelta(days=90))
+        await backend.save_conversation_segment(old)
+        clock.advance(90 * 86400)
+        new = conversation(["user: the cache eviction policy, second look"], session_id=2,
+                           start=clock.now() - timedelta(hours=1))
+        await backend.save_conversation_segment(new)
+        await embed_all(backend)
+        results = await backend.recall("cache eviction policy", record_access=False)
+        assert [r.memory_id for r in results] == [new.id, old.id]
+
+
+async def test_hard_forget_removes_chunks_and_vectors(tmp_path: Path, clock: FakeClock) -> None:
+    """A hard forget leaves no chunk, chunk index row or vector behind."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        memory = await backend.remember("my secret painting of a cat")
+        await embed_all(backend)
+        await backend.forget(memory.id, hard=True)
+        assert await backend.recall("painting") == []
+    async with aiosqlite.connect(tmp_path / "memory.db") as conn:
+        for table in ("memory_chunks", "chunk_vectors"):
+            async with conn.execute(f"SELECT COUNT(*) FROM {table}") as cur:
+                assert (await cur.fetchone()) == (0,)
+
+
+async def test_import_chunks_new_memories(tmp_path: Path, clock: FakeClock) -> None:
+    """Imported memories are chunked, so hybrid recall finds them."""
+    async with await open_hybrid(tmp_path / "a", clock) as source:
+        memory = await source.remember("the canary release goes first")
+        records = [r async for r in source.export()]
+    async with await open_hybrid(tmp_path / "b", clock) as target:
+        assert await target.import_records(records) == 1
+        assert await embed_all(target) == 1
+        assert [r.memory_id for r in await target.recall("rollout")] == [memory.id]
+
+
+def test_weighted_fusion_weights() -> None:
+    """Weighted fusion is 0.3 vector + 0.7 keyword; a chunk without a vector keeps its keyword."""
+    assert (VECTOR_WEIGHT, KEYWORD_WEIGHT) == (0.3, 0.7)
+    both = _Chunk(1, 1, keyword=0.5, keyword_rank=1, vector=0.8, vector_rank=2, has_vector=True)
+    assert _fuse(both, "weighted", True) == pytest.approx(0.3 * 0.8 + 0.7 * 0.5)
+    fresh = _Chunk(2, 2, keyword=0.5, keyword_rank=1)
+    assert _fuse(fresh, "weighted", True) == pytest.approx(0.5)
+    assert _fuse(both, "rrf", True) == pytest.approx((1 / 61 + 1 / 62) / (2 / 61))
+
+
+def test_chunks_keep_message_provenance() -> None:
+    """Chunks are runs of whole messages with their own index range and uuids."""
+    text = "user: short one\nassistant: a reply\nwith two lines\nuser: " + "word " * 200
+    prov = Provenance(first_index=10, last_index=12, message_uuids=("a", "b", "c"))
+    chunks = chunk_memory(text, MemoryType.CONVERSATION, prov, max_chars=300)
+    assert (chunks[0].first_index, chunks[0].last_index) == (10, 11)
+    assert chunks[0].message_uuids == ("a", "b")
+    assert all(c.message_uuids == ("c",) for c in chunks[1:]) and len(chunks) > 2
+    assert "".join(text[c.start:c.end] for c in chunks).replace("\n", "") == \
+        text.replace("\n", "")
+
+
+def test_vector_index_search_is_exact_under_a_filter() -> None:
+    """The index returns the best allowed chunks by cosine, never a filtered-out one."""
+    rng = np.random.default_rng(1)
+    vectors = rng.normal(size=(500, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    index = VectorIndex(8)
+    index.add(list(range(500)), [i % 10 for i in range(500)], vectors)
+    query = vectors[7]
+    found = index.search(query, 5, np.array([7, 3]))
+    allowed = [i for i in range(500) if i % 10 in (3, 7)]
+    expected = sorted(allowed, key=lambda i: -float(vectors[i] @ query))[:5]
+    assert [c for c, _, _ in found] == expected
+
+
+async def test_memories_without_chunks_are_chunked_at_open(tmp_path: Path,
+                                                           clock: FakeClock) -> None:
+    """Memories stored before chunks existed (schema v1) are chunked when the store opens."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        memory = await backend.remember("the canary goes first")
+    async with aiosqlite.connect(tmp_path / "memory.db") as conn:
+        await conn.execute("DELETE FROM memory_chunks")
+        await conn.commit()
+    async with await open_hybrid(tmp_path, clock) as backend:
+        assert [r.memory_id for r in await backend.recall("canary")] == [memory.id]
