@@ -15,6 +15,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.lock import read_lock_info
+from daemon.memory.embeddings import EmbeddingError, make_embedder, resolve_provider
 from daemon.service import open_memory_backend
 from daemon.units import ServiceManager
 
@@ -101,6 +102,32 @@ async def check_backend(settings: Settings, clock: Clock) -> Check:
     return Check(name, "ok", f"{settings.memory_path} answers")
 
 
+async def check_embeddings(settings: Settings, clock: Clock) -> Check:
+    configured = settings.memory.embeddings.provider
+    provider = resolve_provider(settings.memory.embeddings)
+    shown = provider if configured == provider else f"{provider} (from {configured})"
+    if provider == "none":
+        fix = None if configured == "none" else (
+            "pip install 'memoryd[local-embeddings]' for hybrid keyword + vector recall")
+        return Check("embeddings", "ok" if fix is None else "warn",
+                     f"{shown}: keyword recall only", fix)
+    try:
+        embedder = make_embedder(settings.memory.embeddings)
+    except EmbeddingError as exc:
+        return Check("embeddings", "warn", f"{shown}: {exc}; recall falls back to keywords",
+                     "install the extra, or set memory.embeddings.provider: none")
+    assert embedder is not None
+    pending = "?"
+    if settings.memory_path.exists():
+        backend = await open_memory_backend(settings, clock)
+        try:
+            pending = str(await backend.pending_embeddings())
+        finally:
+            await backend.close()
+    return Check("embeddings", "ok", f"{shown} ({embedder.name}), {pending} chunks waiting "
+                 "for a vector")
+
+
 def check_unit(manager: ServiceManager | None) -> Check:
     if manager is None:
         return Check("service unit", "warn", f"no service support on {sys.platform}")
@@ -141,5 +168,6 @@ async def run_checks(settings: Settings, clock: Clock,
     checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
               *check_sources(settings), check_sqlite()]
     checks.append(await check_backend(settings, clock))
+    checks.append(await check_embeddings(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings)])
     return checks

@@ -33,7 +33,8 @@ from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
-from daemon.memory import MemoryBackend, SQLiteMemoryBackend
+from daemon.memory import SQLiteMemoryBackend
+from daemon.memory.embeddings import EmbeddingError, make_embedder
 from daemon.notify import Notifier
 from daemon.store import connect, migrate, queries
 from daemon.store.connection import ensure_private_dir
@@ -42,6 +43,9 @@ log = structlog.get_logger("memoryd.service")
 
 #: How often the status snapshot (`memoryd status` reads it) is rewritten while busy.
 STATUS_INTERVAL = 1.0
+#: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks for at
+#: most EMBED_SLICE s (the local model embeds ~8 long chunks a second on 2 cores).
+EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 8, 2.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: Back-off bounds after a transient store error (locked database, full disk).
@@ -93,10 +97,20 @@ async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
         await conn.close()
 
 
-async def open_memory_backend(settings: Settings, clock: Clock) -> MemoryBackend:
-    """The configured memory backend, opened (today: the embedded SQLite one)."""
+async def open_memory_backend(settings: Settings, clock: Clock) -> SQLiteMemoryBackend:
+    """The configured memory backend, opened (today: the embedded SQLite one).
+
+    With an embedder, recall is hybrid; an embedder that cannot be made (the
+    local model not installed) leaves keyword recall working, with a warning.
+    """
     ensure_private_dir(settings.memory_path.parent)
-    return await SQLiteMemoryBackend.open(settings.memory_path, clock=clock)
+    embedder = None
+    try:
+        embedder = make_embedder(settings.memory.embeddings)
+    except EmbeddingError as exc:
+        log.warning("embeddings_unavailable", error=str(exc))
+    return await SQLiteMemoryBackend.open(settings.memory_path, clock=clock, embedder=embedder,
+                                          chunked=True)
 
 
 def recovery_policy(settings: Settings) -> RecoveryPolicy:
@@ -176,7 +190,8 @@ class Service:
         self._ingester: Ingester | None = None
         self._scheduler_: LifecycleScheduler | None = None
         self._recovery: Recovery | None = None
-        self._backend: MemoryBackend | None = None
+        self._backend: SQLiteMemoryBackend | None = None
+        self._open_lock = asyncio.Lock()
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
@@ -269,6 +284,10 @@ class Service:
         A backend that cannot be opened (a broken file, a server down) must not
         stop ingestion: the messages wait in the store and the next run tries again.
         """
+        async with self._open_lock:
+            return await self._open_recovery(conn)
+
+    async def _open_recovery(self, conn: aiosqlite.Connection) -> Recovery | None:
         if self._recovery is None:
             try:
                 self._backend = await open_memory_backend(self.settings, self.clock)
@@ -294,13 +313,30 @@ class Service:
             if recovery is not None:
                 await recovery.run()
 
+        async def embed() -> None:
+            # Vectors are computed here, off the ingest and save paths; a slow or
+            # absent model only delays hybrid recall of the newest memories.
+            await self._recovery_for(conn)
+            backend = self._backend
+            if backend is None or backend.embedder is None:
+                return
+            deadline = clock.monotonic() + EMBED_SLICE
+            while not self.stop_event.is_set() and clock.monotonic() < deadline:
+                try:
+                    if await backend.embed_pending(limit=EMBED_BATCH) == 0:
+                        return
+                except EmbeddingError as exc:
+                    log.warning("embedding_failed", error=str(exc), transient=exc.transient)
+                    return
+
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
             await expire_stale_sessions(conn, clock, stale_after)
 
         self._scheduler_ = LifecycleScheduler(
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
-             PeriodicJob("recover_unsynced", settings.sync_check_interval, recover)],
+             PeriodicJob("recover_unsynced", settings.sync_check_interval, recover),
+             PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False)],
             now=clock.now,
             on_error=lambda _job, exc: self._record_error(exc),
         )

@@ -136,6 +136,7 @@ def result_json(result: RecallResult) -> dict[str, Any]:
         "memory_id": result.memory_id,
         "type": result.type.value,
         "content": result.content,
+        "excerpt": result.excerpt,
         "score": round(result.score, 6),
         "importance": result.importance,
         "project": result.project,

@@ -351,5 +351,6 @@ def _print_results(results: list[RecallResult], as_json: bool) -> None:
         when = iso_or_none(p.ended_at or r.created_at) or "?"
         click.echo(f"[{r.score:.3f}] {r.type.value} {when[:16]} {where} {r.memory_id}"
                    f"{' ' + r.project if r.project else ''}")
-        text = r.content.strip().replace("\n", "\n    ")
+        # The excerpt is the matching part of a long memory (its chunk).
+        text = (r.excerpt or r.content).strip().replace("\n", "\n    ")
         click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))

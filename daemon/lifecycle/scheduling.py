@@ -28,6 +28,8 @@ class PeriodicJob:
     name: str
     interval: float  # seconds
     run: Job
+    #: Exclusive jobs take turns (they share the lifecycle database connection).
+    exclusive: bool = True
 
 
 class LifecycleScheduler:
@@ -37,8 +39,10 @@ class LifecycleScheduler:
         self._jobs = jobs
         self._now = now
         self._on_error = on_error
-        # Jobs share one database connection, so they take turns.
+        # Exclusive jobs share one database connection, so they take turns; the
+        # others only never overlap themselves. Stopping waits for all of them.
         self._busy = asyncio.Lock()
+        self._own = {job.name: asyncio.Lock() for job in jobs if not job.exclusive}
 
     def start(self) -> None:
         for job in self._jobs:
@@ -58,14 +62,19 @@ class LifecycleScheduler:
         if not self._scheduler.running:
             return
         self._scheduler.pause()
+
+        async def all_idle() -> None:
+            for lock in (self._busy, *self._own.values()):
+                await lock.acquire()
+
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._busy.acquire(), timeout=grace)
+            await asyncio.wait_for(all_idle(), timeout=grace)
         self._scheduler.shutdown(wait=False)
 
     def _guarded(self, job: PeriodicJob) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
             try:
-                async with self._busy:
+                async with self._busy if job.exclusive else self._own[job.name]:
                     await job.run()
             except MemorydError as exc:
                 # Logged and retried on the next run: a job must never stop the daemon.
