@@ -173,17 +173,7 @@ class ConversationSegment:
 
     @property
     def provenance(self) -> Provenance:
-        return Provenance(
-            session_id=self.session_id,
-            session_external_id=self.session_external_id,
-            source=self.source,
-            project=self.project,
-            first_index=self.first_index,
-            last_index=self.last_index,
-            message_uuids=self.message_uuids,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-        )
+        return _provenance_of(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,17 +209,7 @@ class SessionSummary:
 
     @property
     def provenance(self) -> Provenance:
-        return Provenance(
-            session_id=self.session_id,
-            session_external_id=self.session_external_id,
-            source=self.source,
-            project=self.project,
-            first_index=self.first_index,
-            last_index=self.last_index,
-            message_uuids=self.message_uuids,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-        )
+        return _provenance_of(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,3 +250,18 @@ class DeletionRecord:
     session_id: int | None
     session_external_id: str | None
     deleted_at: datetime
+
+
+def _provenance_of(item: ConversationSegment | SessionSummary) -> Provenance:
+    """Segments and summaries name their session and messages the same way."""
+    return Provenance(
+        session_id=item.session_id,
+        session_external_id=item.session_external_id,
+        source=item.source,
+        project=item.project,
+        first_index=item.first_index,
+        last_index=item.last_index,
+        message_uuids=item.message_uuids,
+        started_at=item.started_at,
+        ended_at=item.ended_at,
+    )
