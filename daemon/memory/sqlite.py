@@ -626,33 +626,28 @@ class SQLiteMemoryBackend:
         return SaveResult(id=memory.id, created=created)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
-        now = self._clock.now()
-        kind = MemoryType.CONVERSATION
-        importance = segment.importance
-        return await self._save_once(Memory(
-            id=segment.id,
-            content=segment.text,
-            type=kind,
-            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
-            project=segment.project,
-            tags=segment.tags,
-            provenance=segment.provenance,
-            created_at=now,
-            updated_at=now,
-        ))
+        return await self._save_auto(segment.id, segment.text, MemoryType.CONVERSATION,
+                                     segment.importance, segment.project, segment.tags,
+                                     segment.provenance)
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
+        return await self._save_auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY,
+                                     summary.importance, summary.project, (summary.kind,),
+                                     summary.provenance)
+
+    async def _save_auto(self, memory_id: str, content: str, kind: MemoryType,
+                         importance: float | None, project: str | None,
+                         tags: tuple[str, ...], provenance: Provenance) -> SaveResult:
+        """An auto-saved memory with a deterministic id, stored at most once."""
         now = self._clock.now()
-        kind = MemoryType.SESSION_SUMMARY
-        importance = summary.importance
         return await self._save_once(Memory(
-            id=summary.id,
-            content=summary.content,
+            id=memory_id,
+            content=content,
             type=kind,
             importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
-            project=summary.project,
-            tags=(summary.kind,),
-            provenance=summary.provenance,
+            project=project,
+            tags=tags,
+            provenance=provenance,
             created_at=now,
             updated_at=now,
         ))

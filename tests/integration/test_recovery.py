@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TRANSCRIPTS
+from helpers import TRANSCRIPTS, local_time_zone
 
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
@@ -115,12 +114,9 @@ def test_is_stale_is_a_pure_utc_decision() -> None:
 
 
 @pytest.fixture(params=["UTC", "America/Los_Angeles", "Asia/Kathmandu"])
-def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("TZ", request.param)
-    time.tzset()
-    yield request.param
-    monkeypatch.undo()
-    time.tzset()
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    with local_time_zone(request.param):
+        yield request.param
 
 
 async def test_quiet_session_pauses_and_new_line_reactivates(world: World, local_zone: str) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
+from helpers import local_time_zone
 
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
@@ -218,18 +219,9 @@ async def test_file_whose_first_line_is_incomplete_is_not_registered(harness: Ha
 
 @pytest.fixture
 def los_angeles_time() -> Iterator[None]:
-    """The process's local time zone set to America/Los_Angeles for one test."""
-    saved = os.environ.get("TZ")
-    os.environ["TZ"] = "America/Los_Angeles"
-    time.tzset()
-    try:
+    """The process's local zone set to America/Los_Angeles for one test."""
+    with local_time_zone("America/Los_Angeles"):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = saved
-        time.tzset()
 
 
 async def test_timestamps_are_stored_as_utc_in_any_zone(

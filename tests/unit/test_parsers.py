@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
+from helpers import local_time_zone
 
 from daemon.ingest.parsers.base import image_placeholder, utc_timestamp
 from daemon.ingest.parsers.claude import ClaudeParser
@@ -357,18 +357,9 @@ def test_gemini_epoch_seconds_timestamp() -> None:
 
 @pytest.fixture
 def tokyo_time() -> Iterator[None]:
-    """The process's local zone set to Asia/Tokyo (UTC+9) for the duration of a test."""
-    saved = os.environ.get("TZ")
-    os.environ["TZ"] = "Asia/Tokyo"
-    time.tzset()
-    try:
+    """The process's local zone set to Asia/Tokyo for one test."""
+    with local_time_zone("Asia/Tokyo"):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("TZ", None)
-        else:
-            os.environ["TZ"] = saved
-        time.tzset()
 
 
 @pytest.mark.parametrize(

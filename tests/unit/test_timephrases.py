@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from helpers import local_time_zone
 
 from daemon.timephrases import WhenError, parse_when
 
@@ -14,12 +14,9 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=["UTC", "America/New_York", "Asia/Kolkata"])
-def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("TZ", request.param)
-    time.tzset()
-    yield request.param
-    monkeypatch.undo()
-    time.tzset()
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    with local_time_zone(request.param):
+        yield request.param
 
 
 def test_relative_phrases(local_zone: str) -> None:
