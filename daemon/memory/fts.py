@@ -36,9 +36,18 @@ def terms(text: str) -> list[str]:
     return (content or words)[:MAX_TERMS]
 
 
-def match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression for `text`, or None when it holds no words at all."""
+def _quoted(words: list[str]) -> str:
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def match_expression(text: str, *, content_only: bool = False) -> str | None:
+    """An FTS5 MATCH expression for `text`, or None when it holds no words at all.
+
+    `content_only` confines the words to the `content` column (the chunk index,
+    whose second column holds scope tokens that words must never match).
+    """
     words = terms(text)
     if not words:
         return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    either = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    return f"{{content}} : ({either})" if content_only else either

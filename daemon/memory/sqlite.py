@@ -88,7 +88,7 @@ from daemon.memory.sqlite_schema import (
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.embeddings.base import Embedder
-    from daemon.memory.vector_index import VectorIndex
+    from daemon.memory.vector_index import Floats, VectorIndex
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
@@ -102,15 +102,22 @@ _PENDING_FROM = (
     " WHERE v.chunk_seq IS NULL AND m.deleted_at IS NULL AND m.superseded_by IS NULL"
 )
 
+# The scope token of a memory's chunks (schema v3): `p<id>` of its project, `p0` without one.
+_SCOPE_OF_MEMORY = (
+    "(SELECT 'p' || COALESCE(mp.id, 0) FROM memories m"
+    " LEFT JOIN memory_projects mp ON mp.project = m.project WHERE m.seq = ?)"
+)
+
 
 async def _insert_chunks(conn: aiosqlite.Connection, seq: int, content: str,
                          memory_type: MemoryType | str, provenance: Provenance) -> None:
     await conn.executemany(
         "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-        " first_index, last_index, message_uuids) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        f" first_index, last_index, message_uuids, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+        f" {_SCOPE_OF_MEMORY})",
         [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-          json.dumps(list(c.message_uuids))) for c in chunk_memory(content, memory_type,
-                                                                    provenance)])
+          json.dumps(list(c.message_uuids)), seq)
+         for c in chunk_memory(content, memory_type, provenance)])
 
 
 async def _chunk_missing(conn: aiosqlite.Connection) -> int:
@@ -374,22 +381,29 @@ class SQLiteMemoryBackend:
                                      types=types, all_projects=all_projects)
         if filters is None or limit <= 0:
             return []
-        query_vector = None
+        query_vector: asyncio.Task[Floats | None] | None = None
         if self._embedder is not None:
+            # The index is loaded first (it reads through the lock that the search below
+            # holds); then the query's embedding is computed on another thread while
+            # SQLite runs the keyword channel on this connection's: they are independent.
             try:
                 await self._load_index()
-                query_vector = (await asyncio.to_thread(self._embedder.embed, [query]))[0]
             except BackendError as exc:
-                # A model or endpoint that fails leaves keyword search working.
                 log.warning("memory_recall_keywords_only", error=str(exc))
+            else:
+                query_vector = asyncio.create_task(self._query_vector(self._embedder, query))
 
         async def fetch(sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
             return await self._fetch_all(conn, sql, params)
 
-        async with self._read() as conn:
-            hits = await sqlite_hybrid.hybrid_rows(
-                fetch, filters, query, query_vector, self._index, limit=limit,
-                fusion=self._fusion)
+        try:
+            async with self._read() as conn:
+                hits = await sqlite_hybrid.hybrid_rows(
+                    fetch, filters, query, query_vector, lambda: self._index, limit=limit,
+                    fusion=self._fusion)
+        finally:
+            if query_vector is not None and not query_vector.done():
+                query_vector.cancel()
         results = []
         for hit in hits:
             row = hit.row
@@ -412,6 +426,17 @@ class SQLiteMemoryBackend:
                 excerpt=None if excerpt == row["content"] else excerpt,
             ))
         return results
+
+    async def _query_vector(self, embedder: Embedder, query: str) -> Floats | None:
+        """The query's embedding, or None when the model fails."""
+        try:
+            vectors = await asyncio.to_thread(embedder.embed, [query])
+        except BackendError as exc:
+            # A model or endpoint that fails leaves keyword search working.
+            log.warning("memory_recall_keywords_only", error=str(exc))
+            return None
+        first: Floats = vectors[0]
+        return first
 
     # -- embeddings -------------------------------------------------------
 

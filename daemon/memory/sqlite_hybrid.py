@@ -7,9 +7,14 @@ goes through `sqlite_recall` unchanged):
    types) selects the memories allowed; both channels only ever see chunks of
    those memories.
 2. Keyword channel: the best CANDIDATES chunks by BM25 in `memory_chunks_fts`,
-   relevance `s / (s + 1)` with s = -bm25 (as in `ranking`).
+   relevance `s / (s + 1)` with s = -bm25 (as in `ranking`). Confined to one
+   project, the MATCH itself carries the project's scope token (schema v3), so
+   FTS5 ranks only that project's (and project-less) chunks rather than every
+   chunk in the store holding a query word.
 3. Vector channel: the best CANDIDATES chunks by cosine similarity to the
-   query's embedding (`vector_index`), relevance max(cos, 0).
+   query's embedding (`vector_index`), relevance max(cos, 0). The embedding is
+   computed on a worker thread while SQLite runs step 2 and the filter query
+   of this step, and awaited only then.
 4. Fusion, per chunk. `weighted` (the default, it measured best on LoCoMo,
    see benchmarks/README.md): VECTOR_WEIGHT * vector + KEYWORD_WEIGHT * keyword,
    a channel that did not return the chunk counting 0. The issue's starting
@@ -36,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -58,6 +63,11 @@ DUPLICATE_COSINE = 0.97
 DUPLICATE_OVERLAP = 0.9
 
 Fetch = Callable[[str, dict[str, Any]], Awaitable[list[sqlite3.Row]]]
+# `{scope} : ("p<id>" OR "p0") AND <:match>`, with <id> the project's from memory_projects.
+_SCOPED_MATCH = (
+    """('{scope} : ("p' || COALESCE((SELECT id FROM memory_projects"""
+    """ WHERE project = :project), 0) || '" OR "p0") AND ' || :match)"""
+)
 _WORD = re.compile(r"\w+")
 
 
@@ -96,18 +106,22 @@ class Hit:
 
 
 def _allowed_sql(filters: RecallPlan) -> str:
-    """The seqs of the memories the filters allow, with their tier.
+    """The seqs of the memories the filters allow, one comma-separated list per tier.
 
+    One row per tier rather than one per memory: a project can hold thousands
+    of memories, and building a Python row for each cost more than the search.
     SQLite scans the whole project index for `project = ? OR project IS NULL`;
     as a UNION ALL of the two halves each is an index search (11 ms -> 1 ms
     at 100,000 memories).
     """
     select = f"SELECT m.seq AS seq, {filters.tier} AS tier FROM memories m WHERE "
     if IN_PROJECT not in filters.where:
-        return select + filters.where
-    return " UNION ALL ".join(
-        select + filters.where.replace(IN_PROJECT, half)
-        for half in ("m.project = :project", "m.project IS NULL"))
+        allowed = select + filters.where
+    else:
+        allowed = " UNION ALL ".join(
+            select + filters.where.replace(IN_PROJECT, half)
+            for half in ("m.project = :project", "m.project IS NULL"))
+    return f"SELECT tier, group_concat(seq) AS seqs FROM ({allowed}) GROUP BY tier"
 
 
 def _fuse(chunk: _Chunk, fusion: Fusion, vectors_on: bool,
@@ -130,25 +144,36 @@ async def hybrid_rows(
     fetch: Fetch,
     filters: RecallPlan,
     query: str,
-    query_vector: Floats | None,
-    index: VectorIndex | None,
+    query_vector: Awaitable[Floats | None] | None,
+    index_of: Callable[[], VectorIndex | None],
     *,
     limit: int,
     fusion: Fusion = "weighted",
 ) -> list[Hit]:
-    """The best `limit` memories for `query` under `filters` (a plan made without words)."""
+    """The best `limit` memories for `query` under `filters` (a plan made without words).
+
+    `query_vector` is awaited only after the keyword channel has run, so an
+    embedding being computed meanwhile costs no extra wall time; `index_of`
+    gives the vector index once it is loaded.
+    """
     candidates: dict[int, _Chunk] = {}
     tiers: dict[int, int] = {}
-    match = fts.match_expression(query)
+    match = fts.match_expression(query, content_only=True)
+    # Confined to a project, the MATCH also requires the project's scope token or p0,
+    # so FTS5 ranks that project's chunks only, not every chunk holding a query word.
+    # The token is looked up inside the statement: one round trip fewer.
+    match_sql = _SCOPED_MATCH if IN_PROJECT in filters.where else ":match"
     pool = max(CANDIDATES, limit * 10)
-    vectors_on = query_vector is not None and index is not None and len(index) > 0
-    if match is not None and not (fusion == "vector" and vectors_on):
+
+    async def keyword_channel() -> None:
+        if match is None:
+            return
         rows = await fetch(
             f"SELECT c.seq AS seq, c.memory_seq AS memory_seq,"
-            f" bm25(memory_chunks_fts) AS bm, {filters.tier} AS tier"
+            f" bm25(memory_chunks_fts, 1.0, 0.0) AS bm, {filters.tier} AS tier"
             " FROM memory_chunks_fts JOIN memory_chunks c ON c.seq = memory_chunks_fts.rowid"
             f" JOIN memories m ON m.seq = c.memory_seq"
-            f" WHERE memory_chunks_fts MATCH :match AND {filters.where}"
+            f" WHERE memory_chunks_fts MATCH {match_sql} AND {filters.where}"
             " ORDER BY tier, bm LIMIT :pool",
             {**filters.params, "match": match, "pool": pool},
         )
@@ -157,20 +182,32 @@ async def hybrid_rows(
                                             keyword=ranking.relevance(row["bm"]),
                                             keyword_rank=rank)
             tiers[row["memory_seq"]] = row["tier"]
-    if vectors_on and index is not None and query_vector is not None:
-        allowed = await fetch(_allowed_sql(filters), filters.params)
+
+    if fusion != "vector":
+        await keyword_channel()
+    # SQL for the vector channel's filter, still while the embedding is being computed.
+    allowed = await fetch(_allowed_sql(filters), filters.params) if query_vector else []
+    vector = await query_vector if query_vector is not None else None
+    index = index_of()
+    vectors_on = vector is not None and index is not None and len(index) > 0
+    if vectors_on and index is not None and vector is not None:
         if allowed:
             import numpy as np
 
-            tier_of = {r["seq"]: r["tier"] for r in allowed}
-            seqs = np.fromiter(tier_of, dtype=np.int64, count=len(tier_of))
-            found = index.search(query_vector, pool, seqs)
+            per_tier = [np.array(r["seqs"].split(","), dtype=np.int64) for r in allowed]
+            seqs = np.concatenate(per_tier)
+            tier_of = np.zeros(int(seqs.max()) + 1, dtype=np.int64)
+            for row, members in zip(allowed, per_tier, strict=True):
+                tier_of[members] = row["tier"]
+            found = index.search(vector, pool, seqs)
             for rank, (chunk_seq, memory_seq, cosine) in enumerate(found, 1):
                 chunk = candidates.setdefault(chunk_seq, _Chunk(chunk_seq, memory_seq))
                 chunk.vector, chunk.vector_rank = max(cosine, 0.0), rank
-                tiers[memory_seq] = tier_of[memory_seq]
+                tiers[memory_seq] = int(tier_of[memory_seq])
         for chunk in candidates.values():
             chunk.has_vector = index.has(chunk.seq)
+    elif fusion == "vector":
+        await keyword_channel()  # no vectors to rank by: keywords rather than nothing
     if not candidates:
         return []
     best: dict[int, list[_Chunk]] = {}
@@ -186,44 +223,72 @@ async def hybrid_rows(
     relevances = sorted((c[0].fused for c in best.values()), reverse=True)
     floor = relevances[min(len(relevances), limit * 4) - 1] * 0.5
     keep = {m: c for m, c in best.items() if c[0].fused >= floor}
-    memory_rows = await fetch(
-        f"SELECT m.*, {_AGE_DAYS} AS age FROM memories m"
-        f" WHERE m.seq IN ({', '.join(str(int(s)) for s in keep)})",
+    # Scored on a few columns first; whole rows and chunk texts are read only for as
+    # many memories, best first, as the results (after near-duplicates) need.
+    weights = await fetch(
+        f"SELECT m.seq AS seq, m.id AS id, m.importance AS importance, m.type AS type,"
+        f" {_AGE_DAYS} AS age FROM memories m WHERE m.seq IN ({_seq_list(keep)})",
         {"now": filters.params["now"]},
     )
-    chunk_ids = [c.seq for chunks in keep.values() for c in chunks[:EXCERPT_CHUNKS]]
-    chunk_rows = {r["seq"]: r for r in await fetch(
-        "SELECT * FROM memory_chunks WHERE seq IN"
-        f" ({', '.join(str(int(s)) for s in chunk_ids)})", {})}
-    hits: list[tuple[int, Hit]] = []
-    for row in memory_rows:
-        chunks = keep[row["seq"]]
-        score = ranking.blend(chunks[0].fused, row["importance"], row["type"], row["age"])
-        top = [chunk_rows[c.seq] for c in chunks[:EXCERPT_CHUNKS] if c.seq in chunk_rows
-               and c.fused >= 0.8 * chunks[0].fused]
-        hits.append((tiers.get(row["seq"], 0), Hit(row, score, top)))
-    hits.sort(key=lambda th: (th[0], -th[1].score, th[1].row["id"]))
-    return _dedup([h for _, h in hits], best, index, limit)
+    ranked = sorted(
+        (tiers.get(w["seq"], 0),
+         -ranking.blend(keep[w["seq"]][0].fused, w["importance"], w["type"], w["age"]),
+         w["id"], w["seq"])
+        for w in weights)
+    hits: list[Hit] = []
+    kept: list[Hit] = []
+    batch = max(limit * 2, 10)
+    for start in range(0, len(ranked), batch):
+        part = ranked[start:start + batch]
+        rows = {r["seq"]: r for r in await fetch(
+            f"SELECT m.* FROM memories m WHERE m.seq IN ({_seq_list(p[3] for p in part)})",
+            {})}
+        chunk_rows = {r["seq"]: r for r in await fetch(
+            "SELECT * FROM memory_chunks WHERE seq IN"
+            f" ({_seq_list(c.seq for p in part for c in keep[p[3]][:EXCERPT_CHUNKS])})", {})}
+        for _, negative_score, _, seq in part:
+            if seq not in rows:
+                continue  # forgotten since the first read
+            chunks = keep[seq]
+            top = [chunk_rows[c.seq] for c in chunks[:EXCERPT_CHUNKS] if c.seq in chunk_rows
+                   and c.fused >= 0.8 * chunks[0].fused]
+            hits.append(Hit(rows[seq], -negative_score, top))
+        kept = _dedup(hits, best, index, limit)
+        if len(kept) >= limit:
+            break
+    return kept
+
+
+def _seq_list(seqs: Iterable[int]) -> str:
+    return ", ".join(str(int(s)) for s in seqs)
 
 
 def _dedup(hits: list[Hit], best: dict[int, list[_Chunk]], index: VectorIndex | None,
            limit: int) -> list[Hit]:
-    kept: list[tuple[Hit, int, frozenset[str]]] = []
+    kept: list[tuple[Hit, int]] = []
+    words: dict[int, frozenset[str]] = {}  # a hit's excerpt words, made only when needed
+
+    def words_of(hit: Hit) -> frozenset[str]:
+        key = id(hit)
+        if key not in words:
+            words[key] = frozenset(_WORD.findall(hit.excerpt.lower()))
+        return words[key]
+
     for hit in hits:
         if len(kept) >= limit:
             break
         head = best[hit.row["seq"]][0].seq
-        words = frozenset(_WORD.findall(hit.excerpt.lower()))
-        if not any(_duplicate(head, words, other_head, other_words, index)
-                   for _, other_head, other_words in kept):
-            kept.append((hit, head, words))
-    return [hit for hit, _, _ in kept]
+        if not any(_duplicate(head, hit, other_head, other, index, words_of)
+                   for other, other_head in kept):
+            kept.append((hit, head))
+    return [hit for hit, _ in kept]
 
 
-def _duplicate(a_chunk: int, a_words: frozenset[str], b_chunk: int, b_words: frozenset[str],
-               index: VectorIndex | None) -> bool:
+def _duplicate(a_chunk: int, a: Hit, b_chunk: int, b: Hit, index: VectorIndex | None,
+               words_of: Callable[[Hit], frozenset[str]]) -> bool:
     if index is not None and index.has(a_chunk) and index.has(b_chunk):
         return index.cosine(a_chunk, b_chunk) >= DUPLICATE_COSINE
+    a_words, b_words = words_of(a), words_of(b)
     if not a_words or not b_words:
         return False
     return len(a_words & b_words) / len(a_words | b_words) >= DUPLICATE_OVERLAP

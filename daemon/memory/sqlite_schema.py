@@ -21,6 +21,17 @@ Version 2 (hybrid search):
 - `memory_chunks_fts`: FTS5 over chunk text, kept in sync by triggers.
 - `chunk_vectors`: one float32 vector per chunk and the model that made it,
   filled in the background by `embed_pending`; deleted with its chunk.
+
+Version 3 (recall inside a project without ranking the rest of the store):
+
+- `memory_projects`: a small integer id per project, filled by trigger.
+- `memory_chunks.scope`: `p<id>` of the chunk's memory's project, `p0` for a
+  memory without one (found from every project). It is a second column of
+  `memory_chunks_fts`, so a project's recall MATCHes `scope:(p<id> OR p0)`
+  together with its words and FTS5 ranks only that project's chunks. The token
+  is a letter and digits, which the porter stemmer leaves alone. A memory's
+  project never changes (a correction is a new memory), so neither does its
+  chunks' scope.
 """
 
 from __future__ import annotations
@@ -158,6 +169,44 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             model TEXT NOT NULL,
             vector BLOB NOT NULL
         );
+        """,
+    ),
+    (
+        3,
+        "project scope tokens in the chunk index, so keyword recall stays inside a project",
+        """
+        CREATE TABLE memory_projects (
+            id INTEGER PRIMARY KEY,
+            project TEXT NOT NULL UNIQUE
+        );
+        INSERT OR IGNORE INTO memory_projects (project)
+            SELECT DISTINCT project FROM memories WHERE project IS NOT NULL ORDER BY project;
+        CREATE TRIGGER memories_project_insert AFTER INSERT ON memories
+            WHEN new.project IS NOT NULL BEGIN
+            INSERT OR IGNORE INTO memory_projects (project) VALUES (new.project);
+        END;
+        ALTER TABLE memory_chunks ADD COLUMN scope TEXT NOT NULL DEFAULT 'p0';
+        UPDATE memory_chunks SET scope = COALESCE((
+            SELECT 'p' || mp.id FROM memories m JOIN memory_projects mp ON mp.project = m.project
+            WHERE m.seq = memory_chunks.memory_seq), 'p0');
+        DROP TRIGGER memory_chunks_fts_insert;
+        DROP TRIGGER memory_chunks_fts_delete;
+        DROP TABLE memory_chunks_fts;
+        CREATE VIRTUAL TABLE memory_chunks_fts USING fts5(
+            content, scope,
+            content='memory_chunks', content_rowid='seq',
+            tokenize='porter unicode61 remove_diacritics 2'
+        );
+        INSERT INTO memory_chunks_fts (memory_chunks_fts) VALUES ('rebuild');
+        CREATE TRIGGER memory_chunks_fts_insert AFTER INSERT ON memory_chunks BEGIN
+            INSERT INTO memory_chunks_fts (rowid, content, scope)
+                VALUES (new.seq, new.content, new.scope);
+        END;
+        CREATE TRIGGER memory_chunks_fts_delete AFTER DELETE ON memory_chunks BEGIN
+            INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, content, scope)
+                VALUES ('delete', old.seq, old.content, old.scope);
+            DELETE FROM chunk_vectors WHERE chunk_seq = old.seq;
+        END;
         """,
     ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -259,3 +260,60 @@ async def test_memories_without_chunks_are_chunked_at_open(tmp_path: Path,
         await conn.commit()
     async with await open_hybrid(tmp_path, clock) as backend:
         assert [r.memory_id for r in await backend.recall("canary")] == [memory.id]
+
+
+async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: FakeClock) -> None:
+    """Project recall MATCHes the project's scope token and p0: its own and project-less
+    memories are found, another project's never, even with no vectors at all."""
+    async with await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock,
+                                              chunked=True) as backend:
+        mine = await backend.remember("the flaky parser test", project="/mine")
+        everywhere = await backend.remember("parser rule for every project")
+        for i in range(30):
+            await backend.remember(f"parser note {i}", project="/theirs")
+        found = await backend.recall("parser", project="/mine", limit=50)
+        assert {r.memory_id for r in found} == {mine.id, everywhere.id}
+        unknown = await backend.recall("parser", project="/never/seen", limit=50)
+        assert [r.memory_id for r in unknown] == [everywhere.id]
+        tiers = await backend.recall("parser", project="/mine", all_projects=True, limit=50)
+        assert len(tiers) == 32
+        assert {r.memory_id for r in tiers[:2]} == {mine.id, everywhere.id}
+    async with aiosqlite.connect(tmp_path / "memory.db") as conn:
+        scopes = dict(await conn.execute_fetchall(
+            "SELECT m.id, c.scope FROM memories m JOIN memory_chunks c ON c.memory_seq = m.seq"))
+        (project_id,) = await (await conn.execute(
+            "SELECT id FROM memory_projects WHERE project = '/mine'")).fetchone()
+    assert scopes[mine.id] == f"p{project_id}"
+    assert scopes[everywhere.id] == "p0"
+
+
+async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> None:
+    """A store written before scopes existed (v2) is migrated: existing chunks get their
+    project's scope and the rebuilt index finds them, and new ones are scoped too."""
+    from daemon.memory.sqlite_schema import MIGRATIONS, _statements
+
+    path = tmp_path / "memory.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                    " description TEXT NOT NULL, applied_at TEXT NOT NULL)")
+        for number, description, script in MIGRATIONS[:2]:
+            for statement in _statements(script):
+                raw.execute(statement)
+            raw.execute("INSERT INTO schema_migrations VALUES (?, ?, 'then')",
+                        (number, description))
+        for seq, (text, project) in enumerate([("the canary deploy", "/a"),
+                                               ("canary everywhere", None),
+                                               ("canary for b", "/b")], 1):
+            raw.execute("INSERT INTO memories (seq, id, type, content, importance, project,"
+                        " tags, tags_text, created_at, updated_at) VALUES"
+                        " (?, ?, 'fact', ?, 0.5, ?, '[]', '', ?, ?)",
+                        (seq, f"m{seq}", text, project, "2025-12-31T00:00:00Z",
+                         "2025-12-31T00:00:00Z"))
+            raw.execute("INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char,"
+                        " content) VALUES (?, 0, 0, ?, ?)", (seq, len(text), text))
+    async with await SQLiteMemoryBackend.open(path, clock=clock, chunked=True) as backend:
+        assert {r.memory_id for r in await backend.recall("canary", project="/a")} == \
+            {"m1", "m2"}
+        added = await backend.remember("canary too", project="/b")
+        assert {r.memory_id for r in await backend.recall("canary", project="/b")} == \
+            {"m2", "m3", added.id}

@@ -92,6 +92,28 @@ def test_match_expression_is_valid_fts5() -> None:
     assert len(fts.terms(" ".join(f"w{i}" for i in range(100)))) == fts.MAX_TERMS
 
 
+def test_content_only_match_never_matches_the_scope_column() -> None:
+    """A content-only expression, ANDed with a scope as hybrid recall does, finds words in
+    `content` only: a word spelled like a scope token does not match the scope column."""
+    raw = sqlite3.connect(":memory:")
+    raw.execute("CREATE VIRTUAL TABLE f USING fts5(content, scope,"
+                " tokenize='porter unicode61 remove_diacritics 2')")
+    raw.executemany("INSERT INTO f (rowid, content, scope) VALUES (?, ?, ?)",
+                    [(1, "deploy order", "p1"), (2, "deploy p1", "p2"), (3, "deploy", "p0"),
+                     (4, "nothing here", "p1")])
+
+    def rows(text: str, scope: str) -> list[int]:
+        expression = f'{{scope}} : ("{scope}" OR "p0") AND ' + str(
+            fts.match_expression(text, content_only=True))
+        return sorted(r[0] for r in raw.execute("SELECT rowid FROM f WHERE f MATCH ?",
+                                                (expression,)))
+
+    assert rows("deploy", "p1") == [1, 3]
+    assert rows("p1", "p2") == [2]
+    assert rows("p2", "p1") == []
+    assert rows('AND "NEAR(', "p1") == []
+
+
 def test_ranking_formula() -> None:
     """Relevance is squashed bm25; facts never decay; conversation halves per half-life."""
     assert ranking.relevance(None) == 1.0

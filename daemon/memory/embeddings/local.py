@@ -80,19 +80,20 @@ def _erf(x: F32) -> F32:
     t = 1.0 / (1.0 + 0.3275911 * a)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
                 + t * (-1.453152027 + t * 1.061405429))))
-    out: F32 = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32)
+    out: F32 = (sign * (1.0 - poly * np.exp(-a * a))).astype(np.float32, copy=False)
     return out
 
 
 def _gelu(x: F32) -> F32:
-    out: F32 = (0.5 * x * (1.0 + _erf(x / np.float32(math.sqrt(2.0))))).astype(np.float32)
+    half: F32 = 0.5 * x * (1.0 + _erf(x / np.float32(math.sqrt(2.0))))
+    out: F32 = half.astype(np.float32, copy=False)
     return out
 
 
 def _layer_norm(x: F32, weight: F32, bias: F32, eps: float = 1e-12) -> F32:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    out: F32 = ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32)
+    out: F32 = ((x - mean) / np.sqrt(var + eps) * weight + bias).astype(np.float32, copy=False)
     return out
 
 
@@ -130,7 +131,7 @@ class _Layer:
         probs /= probs.sum(axis=-1, keepdims=True)
         context = np.ascontiguousarray((probs @ v).transpose(0, 2, 1, 3)).reshape(-1, hidden)
         flat = _layer_norm(context @ self.out_w + self.out_b + flat, *self.ln1)
-        up = _gelu((flat @ self.up_w + self.up_b).astype(np.float32))
+        up = _gelu(flat @ self.up_w + self.up_b)
         out = _layer_norm(up @ self.down_w + self.down_b + flat, *self.ln2)
         return out.reshape(batch, seq, hidden)
 
@@ -190,8 +191,9 @@ class LocalEmbedder:
             ids[row, :len(seq)] = seq
             mask[row, :len(seq)] = 1.0
         x = self._word[ids] + self._position[:length] + self._token_type
-        x = _layer_norm(x.astype(np.float32), *self._ln, eps=self._eps)
-        mask_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :].astype(np.float32)
+        x = _layer_norm(x.astype(np.float32, copy=False), *self._ln, eps=self._eps)
+        mask_bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        mask_bias = mask_bias.astype(np.float32, copy=False)
         for layer in self._layers:
             x = layer(x, mask_bias, self._heads)
         pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)[:, None]
