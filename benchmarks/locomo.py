@@ -171,15 +171,18 @@ async def embed_all(path: Path, embedder: Embedder) -> float:
     return total / seconds if seconds and total else float("nan")
 
 
-async def relevant_memories(path: Path, evidence: set[str]) -> int:
-    """How many memories hold an evidence turn (the ideal for nDCG)."""
+async def relevant_memories(path: Path, project: str, evidence: set[str]) -> int:
+    """How many memories of the project hold an evidence turn (the ideal for nDCG)."""
     import aiosqlite
 
     async with aiosqlite.connect(path) as conn:
         marks = ",".join("?" for _ in evidence)
+        # Only the question's project can hold its evidence; scanning just it keeps the
+        # 100,000-memory run from reading every memory's uuids for every question.
         sql = ("SELECT COUNT(DISTINCT m.seq) FROM memories m, json_each(m.message_uuids) j"
-               f" WHERE j.value IN ({marks})")
-        async with conn.execute(sql, tuple(evidence)) as cur:
+               " WHERE m.project = ? AND m.deleted_at IS NULL AND m.superseded_by IS NULL"
+               f" AND j.value IN ({marks})")
+        async with conn.execute(sql, (project, *evidence)) as cur:
             row = await cur.fetchone()
     return int(row[0]) if row else 0
 
@@ -207,7 +210,7 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
                 evidence = {f"{sample['sample_id']}:{e.strip()}" for e in qa["evidence"]}
                 key = frozenset(evidence)
                 if key not in ideal:
-                    ideal[key] = await relevant_memories(path, evidence)
+                    ideal[key] = await relevant_memories(path, project, evidence)
                 began = time.perf_counter()
                 results = await backend.recall(qa["question"], project=project, limit=10,
                                                record_access=False)

@@ -186,7 +186,8 @@ async def hybrid_rows(
     if fusion != "vector":
         await keyword_channel()
     # SQL for the vector channel's filter, still while the embedding is being computed.
-    allowed = await fetch(_allowed_sql(filters), filters.params) if query_vector else []
+    allowed = (await fetch(_allowed_sql(filters), filters.params)
+               if query_vector is not None else [])
     vector = await query_vector if query_vector is not None else None
     index = index_of()
     vectors_on = vector is not None and index is not None and len(index) > 0
