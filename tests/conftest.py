@@ -20,3 +20,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 def fixture_roots(tmp_path: Path) -> dict[str, Path]:
     """Every real fixture transcript laid out as the agents would write them."""
     return lay_out_fixtures(tmp_path / "agents")
+
+
+@pytest.fixture
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No config file, MEMORYD_* variable or home directory of this machine leaks into a
+    test: the XDG directories and HOME point into the test's tmp_path, which is returned."""
+    for name in list(os.environ):
+        if name.startswith("MEMORYD_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path

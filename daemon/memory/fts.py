@@ -36,10 +36,6 @@ def terms(text: str) -> list[str]:
     return (content or words)[:MAX_TERMS]
 
 
-def _quoted(words: list[str]) -> str:
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-
-
 def match_expression(text: str, *, content_only: bool = False) -> str | None:
     """An FTS5 MATCH expression for `text`, or None when it holds no words at all.
 

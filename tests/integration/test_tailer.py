@@ -20,14 +20,7 @@ from daemon.config import Settings, load_settings
 from daemon.ingest.ingester import Ingester
 from daemon.store import connect, migrate
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No config file or MEMORYD_* variable of this machine leaks into a test."""
-    for name in list(os.environ):
-        if name.startswith("MEMORYD_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 @dataclass

@@ -370,15 +370,7 @@ class TailerMachine(RuleBasedStateMachine):
             s: uuids for s, uuids in by_session.items() if uuids}
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No MEMORYD_* variable of this machine leaks into the settings."""
-    for name in list(os.environ):
-        if name.startswith("MEMORYD_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
-
-
+@pytest.mark.usefixtures("clean_environment")
 def test_tailer_state_machine() -> None:
     """Under any sequence of appends, partial lines, truncations, replacements, renames,
     deletions and restarts, each message is stored once per session, in first-seen order,

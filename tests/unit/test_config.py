@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -16,17 +15,7 @@ from daemon.config import (
 )
 from daemon.errors import ConfigError
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No config file or MEMORYD_* variable of this machine leaks into a test."""
-    for name in list(os.environ):
-        if name.startswith("MEMORYD_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return tmp_path
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def _write(path: Path, text: str) -> Path:
