@@ -23,8 +23,9 @@ with chunked recall only the matched chunks' messages):
 - p50/p95: wall time of one recall call, query embedding included.
 
 Modes: `none` keyword (FTS5 BM25 over chunks), `local` vectors alone (all-MiniLM-
-L6-v2 in NumPy), `hybrid` both fused 0.7/0.3, `hybrid-rrf` both by reciprocal
-rank fusion, and `none-segments`, today's keyword recall over whole segments.
+L6-v2, under ONNX Runtime unless `--runtime numpy`), `hybrid` both, weighted
+0.3 vector / 0.7 keyword, `hybrid-rrf` both by reciprocal rank fusion, and
+`none-segments`, today's keyword recall over whole segments.
 `--scale N` adds synthetic memories until the store holds N and measures again
 (their vectors are sums of embedded template sentences, see `_synthetic`).
 """
@@ -323,10 +324,13 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
         data = data[:args.limit]
     modes = [m for m in args.modes.split(",") if m]
     embedder: Embedder | None = None
+    local_model: LocalEmbedder | None = None
     if any(m in ("local", "hybrid", "hybrid-rrf") for m in modes):
         began = time.perf_counter()
-        embedder = LocalEmbedder.load()
-        print(f"local model loaded in {time.perf_counter() - began:.2f} s", file=sys.stderr)
+        local_model = LocalEmbedder.load(args.runtime)
+        print(f"local model loaded in {time.perf_counter() - began:.2f} s "
+              f"({local_model.runtime})", file=sys.stderr)
+        embedder = local_model
     with tempfile.TemporaryDirectory(prefix="memoryd-locomo-") as tmp:
         work = Path(args.workdir) if args.workdir else Path(tmp)
         projects = {s["sample_id"]: f"/locomo/{s['sample_id']}" for s in data}
@@ -337,7 +341,9 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
             path = await build(data, work, args.segment_max_chars)
         rate = await embed_all(path, embedder) if embedder is not None else float("nan")
         results = {m: await evaluate(path, data, projects, m, embedder) for m in modes}
+        runtime = local_model.runtime if embedder is not None else "-"
         out = [f"machine: {machine()}", f"segment_max_chars: {args.segment_max_chars}",
+               f"local runtime: {runtime}",
                f"embedding rate during build: {rate:.1f} chunks/s", "", table(results)]
         if args.scale:
             count = await add_synthetic(path, args.scale, list(projects.values()), embedder)
@@ -357,6 +363,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--out", help="also write the report to this file")
     parser.add_argument("--workdir", help="build here, or reuse what an earlier run built here")
+    parser.add_argument("--runtime", choices=["auto", "onnx", "numpy"], default="auto",
+                        help="how the local model runs (auto: ONNX Runtime when installed)")
     args = parser.parse_args()
     report = asyncio.run(main_async(args, json.loads(Path(args.data).read_text())))
     print(report)

@@ -15,7 +15,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.lock import read_lock_info
-from daemon.memory.embeddings import EmbeddingError, make_embedder, resolve_provider
+from daemon.memory.embeddings import EmbeddingError, local, make_embedder, resolve_provider
 from daemon.service import open_memory_backend
 from daemon.units import ServiceManager
 
@@ -124,7 +124,11 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
             pending = str(await backend.pending_embeddings())
         finally:
             await backend.close()
-    return Check("embeddings", "ok", f"{shown} ({embedder.name}), {pending} chunks waiting "
+    model = embedder.name
+    if provider == "local":
+        runtime = settings.memory.embeddings.local_runtime
+        model += f" in {local.runtime_name() if runtime == 'auto' else runtime}"
+    return Check("embeddings", "ok", f"{shown} ({model}), {pending} chunks waiting "
                  "for a vector")
 
 

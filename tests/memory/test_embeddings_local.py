@@ -1,4 +1,4 @@
-"""The `local` provider: all-MiniLM-L6-v2 in NumPy (skipped without the extra)."""
+"""The `local` provider: all-MiniLM-L6-v2 (skipped without the extra)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daemon.config import EmbeddingSettings
-from daemon.memory.embeddings import local, make_embedder, resolve_provider
+from daemon.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider
 
 needs_model = pytest.mark.skipif(
     not local.available(),
@@ -52,3 +52,17 @@ def test_make_embedder_loads_the_model_lazily() -> None:
     embedder = make_embedder(EmbeddingSettings(provider="local"))
     assert embedder is not None and embedder.dimensions == 384
     assert embedder.embed(["hello"]).shape == (1, 384)
+
+
+@needs_model
+@pytest.mark.skipif(not bert_onnx.available(), reason="onnxruntime and onnx are not installed")
+def test_both_runtimes_give_the_same_vectors() -> None:
+    """ONNX Runtime and NumPy embed alike, so stored vectors survive a change of runtime."""
+    texts = ["When did Caroline go to the LGBTQ support group?",
+             "We deploy to staging before production.",
+             "a long text that is truncated at 256 tokens " * 40]
+    onnx_model = local.LocalEmbedder.load("onnx")
+    numpy_model = local.LocalEmbedder.load("numpy")
+    assert onnx_model.runtime.startswith("onnxruntime") and numpy_model.runtime == "numpy"
+    cosines = (onnx_model.embed(texts) * numpy_model.embed(texts)).sum(axis=1)
+    assert cosines.min() > 0.99999

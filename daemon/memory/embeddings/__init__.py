@@ -1,7 +1,8 @@
 """Embeddings for hybrid recall: one small interface, three providers.
 
 - `none`: no vectors; recall is keyword search only (always available).
-- `local`: all-MiniLM-L6-v2 in NumPy from the `local-embeddings` extra (local.py).
+- `local`: all-MiniLM-L6-v2 from the `local-embeddings` extra, under ONNX Runtime
+  or in NumPy (local.py).
 - `openai`: any OpenAI-compatible `/v1/embeddings` endpoint over httpx (openai.py).
 
 `auto` (the default) is `local` when its extra is installed, else `none`.
@@ -45,12 +46,13 @@ class LazyLocalEmbedder:
     name = local.LocalEmbedder.name
     dimensions = local.LocalEmbedder.dimensions
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: local.Runtime = "auto") -> None:
+        self._runtime = runtime
         self._model: local.LocalEmbedder | None = None
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if self._model is None:
-            self._model = local.LocalEmbedder.load()
+            self._model = local.LocalEmbedder.load(self._runtime)
         return self._model.embed(texts)
 
 
@@ -71,7 +73,7 @@ def make_embedder(settings: EmbeddingSettings) -> Embedder | None:
             raise EmbeddingError(
                 "the local model is not installed (pip install 'memoryd[local-embeddings]')",
                 provider="local")
-        return LazyLocalEmbedder()
+        return LazyLocalEmbedder(settings.local_runtime)
     o = settings.openai
     return OpenAIEmbedder(OpenAIOptions(
         base_url=o.base_url, model=o.model, dimensions=o.dimensions,

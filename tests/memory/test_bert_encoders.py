@@ -1,0 +1,103 @@
+"""The ONNX Runtime encoder against the NumPy one, on a small random BERT.
+
+Random weights of the real layout (2 layers, 4 heads, hidden 32) exercise every
+operation of the graph without the model package, so this runs in CI; the real
+model's two runtimes are compared in test_embeddings_local.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import structlog
+
+from daemon.memory.embeddings import bert_onnx, local
+from daemon.memory.embeddings.base import EmbeddingError
+from daemon.memory.embeddings.bert import BertConfig, NumpyEncoder, Weights
+
+pytestmark = pytest.mark.skipif(not bert_onnx.available(),
+                                reason="onnxruntime and onnx are not installed")
+
+CONFIG = BertConfig(layers=2, heads=4, hidden=32, eps=1e-12)
+VOCAB, POSITIONS, INTERMEDIATE = 60, 24, 64
+
+
+def random_weights(seed: int = 7) -> Weights:
+    rng = np.random.default_rng(seed)
+    h = CONFIG.hidden
+
+    def normal(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    w: Weights = {
+        "embeddings.word_embeddings.weight": normal(VOCAB, h, scale=1.0),
+        "embeddings.position_embeddings.weight": normal(POSITIONS, h, scale=0.5),
+        "embeddings.token_type_embeddings.weight": normal(2, h, scale=0.5),
+        "embeddings.LayerNorm.weight": 1.0 + normal(h, scale=0.1),
+        "embeddings.LayerNorm.bias": normal(h, scale=0.1),
+    }
+    for i in range(CONFIG.layers):
+        p = f"encoder.layer.{i}."
+        for name, (out, inp) in {
+            "attention.self.query": (h, h), "attention.self.key": (h, h),
+            "attention.self.value": (h, h), "attention.output.dense": (h, h),
+            "intermediate.dense": (INTERMEDIATE, h), "output.dense": (h, INTERMEDIATE),
+        }.items():
+            w[p + name + ".weight"] = normal(out, inp)
+            w[p + name + ".bias"] = normal(out, scale=0.1)
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            w[p + norm + ".weight"] = 1.0 + normal(h, scale=0.1)
+            w[p + norm + ".bias"] = normal(h, scale=0.1)
+    return w
+
+
+def batch(*lengths: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids padded with 0 to the longest, and the matching mask."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((len(lengths), max(lengths)), dtype=np.int64)
+    mask = np.zeros(ids.shape, dtype=np.float32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(1, VOCAB, length)
+        mask[row, :length] = 1.0
+    return ids, mask
+
+
+def test_onnx_graph_computes_what_numpy_does() -> None:
+    """Same weights, same tokens: the hidden states agree to float rounding."""
+    weights = random_weights()
+    ids, mask = batch(9, 17, 3)
+    expected = NumpyEncoder(weights, CONFIG).encode(ids, mask)
+    got = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1).encode(ids, mask)
+    assert got.shape == expected.shape == (3, 17, CONFIG.hidden)
+    real = mask.astype(bool)  # padded positions are never pooled, so only real ones must agree
+    assert np.abs(got[real] - expected[real]).max() < 1e-4
+    # Not trivially equal: different inputs give different states.
+    assert np.abs(expected[0, 0] - expected[1, 0]).max() > 1e-2
+
+
+def test_padding_does_not_change_a_sequence() -> None:
+    """A sequence's states are the same alone and padded in a batch with a longer one."""
+    encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1)
+    ids, mask = batch(5, 20)
+    together = encoder.encode(ids, mask)
+    alone = encoder.encode(ids[:1, :5], mask[:1, :5])
+    assert np.abs(together[0, :5] - alone[0]).max() < 1e-5
+
+
+def test_auto_falls_back_to_numpy_when_onnx_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model ONNX Runtime rejects: `auto` logs and uses NumPy; `onnx` is a clear error."""
+    monkeypatch.setattr(bert_onnx, "build_model", lambda weights, config: b"not a model")
+    with structlog.testing.capture_logs() as logs:
+        encoder = local.make_encoder(random_weights(), CONFIG, "auto")
+    assert encoder.runtime == "numpy"
+    assert [e["event"] for e in logs] == ["embeddings_runtime_fallback"]
+    with pytest.raises(EmbeddingError, match="ONNX Runtime"):
+        local.make_encoder(random_weights(), CONFIG, "onnx")
+
+
+def test_runtime_choice() -> None:
+    """`numpy` is NumPy; `auto` and `onnx` are ONNX Runtime when it is installed."""
+    weights = random_weights()
+    assert local.make_encoder(weights, CONFIG, "numpy").runtime == "numpy"
+    assert local.make_encoder(weights, CONFIG, "auto").runtime.startswith("onnxruntime ")
+    assert local.runtime_name() == "onnxruntime"
