@@ -86,7 +86,7 @@ def test_padding_does_not_change_a_sequence() -> None:
 
 def test_auto_falls_back_to_numpy_when_onnx_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model ONNX Runtime rejects: `auto` logs and uses NumPy; `onnx` is a clear error."""
-    monkeypatch.setattr(bert_onnx, "build_model", lambda weights, config: b"not a model")
+    monkeypatch.setattr(bert_onnx, "build_model", lambda weights, config: (b"not a model", {}))
     with structlog.testing.capture_logs() as logs:
         encoder = local.make_encoder(random_weights(), CONFIG, "auto")
     assert encoder.runtime == "numpy"
