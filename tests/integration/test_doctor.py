@@ -57,3 +57,20 @@ def test_stale_unit_is_a_failure(tmp_path: Path) -> None:
     result = doctor(tmp_path, config)
     assert result.returncode == 1
     assert "fail  service unit" in result.stdout and "memoryd service install" in result.stdout
+
+
+@pytest.mark.parametrize("runtime", ["numpy", "onnx"])
+def test_embeddings_check_names_the_local_runtime(tmp_path: Path, runtime: str) -> None:
+    """With `local` configured, doctor says which runtime runs the model, or why none can."""
+    from daemon.memory.embeddings import bert_onnx, local
+
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state", {"claude": tmp_path},
+                          memory={"embeddings": {"provider": "local", "local_runtime": runtime}})
+    result = doctor(tmp_path, config)
+    line = next(x for x in result.stdout.splitlines() if x.split()[1:2] == ["embeddings:"])
+    if not local.available():
+        assert line.startswith("warn") and "not installed" in line
+    elif runtime == "onnx" and not bert_onnx.available():
+        pytest.skip("onnxruntime and onnx are not installed")
+    else:
+        assert line.startswith("ok") and f"all-MiniLM-L6-v2 in {runtime}" in line

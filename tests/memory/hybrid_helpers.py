@@ -33,7 +33,8 @@ class FakeEmbedder:
     name = "fake:concepts"
     dimensions = DIMENSIONS
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_this_machine: bool = True) -> None:
+        self.on_this_machine = on_this_machine
         self.calls = 0
         self.fail = False
 

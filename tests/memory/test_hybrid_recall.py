@@ -62,6 +62,23 @@ async def test_paraphrase_found_by_vector_not_by_keywords(tmp_path: Path,
         assert results[0].memory_id == wanted.id
 
 
+async def test_local_and_remote_embedders_recall_alike(tmp_path: Path, clock: FakeClock) -> None:
+    """A local model is awaited before the SQL, a remote one beside it: same results."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        for text in ["deploy to staging before production", "the espresso machine is broken",
+                     "release notes for the login fix", "production incident: staging skipped"]:
+            await backend.remember(text, project="/p")
+        await embed_all(backend)
+    answers = []
+    for on_this_machine in (True, False):
+        embedder = FakeEmbedder(on_this_machine=on_this_machine)
+        async with await open_hybrid(tmp_path, clock, embedder) as backend:
+            results = await backend.recall("release sequence staging prod", project="/p")
+        assert embedder.calls == 1
+        answers.append([(r.memory_id, round(r.score, 6)) for r in results])
+    assert answers[0] == answers[1] and len(answers[0]) >= 2
+
+
 async def test_exact_identifier_found_by_keywords(tmp_path: Path, clock: FakeClock) -> None:
     """An identifier the embedder knows nothing about still ranks first through BM25."""
     async with await open_hybrid(tmp_path, clock) as backend:

@@ -45,6 +45,7 @@ class LazyLocalEmbedder:
 
     name = local.LocalEmbedder.name
     dimensions = local.LocalEmbedder.dimensions
+    on_this_machine = True
 
     def __init__(self, runtime: local.Runtime = "auto") -> None:
         self._runtime = runtime

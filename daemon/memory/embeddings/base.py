@@ -38,6 +38,9 @@ class Embedder(Protocol):
 
     name: str
     dimensions: int
+    #: True when `embed` computes on this machine's processor rather than waiting on a
+    #: network: recall then embeds the query before its SQL, not beside it.
+    on_this_machine: bool
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One L2-normalised float32 row per text (blocking: call it off the event loop)."""

@@ -83,6 +83,7 @@ class LocalEmbedder:
 
     name = f"{PROVIDER}:{MODEL_NAME}"
     dimensions = 384
+    on_this_machine = True
 
     def __init__(self, directory: Path, runtime: Runtime = "auto") -> None:
         from tokenizers import Tokenizer

@@ -53,6 +53,8 @@ class OpenAIOptions:
 class OpenAIEmbedder:
     """Embeddings from an OpenAI-compatible HTTP endpoint (blocking httpx client)."""
 
+    on_this_machine = False
+
     def __init__(self, options: OpenAIOptions, *,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.options = options
