@@ -434,13 +434,12 @@ class SQLiteMemoryBackend:
     async def _query_vector(self, embedder: Embedder, query: str) -> Floats | None:
         """The query's embedding, or None when the model fails."""
         try:
-            vectors = await asyncio.to_thread(embedder.embed, [query])
+            vector: Floats = await asyncio.to_thread(embedder.embed_query, query)
         except BackendError as exc:
             # A model or endpoint that fails leaves keyword search working.
             log.warning("memory_recall_keywords_only", error=str(exc))
             return None
-        first: Floats = vectors[0]
-        return first
+        return vector
 
     # -- embeddings -------------------------------------------------------
 

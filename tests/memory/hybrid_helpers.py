@@ -53,3 +53,7 @@ class FakeEmbedder:
                 else:
                     out[row, axis] += 1.0
         return normalise(out)
+
+    def embed_query(self, text: str) -> Vectors:
+        vector: Vectors = self.embed([text])[0]
+        return vector

@@ -75,6 +75,22 @@ def test_onnx_graph_computes_what_numpy_does() -> None:
     assert np.abs(expected[0, 0] - expected[1, 0]).max() > 1e-2
 
 
+def test_int8_graph_stays_close_to_float32() -> None:
+    """int8 dense layers: each token's state points where float32's does. (A wrong scale
+    axis or zero point gives cosines near 0; this tiny net quantises coarsely, hence 0.95.)"""
+    weights = random_weights()
+    ids, mask = batch(12, 7)
+    exact = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1).encode(ids, mask)
+    int8 = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, int8=True)
+    assert int8.runtime.endswith(" int8")
+    approx = int8.encode(ids, mask)
+    real = mask.astype(bool)
+    a, b = exact[real], approx[real]
+    cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosines.min() > 0.95 and cosines.mean() > 0.985
+    assert np.abs(a - b).max() > 1e-6  # quantised for real, not the float32 graph again
+
+
 def test_padding_does_not_change_a_sequence() -> None:
     """A sequence's states are the same alone and padded in a batch with a longer one."""
     encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1)
@@ -86,7 +102,7 @@ def test_padding_does_not_change_a_sequence() -> None:
 
 def test_auto_falls_back_to_numpy_when_onnx_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """A model ONNX Runtime rejects: `auto` logs and uses NumPy; `onnx` is a clear error."""
-    monkeypatch.setattr(bert_onnx, "build_model", lambda weights, config: (b"not a model", {}))
+    monkeypatch.setattr(bert_onnx, "build_model", lambda *args, **kwargs: (b"not a model", {}))
     with structlog.testing.capture_logs() as logs:
         encoder = local.make_encoder(random_weights(), CONFIG, "auto")
     assert encoder.runtime == "numpy"

@@ -66,3 +66,17 @@ def test_both_runtimes_give_the_same_vectors() -> None:
     assert onnx_model.runtime.startswith("onnxruntime") and numpy_model.runtime == "numpy"
     cosines = (onnx_model.embed(texts) * numpy_model.embed(texts)).sum(axis=1)
     assert cosines.min() > 0.99999
+
+
+@needs_model
+def test_query_embedding_agrees_with_stored_texts(embedder: local.LocalEmbedder) -> None:
+    """A query (int8 under ONNX Runtime) lands next to its own float32 embedding, and
+    still ranks a paraphrase above an unrelated text."""
+    texts = ["We deploy to staging before production.",
+             "The release goes to the test environment first, then live.",
+             "My cat likes to sleep on the keyboard."]
+    stored = embedder.embed(texts)
+    query = embedder.embed_query(texts[0])
+    assert query.shape == (384,) and abs(float(np.linalg.norm(query)) - 1.0) < 1e-5
+    assert float(query @ stored[0]) > 0.97
+    assert float(query @ stored[1]) > float(query @ stored[2]) + 0.2

