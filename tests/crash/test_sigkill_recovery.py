@@ -43,14 +43,21 @@ def test_sigkill_during_sync_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     kills = 0
     progress = []
     while kills < 12 and _unsynced(db) > 0:
+        before = _unsynced(db)
         proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.4, 1.0))
+        # Kill once saving is under way (start-up time varies with the machine's load),
+        # a random moment later, so the kill lands inside a save, not before the first.
+        deadline = time.monotonic() + 60
+        while _unsynced(db) == before and proc.poll() is None:
+            assert time.monotonic() < deadline, "the daemon never started saving"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
         progress.append(_unsynced(db))
-    assert any(0 < left < total for left in progress), "no kill landed mid-sync"
+    assert any(0 < left < total for left in progress), f"no kill landed mid-sync: {total} {progress}"
 
     with (tmp_path / "final.log").open("wb") as log:
         proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
