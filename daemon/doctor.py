@@ -126,8 +126,7 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
             await backend.close()
     model = embedder.name
     if provider == "local":
-        runtime = settings.memory.embeddings.local_runtime
-        model += f" in {local.runtime_name() if runtime == 'auto' else runtime}"
+        model += f" in {local.runtime_name(settings.memory.embeddings.local_runtime)}"
     return Check("embeddings", "ok", f"{shown} ({model}), {pending} chunks waiting "
                  "for a vector")
 

@@ -55,6 +55,7 @@ def build_model(weights: Weights, config: BertConfig, *,
     nodes: list[Any] = []
     external: dict[str, npt.NDArray[Any]] = {}
     elem_type = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int8): TensorProto.INT8}
+    quantised_inputs: dict[str, list[str]] = {}
 
     def const(name: str, array: np.ndarray[Any, Any]) -> str:
         initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
@@ -95,9 +96,10 @@ def build_model(weights: Weights, config: BertConfig, *,
         w = f32(weights[prefix + ".weight"]).T
         scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / np.float32(127.0)
         quantised = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
-        outputs = [f"{prefix}.x_q", f"{prefix}.x_scale", f"{prefix}.x_zero"]
-        nodes.append(helper.make_node("DynamicQuantizeLinear", [x], outputs))
-        x_q, x_scale, x_zero = outputs
+        if x not in quantised_inputs:  # Q, K and V read the same input: quantise it once
+            quantised_inputs[x] = [f"{x}.q", f"{x}.scale", f"{x}.zero"]
+            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], quantised_inputs[x]))
+        x_q, x_scale, x_zero = quantised_inputs[x]
         product = node("MatMulInteger", [x_q, big(prefix + ".weight_q", quantised), x_zero,
                                          const(prefix + ".weight_zero", np.zeros(1, np.int8))])
         scales = node("Mul", [x_scale, big(prefix + ".weight_scale", scale.astype(np.float32))])

@@ -60,9 +60,11 @@ def available() -> bool:
     return model_dir() is not None
 
 
-def runtime_name() -> str:
-    """The runtime `auto` picks: ONNX Runtime when installed, else NumPy."""
-    return "onnxruntime" if bert_onnx.available() else "numpy"
+def runtime_name(runtime: Runtime = "auto") -> str:
+    """The runtime a setting asks for; `auto` is ONNX Runtime when installed, else NumPy."""
+    if runtime == "numpy" or (runtime == "auto" and not bert_onnx.available()):
+        return "numpy"
+    return "onnxruntime"
 
 
 def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto", *,
@@ -71,7 +73,7 @@ def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto"
 
     `int8` asks ONNX Runtime for int8 dense layers; NumPy always computes in float32.
     """
-    if runtime == "numpy" or (runtime == "auto" and not bert_onnx.available()):
+    if runtime_name(runtime) == "numpy":
         return NumpyEncoder(weights, config)
     try:
         return bert_onnx.OnnxEncoder(weights, config, int8=int8)
