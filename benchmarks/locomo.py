@@ -24,7 +24,8 @@ with chunked recall only the matched chunks' messages):
 
 Modes: `none` keyword (FTS5 BM25 over chunks), `local` vectors alone (all-MiniLM-
 L6-v2, under ONNX Runtime unless `--runtime numpy`), `hybrid` both, weighted
-0.3 vector / 0.7 keyword, `hybrid-rrf` both by reciprocal rank fusion, and
+0.1 vector / 0.9 keyword (`--vector-weight`, the setting
+`memory.embeddings.vector_weight`), `hybrid-rrf` both by reciprocal rank fusion, and
 `none-segments`, today's keyword recall over whole segments.
 `--scale N` adds synthetic memories until the store holds N and measures again
 (their vectors are sums of embedded template sentences, see `_synthetic`).
@@ -58,6 +59,7 @@ from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.embeddings.local import LocalEmbedder
 from daemon.memory.records import memory_to_record
+from daemon.memory.sqlite_hybrid import VECTOR_WEIGHT
 from daemon.service import ingest_once, sync_now
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
@@ -189,14 +191,15 @@ async def relevant_memories(path: Path, project: str, evidence: set[str]) -> int
 
 
 async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, str],
-                   mode: str, embedder: Embedder | None) -> dict[str, dict[str, float]]:
+                   mode: str, embedder: Embedder | None,
+                   vector_weight: float) -> dict[str, dict[str, float]]:
     opts: dict[str, Any] = {}
     if mode == "none":
         opts = {"chunked": True}
     elif mode in ("local", "hybrid", "hybrid-rrf", "hybrid-relative"):
         fusion = {"local": "vector", "hybrid": "weighted", "hybrid-rrf": "rrf",
                   "hybrid-relative": "relative"}[mode]
-        opts = {"embedder": embedder, "fusion": fusion}
+        opts = {"embedder": embedder, "fusion": fusion, "vector_weight": vector_weight}
     backend = await SQLiteMemoryBackend.open(path, clock=SystemClock(), **opts)
     per: dict[str, Scores] = defaultdict(Scores)
     ideal: dict[frozenset[str], int] = {}
@@ -340,14 +343,15 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
         else:
             path = await build(data, work, args.segment_max_chars)
         rate = await embed_all(path, embedder) if embedder is not None else float("nan")
-        results = {m: await evaluate(path, data, projects, m, embedder) for m in modes}
+        weight = args.vector_weight
+        results = {m: await evaluate(path, data, projects, m, embedder, weight) for m in modes}
         runtime = local_model.runtime if embedder is not None else "-"
         out = [f"machine: {machine()}", f"segment_max_chars: {args.segment_max_chars}",
-               f"local runtime: {runtime}",
+               f"local runtime: {runtime}", f"vector weight: {args.vector_weight}",
                f"embedding rate during build: {rate:.1f} chunks/s", "", table(results)]
         if args.scale:
             count = await add_synthetic(path, args.scale, list(projects.values()), embedder)
-            scaled = {f"{m} @{count}": await evaluate(path, data, projects, m, embedder)
+            scaled = {f"{m} @{count}": await evaluate(path, data, projects, m, embedder, weight)
                       for m in modes if m != "none-segments"}
             out += ["", f"scale: {count} memories", "", table(scaled)]
     return "\n".join(out)
@@ -365,7 +369,11 @@ def main() -> None:
     parser.add_argument("--workdir", help="build here, or reuse what an earlier run built here")
     parser.add_argument("--runtime", choices=["auto", "onnx", "numpy"], default="auto",
                         help="how the local model runs (auto: ONNX Runtime when installed)")
+    parser.add_argument("--vector-weight", type=float, default=VECTOR_WEIGHT,
+                        help="the vector share of hybrid's fused score (default %(default)s)")
     args = parser.parse_args()
+    if not 0.0 <= args.vector_weight <= 1.0:
+        parser.error("--vector-weight must be within 0..1")
     report = asyncio.run(main_async(args, json.loads(Path(args.data).read_text())))
     print(report)
     if args.out:

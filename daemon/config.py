@@ -126,6 +126,10 @@ class EmbeddingSettings(BaseModel):
     #: How `local` runs its model: ONNX Runtime (`onnx`, about twice as fast), NumPy
     #: (`numpy`), or `auto`, ONNX Runtime when it is installed.
     local_runtime: Literal["auto", "onnx", "numpy"] = "auto"
+    #: The share of vector similarity in hybrid recall's fused score; the rest is keyword
+    #: (BM25) relevance. 0.1 measured best with the `local` model on LoCoMo; a stronger
+    #: embedder (an `openai` endpoint) deserves more.
+    vector_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     openai: OpenAIEmbeddingSettings = Field(default_factory=OpenAIEmbeddingSettings)
 
 

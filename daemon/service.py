@@ -109,8 +109,9 @@ async def open_memory_backend(settings: Settings, clock: Clock) -> SQLiteMemoryB
         embedder = make_embedder(settings.memory.embeddings)
     except EmbeddingError as exc:
         log.warning("embeddings_unavailable", error=str(exc))
-    return await SQLiteMemoryBackend.open(settings.memory_path, clock=clock, embedder=embedder,
-                                          chunked=True)
+    return await SQLiteMemoryBackend.open(
+        settings.memory_path, clock=clock, embedder=embedder, chunked=True,
+        vector_weight=settings.memory.embeddings.vector_weight)
 
 
 def recovery_policy(settings: Settings) -> RecoveryPolicy:

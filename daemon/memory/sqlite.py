@@ -146,10 +146,14 @@ async def _chunk_missing(conn: aiosqlite.Connection) -> int:
     return len(rows)
 
 
-def _importance(value: float) -> float:
+def _fraction(name: str, value: float) -> float:
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"importance {value} is outside 0..1")
+        raise ValueError(f"{name} {value} is outside 0..1")
     return float(value)
+
+
+def _importance(value: float) -> float:
+    return _fraction("importance", value)
 
 
 class SQLiteMemoryBackend:
@@ -159,7 +163,8 @@ class SQLiteMemoryBackend:
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
                  embedder: Embedder | None = None, chunked: bool | None = None,
-                 fusion: sqlite_hybrid.Fusion = "weighted") -> None:
+                 fusion: sqlite_hybrid.Fusion = "weighted",
+                 vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT) -> None:
         self._conn: aiosqlite.Connection | None = conn
         self._path = path
         self._clock = clock
@@ -167,6 +172,7 @@ class SQLiteMemoryBackend:
         self._embedder = embedder
         self._chunked = embedder is not None if chunked is None else chunked
         self._fusion: sqlite_hybrid.Fusion = fusion
+        self._vector_weight = _fraction("vector_weight", vector_weight)
         self._index: VectorIndex | None = None
         self._embed_lock = asyncio.Lock()
 
@@ -180,6 +186,7 @@ class SQLiteMemoryBackend:
         cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0,
         embedder: Embedder | None = None, chunked: bool | None = None,
         fusion: sqlite_hybrid.Fusion = "weighted",
+        vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT,
     ) -> SQLiteMemoryBackend:
         """Open or create the memory database at `path` and bring its schema up to date.
 
@@ -187,7 +194,10 @@ class SQLiteMemoryBackend:
         write fails with BackendUnavailable. With an `embedder` (or `chunked=True`
         for keyword-only chunk recall), recall is hybrid (sqlite_hybrid.py);
         vectors are added by `embed_pending`, never on the save path.
+        `vector_weight` is the share of vector similarity in hybrid recall's
+        fused score (the rest is keyword relevance).
         """
+        _fraction("vector_weight", vector_weight)  # before a connection exists to leak
         conn = await connect(path, busy_timeout=busy_timeout)
         try:
             await migrate(conn, to_utc_text(clock.now()))
@@ -203,7 +213,8 @@ class SQLiteMemoryBackend:
             raise
         make_private(path)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
-        return cls(conn, path, clock, embedder=embedder, chunked=chunked, fusion=fusion)
+        return cls(conn, path, clock, embedder=embedder, chunked=chunked, fusion=fusion,
+                   vector_weight=vector_weight)
 
     async def __aenter__(self) -> SQLiteMemoryBackend:
         return self
@@ -404,7 +415,7 @@ class SQLiteMemoryBackend:
             async with self._read() as conn:
                 hits = await sqlite_hybrid.hybrid_rows(
                     fetch, filters, query, query_vector, lambda: self._index, limit=limit,
-                    fusion=self._fusion)
+                    fusion=self._fusion, vector_weight=self._vector_weight)
         finally:
             if query_vector is not None and not query_vector.done():
                 query_vector.cancel()

@@ -16,13 +16,16 @@ goes through `sqlite_recall` unchanged):
    computed on a worker thread while SQLite runs step 2 and the filter query
    of this step, and awaited only then.
 4. Fusion, per chunk. `weighted` (the default, it measured best on LoCoMo,
-   see benchmarks/README.md): VECTOR_WEIGHT * vector + KEYWORD_WEIGHT * keyword,
-   a channel that did not return the chunk counting 0. The issue's starting
-   point was 0.7 vector / 0.3 keyword; with all-MiniLM-L6-v2 on LoCoMo the
-   reverse, 0.3 / 0.7, measured best (recall@10 0.865 against 0.794 for 0.7/0.3
-   and 0.818 for RRF), so that is the default. A chunk with no vector yet (the background
-   queue has not reached it) takes its keyword relevance alone, so fresh
-   memories are not penalised. `rrf`: reciprocal rank fusion,
+   see benchmarks/README.md): w * vector + (1 - w) * keyword, a channel that
+   did not return the chunk counting 0, with w the vector weight
+   (`memory.embeddings.vector_weight`, default VECTOR_WEIGHT = 0.1). The
+   issue's starting point was 0.7 vector / 0.3 keyword; with all-MiniLM-L6-v2
+   on LoCoMo (1,000-character chunks) nDCG@5 rises steadily as w falls from
+   0.7 to 0.1 (0.703 at 0.3, 0.743 at 0.1, 0.735 with keywords alone), and
+   0.1 beat 0.3 on every one of the ten conversations. A stronger embedder
+   (the `openai` provider) deserves a larger w. A chunk with no vector yet
+   (the background queue has not reached it) takes its keyword relevance
+   alone, so fresh memories are not penalised. `rrf`: reciprocal rank fusion,
    sum of 1 / (60 + rank) over the channels, divided by its maximum 2/61.
    `relative`: the weighted sum of each channel's score divided by that
    channel's best score for this query (relative score fusion).
@@ -52,10 +55,9 @@ if TYPE_CHECKING:  # NumPy is imported only when there are vectors
     from daemon.memory.vector_index import Floats, VectorIndex
 
 Fusion = Literal["weighted", "relative", "rrf", "vector"]
-# Measured on LoCoMo, all-MiniLM-L6-v2, 600-char chunks (benchmarks/README.md): the starting
-# point 0.7/0.3 gave recall@10 0.794, RRF 0.818, 0.3/0.7 0.865 (keywords alone 0.858).
-VECTOR_WEIGHT = 0.3
-KEYWORD_WEIGHT = 0.7
+# Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5
+# 0.571 at the starting point 0.7 (600-char chunks), 0.703 at 0.3, 0.743 at 0.1.
+VECTOR_WEIGHT = 0.1
 RRF_K = 60
 CANDIDATES = 200
 EXCERPT_CHUNKS = 2
@@ -125,10 +127,10 @@ def _allowed_sql(filters: RecallPlan) -> str:
 
 
 def _fuse(chunk: _Chunk, fusion: Fusion, vectors_on: bool,
-          scale: tuple[float, float] = (1.0, 1.0)) -> float:
+          scale: tuple[float, float] = (1.0, 1.0), vector_weight: float = VECTOR_WEIGHT) -> float:
     if fusion == "relative" and vectors_on and chunk.has_vector:
-        return (VECTOR_WEIGHT * chunk.vector / scale[0]
-                + KEYWORD_WEIGHT * chunk.keyword / scale[1])
+        return (vector_weight * chunk.vector / scale[0]
+                + (1.0 - vector_weight) * chunk.keyword / scale[1])
     if fusion == "vector":
         return chunk.vector if vectors_on else chunk.keyword
     if fusion == "rrf":
@@ -137,7 +139,7 @@ def _fuse(chunk: _Chunk, fusion: Fusion, vectors_on: bool,
         return total / (2.0 / (RRF_K + 1))
     if not vectors_on or not chunk.has_vector:
         return chunk.keyword
-    return VECTOR_WEIGHT * chunk.vector + KEYWORD_WEIGHT * chunk.keyword
+    return vector_weight * chunk.vector + (1.0 - vector_weight) * chunk.keyword
 
 
 async def hybrid_rows(
@@ -149,6 +151,7 @@ async def hybrid_rows(
     *,
     limit: int,
     fusion: Fusion = "weighted",
+    vector_weight: float = VECTOR_WEIGHT,
 ) -> list[Hit]:
     """The best `limit` memories for `query` under `filters` (a plan made without words).
 
@@ -215,7 +218,7 @@ async def hybrid_rows(
     scale = (max([c.vector for c in candidates.values()] + [1e-9]),
              max([c.keyword for c in candidates.values()] + [1e-9]))
     for chunk in candidates.values():
-        chunk.fused = _fuse(chunk, fusion, vectors_on, scale)
+        chunk.fused = _fuse(chunk, fusion, vectors_on, scale, vector_weight)
         best.setdefault(chunk.memory_seq, []).append(chunk)
     for chunks in best.values():
         chunks.sort(key=lambda c: -c.fused)

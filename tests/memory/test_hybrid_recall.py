@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import numpy as np
@@ -14,17 +15,17 @@ from daemon.clock import FakeClock
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import Provenance
-from daemon.memory.sqlite_hybrid import KEYWORD_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
+from daemon.memory.sqlite_hybrid import VECTOR_WEIGHT, _Chunk, _fuse
 from daemon.memory.vector_index import VectorIndex
 from tests.memory.hybrid_helpers import FakeEmbedder
 
 START = datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
 
 
-async def open_hybrid(tmp_path: Path, clock: FakeClock,
-                      embedder: FakeEmbedder | None = None) -> SQLiteMemoryBackend:
+async def open_hybrid(tmp_path: Path, clock: FakeClock, embedder: FakeEmbedder | None = None,
+                      **options: Any) -> SQLiteMemoryBackend:
     return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock,
-                                          embedder=embedder or FakeEmbedder())
+                                          embedder=embedder or FakeEmbedder(), **options)
 
 
 def conversation(lines: list[str], *, session_id: int = 1, project: str = "/work/app",
@@ -232,13 +233,34 @@ async def test_import_chunks_new_memories(tmp_path: Path, clock: FakeClock) -> N
 
 
 def test_weighted_fusion_weights() -> None:
-    """Weighted fusion is 0.3 vector + 0.7 keyword; a chunk without a vector keeps its keyword."""
-    assert (VECTOR_WEIGHT, KEYWORD_WEIGHT) == (0.3, 0.7)
+    """Weighted fusion is w * vector + (1 - w) * keyword, w 0.1 by default; a chunk without a
+    vector keeps its keyword."""
+    assert VECTOR_WEIGHT == 0.1
     both = _Chunk(1, 1, keyword=0.5, keyword_rank=1, vector=0.8, vector_rank=2, has_vector=True)
-    assert _fuse(both, "weighted", True) == pytest.approx(0.3 * 0.8 + 0.7 * 0.5)
+    assert _fuse(both, "weighted", True) == pytest.approx(0.1 * 0.8 + 0.9 * 0.5)
+    assert _fuse(both, "weighted", True, vector_weight=0.6) == pytest.approx(0.6 * 0.8 + 0.4 * 0.5)
     fresh = _Chunk(2, 2, keyword=0.5, keyword_rank=1)
     assert _fuse(fresh, "weighted", True) == pytest.approx(0.5)
+    assert _fuse(fresh, "weighted", True, vector_weight=0.9) == pytest.approx(0.5)
     assert _fuse(both, "rrf", True) == pytest.approx((1 / 61 + 1 / 62) / (2 / 61))
+
+
+@pytest.mark.parametrize(("weight", "first"), [(0.0, "keyword"), (0.9, "vector")])
+async def test_vector_weight_decides_between_the_channels(tmp_path: Path, clock: FakeClock,
+                                                          weight: float, first: str) -> None:
+    """One memory matches the query's rare word, another its meaning; the weight picks."""
+    async with await open_hybrid(tmp_path, clock, vector_weight=weight) as backend:
+        by_keyword = await backend.remember("zx81 emulator notes, unrelated", project="/p")
+        by_vector = await backend.remember("release to preprod before prod", project="/p")
+        await embed_all(backend)
+        results = await backend.recall("deployment staging production zx81", project="/p")
+        assert results[0].memory_id == {"keyword": by_keyword.id, "vector": by_vector.id}[first]
+
+
+async def test_vector_weight_outside_0_to_1_is_refused(tmp_path: Path, clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match=r"vector_weight 1\.5 is outside 0\.\.1"):
+        await open_hybrid(tmp_path, clock, vector_weight=1.5)
+    assert not (tmp_path / "memory.db").exists()
 
 
 def test_chunks_keep_message_provenance() -> None:

@@ -135,6 +135,7 @@ def test_unknown_environment_variable_names_it(
         ("read_chunk_bytes: 10\n", "read_chunk_bytes"),
         ("sources:\n  - {kind: vim, root: /x}\n", "kind"),
         ("sources: not-a-list\n", "sources"),
+        ("memory:\n  embeddings:\n    vector_weight: 1.5\n", "vector_weight"),
     ],
 )
 def test_bad_value_names_the_key(clean_environment: Path, text: str, key: str) -> None:
