@@ -91,6 +91,26 @@ def test_int8_graph_stays_close_to_float32() -> None:
     assert np.abs(a - b).max() > 1e-6  # quantised for real, not the float32 graph again
 
 
+def test_int8_graph_holds_no_float32_copy_of_the_big_tables() -> None:
+    """The int8 graph's word embeddings and dense weights are int8, with float32 scales per
+    word and per output channel; only the small tables stay float32."""
+    weights = random_weights()
+    _, arrays = bert_onnx.build_model(weights, CONFIG, int8=True)
+    assert "word" not in arrays
+    assert arrays["word_q"].dtype == np.int8 and arrays["word_q"].shape == (VOCAB, CONFIG.hidden)
+    assert arrays["word_scale"].shape == (VOCAB, 1)
+    # Per row: each word's step is its own largest value / 127, so a word of large values
+    # does not coarsen the others, and no value is off by more than half a step.
+    table = weights["embeddings.word_embeddings.weight"]
+    steps = arrays["word_scale"]
+    assert np.allclose(steps[:, 0], np.abs(table).max(axis=1) / 127)
+    assert steps.min() < steps.max() / 1.5  # rows differ: one global step would not fit all
+    restored = arrays["word_q"].astype(np.float32) * steps
+    assert (np.abs(restored - table) <= steps / 2 + 1e-6).all()
+    dense = [a for name, a in arrays.items() if name.endswith(".weight_q")]
+    assert len(dense) == 6 * CONFIG.layers and all(a.dtype == np.int8 for a in dense)
+
+
 def test_padding_does_not_change_a_sequence() -> None:
     """A sequence's states are the same alone and padded in a batch with a longer one."""
     encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1)

@@ -39,6 +39,20 @@ def available() -> bool:
     return find_spec("onnxruntime") is not None and find_spec("onnx") is not None
 
 
+def _quantise_rows(table: npt.NDArray[Any], block: int = 2048,
+                   ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Symmetric int8 per row (scale = max |row| / 127), a block of rows at a time, so the
+    float temporaries of a 47 MB table stay a few MB rather than several times its size."""
+    quantised = np.empty(table.shape, dtype=np.int8)
+    scale = np.empty((table.shape[0], 1), dtype=np.float32)
+    for start in range(0, table.shape[0], block):
+        rows = f32(table[start:start + block])
+        step = np.maximum(np.abs(rows).max(axis=1, keepdims=True), 1e-12) / np.float32(127.0)
+        quantised[start:start + block] = np.clip(np.rint(rows / step), -127, 127)
+        scale[start:start + block] = step
+    return quantised, scale
+
+
 def build_model(weights: Weights, config: BertConfig, *,
                 int8: bool = False) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
     """The serialised ONNX graph (ids, positions and mask bias in, hidden states out),
@@ -48,6 +62,8 @@ def build_model(weights: Weights, config: BertConfig, *,
     (symmetric, scale = max |w| / 127) and their inputs per call
     (DynamicQuantizeLinear), as ONNX Runtime's own dynamic quantisation does: the
     layers' weights shrink from 42 to 11 MB, which stays in a desktop's L3 cache.
+    The word embeddings are quantised per row (47 -> 12 MB); a query reads only
+    its own few rows of them, so this saves memory rather than time.
     """
     from onnx import TensorProto, helper, numpy_helper
 
@@ -110,8 +126,16 @@ def build_model(weights: Weights, config: BertConfig, *,
         # (batch, seq, hidden) -> (batch, heads, seq, width), or (batch, heads, width, seq) for K.
         return node("Transpose", [node("Reshape", [projection, "heads_shape"])], perm=perm)
 
+    def word_vectors() -> str:
+        table = weights["embeddings.word_embeddings.weight"]
+        if not int8:
+            return node("Gather", [big("word", f32(table)), "input_ids"])
+        quantised, scale = _quantise_rows(table)
+        rows = node("Cast", [node("Gather", [big("word_q", quantised), "input_ids"])],
+                    to=TensorProto.FLOAT)
+        return node("Mul", [rows, node("Gather", [big("word_scale", scale), "input_ids"])])
+
     width = config.hidden // config.heads
-    big("word", f32(weights["embeddings.word_embeddings.weight"]))
     big("position", f32(weights["embeddings.position_embeddings.weight"]))
     big("token_type", f32(weights["embeddings.token_type_embeddings.weight"][0]))
     const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
@@ -121,8 +145,7 @@ def build_model(weights: Weights, config: BertConfig, *,
     const("one", np.array(1.0, dtype=np.float32))
     const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
 
-    x = node("Add", [node("Gather", ["word", "input_ids"]),
-                     node("Gather", ["position", "position_ids"])])
+    x = node("Add", [word_vectors(), node("Gather", ["position", "position_ids"])])
     x = layer_norm(node("Add", [x, "token_type"]), "embeddings.LayerNorm")
     for i in range(config.layers):
         p = f"encoder.layer.{i}."
