@@ -54,7 +54,8 @@ def _uptime(started_at: str, now: datetime) -> float | None:
 
 async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     memory: dict[str, Any] = {"backend": settings.memory.backend,
-                              "path": str(settings.memory_path), "available": False}
+                              "path": str(settings.memory_path), "available": False,
+                              "embedder": None, "chunks_waiting_for_vector": 0}
     if not settings.memory_path.exists():
         memory["detail"] = "not created yet"
         return memory
@@ -65,6 +66,12 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         return memory
     try:
         memory["available"] = await backend.is_available()
+        if backend.embedder is not None:
+            # The embedding backlog: how far the background queue is from hybrid recall
+            # seeing every memory (until then the rest are found by keywords only).
+            memory["embedder"] = backend.embedder.name
+            if memory["available"]:
+                memory["chunks_waiting_for_vector"] = await backend.pending_embeddings()
     finally:
         await backend.close()
     return memory

@@ -116,6 +116,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     memory = report["memory"]
     state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
     click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
+    if memory["embedder"] is None:
+        click.echo("vectors: none (keyword recall only)")
+    else:
+        click.echo(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']} chunks "
+                   "waiting for one")
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "

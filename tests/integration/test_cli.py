@@ -277,6 +277,35 @@ def test_sync_command_saves_everything_now(setup: tuple[Path, Path, dict[str, Pa
     assert missing.returncode == 66
 
 
+def test_status_shows_the_embedding_backlog(setup: tuple[Path, Path, dict[str, Path]],
+                                            tmp_path: Path) -> None:
+    """With an embedder configured, status names it and counts the chunks still waiting for
+    a vector; without one it says recall is keyword-only. (The endpoint is never called:
+    counting needs no vectors.)"""
+    _config, state, roots = setup
+    keywords = write_config(tmp_path / "keywords.yaml", state, roots,
+                            memory={"embeddings": {"provider": "none"}})
+    run_cli(tmp_path, "--config", str(keywords), "ingest", "--once", check=True)
+    run_cli(tmp_path, "--config", str(keywords), "sync", check=True)
+    status = json.loads(run_cli(tmp_path, "--config", str(keywords), "status", "--json",
+                                check=True).stdout)
+    assert status["memory"]["embedder"] is None
+    assert status["memory"]["chunks_waiting_for_vector"] == 0
+    text = run_cli(tmp_path, "--config", str(keywords), "status", check=True).stdout
+    assert "vectors: none (keyword recall only)" in text
+
+    remote = write_config(tmp_path / "remote.yaml", state, roots, memory={"embeddings": {
+        "provider": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1"}}})
+    status = json.loads(run_cli(tmp_path, "--config", str(remote), "status", "--json",
+                                check=True).stdout)
+    chunks = _count(state / "memory.db", "SELECT COUNT(*) FROM memory_chunks")
+    assert chunks > 0
+    assert status["memory"]["embedder"] == "openai:text-embedding-3-small:512"
+    assert status["memory"]["chunks_waiting_for_vector"] == chunks
+    text = run_cli(tmp_path, "--config", str(remote), "status", check=True).stdout
+    assert f"vectors: openai:text-embedding-3-small:512, {chunks} chunks waiting for one" in text
+
+
 def test_recall_rejects_bad_times(tmp_path: Path) -> None:
     """An unreadable --since is a usage error naming the accepted forms."""
     result = run_cli(tmp_path, "recall", "x", "--since", "whenever")
