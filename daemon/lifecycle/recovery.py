@@ -6,6 +6,10 @@ with `save_conversation_segment`, and only then is the index advanced past it.
 A segment's id is deterministic and the backend stores an id once, so a crash
 between the save and the index update neither loses nor duplicates anything.
 
+With each segment, the "remember that …" requests in its user messages
+(`extraction`) are saved as `fact` memories of their own, also before the index
+moves and also with deterministic ids.
+
 A segment is due when a cut closes it (a compaction boundary, an idle gap, the
 size bound), or, for the open tail, when the session has been quiet for
 `sync_delay`, is paused or ended, its first message was written more than
@@ -17,8 +21,10 @@ leaves the index where it was; transient failures are retried briefly
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TypeVar
 
 import aiosqlite
 import structlog
@@ -31,8 +37,15 @@ from tenacity import (
 
 from daemon.clock import Clock
 from daemon.errors import BackendError
+from daemon.lifecycle.extraction import extract_requests
 from daemon.lifecycle.segments import SegmentPlan, plan_segments
-from daemon.memory import ConversationSegment, MemoryBackend, SessionSummary
+from daemon.memory import (
+    ConversationSegment,
+    MemoryBackend,
+    RequestedMemory,
+    SaveResult,
+    SessionSummary,
+)
 from daemon.memory.redaction import redact
 from daemon.store import sessions as store
 from daemon.store.sessions import SessionSyncState
@@ -42,6 +55,8 @@ log = structlog.get_logger("memoryd.recovery")
 #: Messages read per page; a segment never needs more than its size bound anyway.
 PAGE = 500
 BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
+
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,7 @@ class SyncReport:
     segments_already_stored: int = 0
     messages_synced: int = 0
     summaries_saved: int = 0
+    requests_saved: int = 0
     failed_sessions: list[int] = field(default_factory=list)
 
 
@@ -94,9 +110,10 @@ class Recovery:
                 log.warning("sync_failed", session_id=session.id, backend=exc.backend,
                             error=str(exc), transient=exc.transient, retry_in=delay)
         await self._sync_summaries(session_id, report)
-        if report.segments_saved or report.summaries_saved:
+        if report.segments_saved or report.summaries_saved or report.requests_saved:
             log.info("synced", sessions=report.sessions, segments=report.segments_saved,
-                     messages=report.messages_synced, summaries=report.summaries_saved)
+                     messages=report.messages_synced, summaries=report.summaries_saved,
+                     requested_memories=report.requests_saved)
         return report
 
     async def _sync_session(
@@ -121,6 +138,7 @@ class Recovery:
                 ready.append(tail)
             for plan in ready:
                 await self._save(session, plan, report)
+                await self._save_requests(session, plan, report)
                 if not await store.advance_sync_index(
                     self._conn, session.id, index, plan.last_index + 1
                 ):
@@ -161,6 +179,29 @@ class Recovery:
             started_at=min(timestamps) if timestamps else None,
             ended_at=max(timestamps) if timestamps else None,
         )
+        result = await self._retrying(self._backend.save_conversation_segment, segment)
+        if result.created:
+            report.segments_saved += 1
+        else:
+            report.segments_already_stored += 1
+
+    async def _save_requests(self, session: SessionSyncState, plan: SegmentPlan,
+                             report: SyncReport) -> None:
+        for request in extract_requests(plan.messages):
+            requested = RequestedMemory(
+                source=session.source, session_id=session.id,
+                session_external_id=session.external_id, project=session.project,
+                message_index=request.message.index, content=redact(request.text),
+                message_uuid=request.message.uuid, said_at=request.message.timestamp,
+            )
+            result = await self._retrying(self._backend.save_requested_memory, requested)
+            if result.created:
+                report.requests_saved += 1
+                log.info("requested_memory_saved", session_id=session.id,
+                         message_index=request.message.index, memory_id=result.id)
+
+    async def _retrying(self, save: Callable[[Item], Awaitable[SaveResult]],
+                        item: Item) -> SaveResult:
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(self.policy.retry_attempts),
@@ -168,11 +209,8 @@ class Recovery:
             reraise=True,
         ):
             with attempt:
-                result = await self._backend.save_conversation_segment(segment)
-        if result.created:
-            report.segments_saved += 1
-        else:
-            report.segments_already_stored += 1
+                return await save(item)
+        raise AssertionError("tenacity re-raises the last failure")  # pragma: no cover
 
     async def _sync_summaries(self, session_id: int | None, report: SyncReport) -> None:
         for summary in await store.unsynced_summaries(self._conn, session_id):

@@ -34,6 +34,9 @@ DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
 }
 """Importance given when the caller passes none."""
 
+REQUESTED_TAG = "requested"
+"""The tag of a fact saved because a message asked for it ("remember that …")."""
+
 DECAYING_TYPES: frozenset[MemoryType] = frozenset(
     {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY}
 )
@@ -94,6 +97,21 @@ def summary_id(
     key = _session_key(session_external_id, session_id)
     return uuid.uuid5(
         _ID_NAMESPACE, f"summary\x1f{source or ''}\x1f{key}\x1f{kind}\x1f{content}"
+    ).hex
+
+
+def requested_memory_id(
+    *,
+    source: str | None,
+    session_external_id: str | None,
+    session_id: int | None,
+    message_index: int,
+    content: str,
+) -> str:
+    """The deterministic id of a memory asked for in a message ("remember that …")."""
+    key = _session_key(session_external_id, session_id)
+    return uuid.uuid5(
+        _ID_NAMESPACE, f"requested\x1f{source or ''}\x1f{key}\x1f{message_index}\x1f{content}"
     ).hex
 
 
@@ -210,6 +228,43 @@ class SessionSummary:
     @property
     def provenance(self) -> Provenance:
         return _provenance_of(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedMemory:
+    """A fact someone asked their agent to remember, in so many words, in one message.
+
+    `id` is computed by `requested_memory_id` from the session, the message and the
+    content, so recovery saving the same message again stores nothing new.
+    """
+
+    source: str | None
+    session_id: int | None
+    session_external_id: str | None
+    project: str | None
+    message_index: int
+    content: str
+    message_uuid: str | None = None
+    said_at: datetime | None = None
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.content.strip():
+            raise ValueError("a requested memory needs some content")
+        object.__setattr__(self, "id", requested_memory_id(
+            source=self.source, session_external_id=self.session_external_id,
+            session_id=self.session_id, message_index=self.message_index, content=self.content,
+        ))
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(
+            session_id=self.session_id, session_external_id=self.session_external_id,
+            source=self.source, project=self.project, first_index=self.message_index,
+            last_index=self.message_index,
+            message_uuids=(self.message_uuid,) if self.message_uuid else (),
+            started_at=self.said_at, ended_at=self.said_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

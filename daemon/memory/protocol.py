@@ -2,8 +2,9 @@
 
 Rules every backend follows (the contract tests in tests/memory check them):
 
-- Ids are collision-safe hex UUIDs; `remember` makes a random one, segments and
-  summaries have deterministic ones and are stored at most once.
+- Ids are collision-safe hex UUIDs; `remember` makes a random one, segments,
+  summaries and requested memories have deterministic ones and are stored at
+  most once.
 - Importance defaults by type (`models.DEFAULT_IMPORTANCE`); conversation and
   session summaries decay with age unless recalled (`ranking`).
 - `recall` never returns superseded or deleted memories; it records each access.
@@ -35,6 +36,7 @@ from daemon.memory.models import (
     MemoryType,
     Provenance,
     RecallResult,
+    RequestedMemory,
     SaveResult,
     SessionSummary,
 )
@@ -124,6 +126,10 @@ class MemoryBackend(Protocol):
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         """Store a session summary once by its id."""
+        ...
+
+    async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        """Store a fact asked for in a message ("remember that …") once by its id."""
         ...
 
     async def get(self, memory_id: str) -> Memory | None:

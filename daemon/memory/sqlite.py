@@ -52,6 +52,7 @@ from daemon.memory import fts, sqlite_hybrid, sqlite_recall
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
+    REQUESTED_TAG,
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
@@ -59,6 +60,7 @@ from daemon.memory.models import (
     MemoryType,
     Provenance,
     RecallResult,
+    RequestedMemory,
     SaveResult,
     SessionSummary,
     new_memory_id,
@@ -673,6 +675,10 @@ class SQLiteMemoryBackend:
         return await self._save_auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY,
                                      summary.importance, summary.project, (summary.kind,),
                                      summary.provenance)
+
+    async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        return await self._save_auto(requested.id, requested.content, MemoryType.FACT, None,
+                                     requested.project, (REQUESTED_TAG,), requested.provenance)
 
     async def _save_auto(self, memory_id: str, content: str, kind: MemoryType,
                          importance: float | None, project: str | None,

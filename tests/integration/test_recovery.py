@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TRANSCRIPTS, local_time_zone
+from helpers import TRANSCRIPTS, lay_out_fixtures, local_time_zone, sources_for
 
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
@@ -23,6 +23,7 @@ from daemon.memory import (
     ConversationSegment,
     MemoryBackend,
     MemoryType,
+    RequestedMemory,
     SaveResult,
     SQLiteMemoryBackend,
 )
@@ -182,7 +183,13 @@ class FlakyBackend:
         self.inner = inner
         self.failures = failures
         self.crash_after_save = crash_after_save
+        self.fail_requests = False
         self.name = "flaky"
+
+    async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        if self.fail_requests:
+            raise BackendUnavailable("injected outage", backend=self.name)
+        return await self.inner.save_requested_memory(requested)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         if self.failures > 0:
@@ -279,3 +286,89 @@ async def test_a_conversation_that_never_pauses_still_reaches_memory(
         world.clock.advance(30)
     assert saved_at == 4  # the first message turned two minutes old with the fifth
     assert_partitioned((await conversation_ranges(backend))[1], sync_state(world)[0][2])
+
+
+def _user_line(uuid: str, text: str, timestamp: str) -> str:
+    """A line as Claude Code writes a typed prompt, in the pomodoro fixture's session."""
+    return json.dumps({
+        "parentUuid": None, "isSidechain": False, "userType": "external",
+        "cwd": "/Users/yoavfarhi/dev/pomodoro/claude",
+        "sessionId": "36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2", "version": "2.0.24",
+        "type": "user", "message": {"role": "user", "content": text}, "uuid": uuid,
+        "timestamp": timestamp}) + "\n"
+
+
+async def facts(backend: SQLiteMemoryBackend) -> list[dict[str, Any]]:
+    return [r async for r in backend.export() if r["type"] == MemoryType.FACT.value]
+
+
+async def test_remember_requests_become_facts_once(world: World,
+                                                   backend: SQLiteMemoryBackend) -> None:
+    """"Remember that …" typed in a session is saved as a fact of its own, pointing at the
+    message; syncing the same messages again stores nothing new."""
+    transcript = world.project / "pomodoro.jsonl"
+    transcript.write_bytes(POMODORO.read_bytes() + _user_line(
+        "remember-1", "Looks good. Remember that the timer must chime after exactly 25 "
+        "minutes, and my api key is sk-abcdefghijklmnopqrstuvwx1234.",
+        "2025-10-21T20:10:30.000Z").encode())
+    await ingest(world)
+    report = await recover(world, backend, force=True)
+    assert report.requests_saved == 1
+    [fact] = await facts(backend)
+    assert fact["content"].startswith("Remember that the timer must chime after exactly 25")
+    assert "sk-abcdefghijklmnop" not in fact["content"]  # masked, as in segments
+    assert fact["tags"] == ["requested"]
+    with world.db() as db:
+        index = db.execute("SELECT message_index FROM session_messages WHERE uuid = ?",
+                           ("remember-1",)).fetchone()[0]
+    provenance = fact["provenance"]
+    assert (provenance["first_index"], provenance["last_index"]) == (index, index)
+    assert provenance["message_uuids"] == ["remember-1"]
+    results = await backend.recall("timer chime 25 minutes", types=[MemoryType.FACT])
+    assert [r.memory_id for r in results] == [fact["id"]]
+
+    with world.db() as db:  # as if the index had never moved: everything is synced again
+        db.execute("UPDATE sessions SET memory_sync_index = 0")
+    report = await recover(world, backend, force=True)
+    assert report.requests_saved == 0 and report.segments_saved == 0
+    assert len(await facts(backend)) == 1
+
+
+async def test_request_save_failure_holds_the_index(world: World,
+                                                    backend: SQLiteMemoryBackend) -> None:
+    """If the fact cannot be saved, the segment's messages count as unsynced: the request
+    is saved on a later pass, never skipped."""
+    transcript = world.project / "pomodoro.jsonl"
+    transcript.write_bytes(POMODORO.read_bytes() + _user_line(
+        "remember-2", "From now on, keep every CSS colour in custom properties.",
+        "2025-10-21T20:10:30.000Z").encode())
+    await ingest(world)
+    flaky = FlakyBackend(backend, failures=0)
+    flaky.fail_requests = True
+    report = await recover(world, flaky, force=True)
+    assert report.failed_sessions == [1]
+    assert sync_state(world)[0][2] < sync_state(world)[0][1]
+    assert await facts(backend) == []
+    report = await recover(world, backend, force=True)
+    assert report.requests_saved == 1
+    [(_, count, index, _)] = sync_state(world)
+    assert index == count
+    assert [f["content"] for f in await facts(backend)] == [
+        "From now on, keep every CSS colour in custom properties."]
+
+
+async def test_real_transcripts_ask_to_remember_nothing(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """No message of the fixture transcripts (real sessions of three agents, with injected
+    prompts, tool output and the agents' own text) asks to remember anything, so any fact
+    recovery extracts from them is a false positive."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    roots = lay_out_fixtures(tmp_path / "agents")
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), sources=sources_for(roots))
+    everything = World(settings, FakeClock(), roots["claude"])
+    await ingest(everything)
+    async with await SQLiteMemoryBackend.open(settings.memory_path,
+                                              clock=everything.clock) as backend:
+        report = await recover(everything, backend, force=True)
+        assert report.segments_saved > 50
+        assert report.requests_saved == 0 and await facts(backend) == []

@@ -1,0 +1,115 @@
+"""Memories people ask for in so many words: "remember that …" in a user's message. Pure.
+
+When someone types "Remember that the staging database listens on port 5433"
+to their agent, they mean it to outlive the session. Recovery saves every
+message as conversation anyway; this also keeps each such request as a `fact`
+memory of its own, so that it is recalled as a fact (high importance, no
+decay) rather than as a line somewhere in a long segment.
+
+Only an explicit request counts, at the start of a sentence (after an optional
+"please", "and", "also", "oh and" or "btw"):
+- "remember (that) …", "remember: …", "remember to …";
+- "keep in mind (that) …", "bear in mind (that) …";
+- "don't forget (that|to) …", "do not forget …";
+- "from now on …", "for future reference …", "note for the future …".
+
+What is never taken: messages the agent's tooling wrote in the user's name
+(slash-command wrappers, `<system-reminder>` and other tags, Claude's local-
+command caveats, Codex's `<environment_context>`/`<user_instructions>`/AGENTS.md
+boilerplate, interruption notices); text inside code fences or quoted lines;
+sentences that are questions ("remember that bug?"); and sentences where the cue
+is not the start ("I don't remember that", "do you remember …").
+
+A memory's text is its sentence from the cue on, whitespace collapsed, at most
+MAX_CHARS (longer ones are cut at a word and marked "…"); its provenance is the
+message. Secrets are masked by the caller, as for segments.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from daemon.store.sessions import StoredMessage
+
+MAX_CHARS = 500
+#: A request hidden in a longer text is still found; past this the message is taken for
+#: pasted material (logs, documents) rather than something typed to the agent.
+MAX_MESSAGE_CHARS = 20_000
+
+_LEAD = r"(?:(?:please|and|also|oh,? and|btw,?|by the way,?|ok(?:ay)?,?|one more thing:?)\s+)*"
+_CUE = (
+    r"(?:remember(?:\s+that\b|\s*:|\s+to\b|,)"
+    r"|(?:keep|bear)\s+in\s+mind\b"
+    r"|(?:don'?t|do\s+not)\s+forget\b"
+    r"|from\s+now\s+on\b"
+    r"|for\s+future\s+reference\b"
+    r"|note\s+for\s+the\s+future\b)"
+)
+_REQUEST = re.compile(rf"^{_LEAD}(?P<request>{_CUE}.*)$", re.IGNORECASE | re.DOTALL)
+# A sentence ends at . ! ? followed by a space or the end, or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_STRONG = re.compile(r"\*\*|__")
+_INJECTED_PREFIXES = (
+    "<", "caveat:", "[request interrupted", "# agents.md", "this session is being continued",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One "remember …" request: its text and the message it was made in."""
+
+    text: str
+    message: StoredMessage
+
+
+def _typed_by_a_person(message: StoredMessage) -> bool:
+    if message.role != "user" or message.kind != "message":
+        return False
+    head = message.content.lstrip()[:40].lower()
+    return bool(head) and not head.startswith(_INJECTED_PREFIXES) and (
+        len(message.content) <= MAX_MESSAGE_CHARS)
+
+
+def _prose_lines(text: str) -> Iterable[str]:
+    """The lines of `text` outside code fences and quotes."""
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced and not line.lstrip().startswith(">"):
+            yield line
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_CHARS:
+        return text
+    cut = text.rfind(" ", 0, MAX_CHARS - 1)
+    return text[:cut if cut > MAX_CHARS // 2 else MAX_CHARS - 1].rstrip(" ,;:") + "…"
+
+
+def requests_in(message: StoredMessage) -> list[str]:
+    """The texts of the "remember …" requests in one message, in order, each once."""
+    if not _typed_by_a_person(message):
+        return []
+    found: dict[str, None] = {}
+    for line in _prose_lines(message.content):
+        for sentence in _SENTENCE_END.split(line):
+            # Markdown list markers and emphasis are not part of the sentence.
+            sentence = _STRONG.sub("", sentence).strip().lstrip("-*•").strip().strip("*_").strip()
+            match = _REQUEST.match(sentence)
+            if match is None or sentence.endswith("?"):
+                continue
+            text = " ".join(match["request"].split())
+            # A bare cue ("Remember that.", "From now on!") holds nothing to keep.
+            if len(text.split()) >= 4:
+                found.setdefault(_clip(text), None)
+    return list(found)
+
+
+def extract_requests(messages: Iterable[StoredMessage]) -> list[Request]:
+    """Every "remember …" request in `messages`, in message order."""
+    return [Request(text, message) for message in messages for text in requests_in(message)]
