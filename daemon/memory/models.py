@@ -66,6 +66,13 @@ def _session_key(session_external_id: str | None, session_id: int | None) -> str
     return "|".join(parts)
 
 
+def _auto_id(what: str, source: str | None, session_external_id: str | None,
+             session_id: int | None, *parts: object) -> str:
+    """A name-based id: `what`, the source, the session key and `parts`, joined by US."""
+    fields = [what, source or "", _session_key(session_external_id, session_id), *parts]
+    return uuid.uuid5(_ID_NAMESPACE, "\x1f".join(str(f) for f in fields)).hex
+
+
 def segment_id(
     *,
     source: str | None,
@@ -79,10 +86,8 @@ def segment_id(
     The session is identified by the daemon's session id together with the
     agent's external id, so two sessions that share an external id never collide.
     """
-    key = _session_key(session_external_id, session_id)
-    return uuid.uuid5(
-        _ID_NAMESPACE, f"segment\x1f{source or ''}\x1f{key}\x1f{first_index}\x1f{last_index}"
-    ).hex
+    return _auto_id("segment", source, session_external_id, session_id, first_index,
+                    last_index)
 
 
 def summary_id(
@@ -94,10 +99,7 @@ def summary_id(
     content: str,
 ) -> str:
     """The deterministic id of a session summary (the full content is hashed into it)."""
-    key = _session_key(session_external_id, session_id)
-    return uuid.uuid5(
-        _ID_NAMESPACE, f"summary\x1f{source or ''}\x1f{key}\x1f{kind}\x1f{content}"
-    ).hex
+    return _auto_id("summary", source, session_external_id, session_id, kind, content)
 
 
 def requested_memory_id(
@@ -109,10 +111,8 @@ def requested_memory_id(
     content: str,
 ) -> str:
     """The deterministic id of a memory asked for in a message ("remember that …")."""
-    key = _session_key(session_external_id, session_id)
-    return uuid.uuid5(
-        _ID_NAMESPACE, f"requested\x1f{source or ''}\x1f{key}\x1f{message_index}\x1f{content}"
-    ).hex
+    return _auto_id("requested", source, session_external_id, session_id, message_index,
+                    content)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from daemon.memory import (
     Memory,
     MemoryType,
     Provenance,
+    RequestedMemory,
     fts,
     memory_to_record,
     ranking,
@@ -144,3 +145,28 @@ def test_record_round_trip_and_refusals() -> None:
                 {**record, "project": 5}, "not a dict"):
         with pytest.raises(ValueError):
             record_to_memory(bad)  # type: ignore[arg-type]
+
+
+def test_deterministic_ids_never_change() -> None:
+    """Ids already stored in people's databases: a different id would save everything again."""
+    assert segment_id(source="claude", session_external_id="abc", session_id=3, first_index=0,
+                      last_index=9) == "370b10dccec55169b3493a967f36644f"
+    assert summary_id(source=None, session_external_id="x", session_id=None, kind="k",
+                      content="c") == "5b617a2e7c185c90b821516493d22450"
+
+
+def test_requested_memory_id_is_per_message_and_content() -> None:
+    def made(index: int, content: str) -> RequestedMemory:
+        return RequestedMemory(source="claude", session_id=1, session_external_id="s",
+                               project="/p", message_index=index, content=content,
+                               message_uuid="u")
+
+    first = made(4, "Remember that the port is 5433.")
+    assert first.id == made(4, "Remember that the port is 5433.").id
+    assert len({first.id, made(5, first.content).id, made(4, "Remember that it is 5434.").id,
+                segment_id(source="claude", session_external_id="s", session_id=1,
+                           first_index=4, last_index=4)}) == 4
+    assert (first.provenance.first_index, first.provenance.last_index) == (4, 4)
+    assert first.provenance.message_uuids == ("u",)
+    with pytest.raises(ValueError):
+        made(4, "  ")
