@@ -71,7 +71,10 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
             # seeing every memory (until then the rest are found by keywords only).
             memory["embedder"] = backend.embedder.name
             if memory["available"]:
-                memory["chunks_waiting_for_vector"] = await backend.pending_embeddings()
+                try:
+                    memory["chunks_waiting_for_vector"] = await backend.pending_embeddings()
+                except MemorydError as exc:  # status reports trouble, it never fails on it
+                    memory["detail"] = str(exc)
     finally:
         await backend.close()
     return memory

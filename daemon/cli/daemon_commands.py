@@ -116,9 +116,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     memory = report["memory"]
     state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
     click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
-    if memory["embedder"] is None:
+    if memory["available"] and memory["embedder"] is None:
         click.echo("vectors: none (keyword recall only)")
-    else:
+    elif memory["available"]:
         click.echo(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']} chunks "
                    "waiting for one")
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))

@@ -14,15 +14,19 @@ Only an explicit request counts, at the start of a sentence (after an optional
 - "from now on …", "for future reference …", "note for the future …".
 
 What is never taken: messages the agent's tooling wrote in the user's name
-(slash-command wrappers, `<system-reminder>` and other tags, Claude's local-
-command caveats, Codex's `<environment_context>`/`<user_instructions>`/AGENTS.md
-boilerplate, interruption notices); text inside code fences or quoted lines;
-sentences that are questions ("remember that bug?"); and sentences where the cue
-is not the start ("I don't remember that", "do you remember …").
+(Claude Code's `isMeta` lines, stored as kind `injected`: slash-command and skill
+prompts, caveats; a subagent's prompt, written by the model, `is_sidechain`;
+Codex's AGENTS.md boilerplate; interruption notices); `<tag>…</tag>` blocks
+anywhere in a message (command wrappers, `<system-reminder>`, an IDE's
+`<ide_opened_file>`, `<environment_context>`), while the text typed around them
+still counts; text inside code fences or quoted lines; sentences that are
+questions ("remember that bug?"); and sentences where the cue is not the start
+("I don't remember that", "do you remember …").
 
 A memory's text is its sentence from the cue on, whitespace collapsed, at most
 MAX_CHARS (longer ones are cut at a word and marked "…"); its provenance is the
-message. Secrets are masked by the caller, as for segments.
+message. Secrets are masked (`memory.redaction`) in the whole message before any
+sentence is cut out of it, so that clipping cannot leave half a secret unmasked.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from daemon.memory.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 MAX_CHARS = 500
@@ -38,11 +43,12 @@ MAX_CHARS = 500
 #: pasted material (logs, documents) rather than something typed to the agent.
 MAX_MESSAGE_CHARS = 20_000
 
-_LEAD = r"(?:(?:please|and|also|oh,? and|btw,?|by the way,?|ok(?:ay)?,?|one more thing:?)\s+)*"
+_LEAD = (r"(?:(?:please|and|also|oh,? and|btw|by the way|ok(?:ay)?|hey|one more thing|note)"
+         r"[,:]?\s+)*")
 _CUE = (
     r"(?:remember(?:\s+that\b|\s*:|\s+to\b|,)"
     r"|(?:keep|bear)\s+in\s+mind\b"
-    r"|(?:don'?t|do\s+not)\s+forget\b"
+    r"|(?:don['\u2019]?t|do\s+not)\s+forget\b"
     r"|from\s+now\s+on\b"
     r"|for\s+future\s+reference\b"
     r"|note\s+for\s+the\s+future\b)"
@@ -51,9 +57,12 @@ _REQUEST = re.compile(rf"^{_LEAD}(?P<request>{_CUE}.*)$", re.IGNORECASE | re.DOT
 # A sentence ends at . ! ? followed by a space or the end, or at a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_STRONG = re.compile(r"\*\*|__")
+# Markdown emphasis around the cue ("**Remember:** …"); `__main__` or `f(**kw)` further on
+# is the user's text and stays.
+_EMPHASIS_AFTER_CUE = re.compile(r"^([^*_]{1,40}?)(?:\*\*|__)(?=\s|$)")
+_TAG_BLOCK = re.compile(r"<([A-Za-z][\w-]*)\b[^>]*>.*?</\1\s*>", re.DOTALL)
 _INJECTED_PREFIXES = (
-    "<", "caveat:", "[request interrupted", "# agents.md", "this session is being continued",
+    "caveat:", "[request interrupted", "# agents.md", "this session is being continued",
 )
 
 
@@ -65,12 +74,17 @@ class Request:
     message: StoredMessage
 
 
-def _typed_by_a_person(message: StoredMessage) -> bool:
-    if message.role != "user" or message.kind != "message":
-        return False
-    head = message.content.lstrip()[:40].lower()
-    return bool(head) and not head.startswith(_INJECTED_PREFIXES) and (
-        len(message.content) <= MAX_MESSAGE_CHARS)
+def _typed_text(message: StoredMessage) -> str | None:
+    """What the person typed in `message` (tag blocks taken out), or None if nothing."""
+    if message.role != "user" or message.kind != "message" or message.is_sidechain:
+        return None
+    if len(message.content) > MAX_MESSAGE_CHARS:
+        return None
+    text = _TAG_BLOCK.sub("\n", message.content).strip()
+    head = text[:40].lower()
+    if not text or head.startswith(_INJECTED_PREFIXES) or text.startswith("<"):
+        return None  # empty once the tags are out, boilerplate, or an unclosed tag
+    return text
 
 
 def _prose_lines(text: str) -> Iterable[str]:
@@ -93,17 +107,18 @@ def _clip(text: str) -> str:
 
 def requests_in(message: StoredMessage) -> list[str]:
     """The texts of the "remember …" requests in one message, in order, each once."""
-    if not _typed_by_a_person(message):
+    typed = _typed_text(message)
+    if typed is None:
         return []
     found: dict[str, None] = {}
-    for line in _prose_lines(message.content):
+    for line in _prose_lines(redact(typed)):
         for sentence in _SENTENCE_END.split(line):
             # Markdown list markers and emphasis are not part of the sentence.
-            sentence = _STRONG.sub("", sentence).strip().lstrip("-*•").strip().strip("*_").strip()
+            sentence = sentence.strip().lstrip("-•").strip().strip("*_").strip()
             match = _REQUEST.match(sentence)
             if match is None or sentence.endswith("?"):
                 continue
-            text = " ".join(match["request"].split())
+            text = _EMPHASIS_AFTER_CUE.sub(r"\1", " ".join(match["request"].split()))
             # A bare cue ("Remember that.", "From now on!") holds nothing to keep.
             if len(text.split()) >= 4:
                 found.setdefault(_clip(text), None)

@@ -191,7 +191,7 @@ class Recovery:
             requested = RequestedMemory(
                 source=session.source, session_id=session.id,
                 session_external_id=session.external_id, project=session.project,
-                message_index=request.message.index, content=redact(request.text),
+                message_index=request.message.index, content=request.text,
                 message_uuid=request.message.uuid, said_at=request.message.timestamp,
             )
             result = await self._retrying(self._backend.save_requested_memory, requested)

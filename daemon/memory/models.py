@@ -36,6 +36,8 @@ DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
 
 REQUESTED_TAG = "requested"
 """The tag of a fact saved because a message asked for it ("remember that …")."""
+REQUESTED_IMPORTANCE = 0.8
+"""Such a fact's importance: below a fact stored on purpose, since it was read out of prose."""
 
 DECAYING_TYPES: frozenset[MemoryType] = frozenset(
     {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY}

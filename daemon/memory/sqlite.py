@@ -52,6 +52,7 @@ from daemon.memory import fts, sqlite_hybrid, sqlite_recall
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
+    REQUESTED_IMPORTANCE,
     REQUESTED_TAG,
     ConversationSegment,
     DeletionMode,
@@ -677,8 +678,10 @@ class SQLiteMemoryBackend:
                                      summary.provenance)
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
-        return await self._save_auto(requested.id, requested.content, MemoryType.FACT, None,
-                                     requested.project, (REQUESTED_TAG,), requested.provenance)
+        # A notch below a fact someone stored on purpose (0.9): it was read out of prose.
+        return await self._save_auto(requested.id, requested.content, MemoryType.FACT,
+                                     REQUESTED_IMPORTANCE, requested.project, (REQUESTED_TAG,),
+                                     requested.provenance)
 
     async def _save_auto(self, memory_id: str, content: str, kind: MemoryType,
                          importance: float | None, project: str | None,

@@ -58,6 +58,8 @@ class StoredMessage:
     tool_name: str | None
     uuid: str | None
     timestamp: datetime | None
+    #: Claude Code: written inside a subagent's conversation (the model prompting it).
+    is_sidechain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +128,7 @@ async def messages_from(
 ) -> list[StoredMessage]:
     """Up to `limit` messages of a session from `message_index` `start` on, in order."""
     async with conn.execute(
-        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp"
+        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain"
         " FROM session_messages WHERE session_id = ? AND message_index >= ?"
         " ORDER BY message_index LIMIT ?",
         (session_id, start, limit),
@@ -134,7 +136,7 @@ async def messages_from(
         rows = await cursor.fetchall()
     return [
         StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
-                      uuid=r[5], timestamp=parse_utc(r[6]))
+                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]))
         for r in rows
     ]
 

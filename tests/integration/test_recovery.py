@@ -317,7 +317,7 @@ async def test_remember_requests_become_facts_once(world: World,
     [fact] = await facts(backend)
     assert fact["content"].startswith("Remember that the timer must chime after exactly 25")
     assert "sk-abcdefghijklmnop" not in fact["content"]  # masked, as in segments
-    assert fact["tags"] == ["requested"]
+    assert fact["tags"] == ["requested"] and fact["importance"] == 0.8
     with world.db() as db:
         index = db.execute("SELECT message_index FROM session_messages WHERE uuid = ?",
                            ("remember-1",)).fetchone()[0]

@@ -10,9 +10,10 @@ from daemon.lifecycle.extraction import MAX_CHARS, requests_in
 from daemon.store.sessions import StoredMessage
 
 
-def said(text: str, *, role: str = "user", kind: str = "message") -> StoredMessage:
+def said(text: str, *, role: str = "user", kind: str = "message",
+         sidechain: bool = False) -> StoredMessage:
     return StoredMessage(index=0, role=role, kind=kind, content=text, tool_name=None,
-                         uuid="u1", timestamp=None)
+                         uuid="u1", timestamp=None, is_sidechain=sidechain)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -31,6 +32,15 @@ def said(text: str, *, role: str = "user", kind: str = "message") -> StoredMessa
      ["For future reference, the flaky test is test_upload_retries."]),
     ("Remember that A is first.\nremember that A is first.",
      ["Remember that A is first.", "remember that A is first."]),
+    ("<ide_opened_file>The user opened the file /repo/app.py in the IDE.</ide_opened_file>"
+     "\nRemember that app.py is the entry point.", ["Remember that app.py is the entry point."]),
+    ("Remember that the entry point is __main__.py and takes f(**kwargs).",
+     ["Remember that the entry point is __main__.py and takes f(**kwargs)."]),
+    ("Don\u2019t forget to tag the release after merging.",
+     ["Don\u2019t forget to tag the release after merging."]),
+    ("Hey, remember that staging deploys at noon.", ["remember that staging deploys at noon."]),
+    ("Remember that the port is 5433.<system-reminder>Remember that you are an agent."
+     "</system-reminder>", ["Remember that the port is 5433."]),
     ("Remember that  the\tlogs   live in /var/log/app.",
      ["Remember that the logs live in /var/log/app."]),
 ])
@@ -63,6 +73,22 @@ def test_only_what_a_person_typed(role: str, kind: str) -> None:
     assert requests_in(said("Remember that the deploy runs at noon.", role=role, kind=kind)) == []
 
 
+def test_not_what_tooling_or_the_model_wrote_as_the_user() -> None:
+    """A slash command's expanded prompt (kind `injected`) and a subagent's prompt (written
+    by the model, `is_sidechain`) are stored with role user, and are still not requests."""
+    text = "Keep in mind that the tests must pass before you answer."
+    assert requests_in(said(text)) == [text]
+    assert requests_in(said(text, kind="injected")) == []
+    assert requests_in(said(text, sidechain=True)) == []
+
+
+def test_a_secret_is_masked_before_the_request_is_cut() -> None:
+    """Cutting first could leave a long token half there, where redaction no longer sees it."""
+    token = "eyJhbGciOiJIUzI1NiJ9." + "eyJzdWIiOiJhbGljZUBleGFtcGxlLmNvbSJ9" * 20 + ".c2lnbmF0dXJl"
+    [request] = requests_in(said("Remember that the staging token is " + token))
+    assert "eyJ" not in request and "REDACTED" in request
+
+
 def test_a_long_request_is_cut_at_a_word() -> None:
     text = "Remember that " + "the service needs a warm cache " * 40
     [request] = requests_in(said(text))
@@ -85,4 +111,5 @@ def test_requests_come_from_the_text_start_at_a_cue_and_are_bounded(text: str) -
         assert len(request) <= MAX_CHARS
         assert request.split()[0].lower().rstrip(":,") in {
             "remember", "keep", "bear", "don't", "dont", "do", "from", "for", "note"}
-        assert request.rstrip("…").rstrip(" ,;:") in flat
+        # Only whitespace and the emphasis around a cue ever differ from what was typed.
+        assert request.rstrip("…").rstrip(" ,;:").replace("**", "").replace("__", "") in flat

@@ -31,6 +31,15 @@ def _codex(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
 # -- Claude Code ---------------------------------------------------------------------------
 
 
+def test_claude_meta_user_line_is_injected() -> None:
+    """`isMeta` user lines (a slash command's prompt, a caveat) are kept, as kind `injected`:
+    written in the user's name, not typed by them."""
+    outcome = ClaudeParser().parse(_claude("user", "Analyze this codebase.", isMeta=True))
+    assert outcome.message is not None
+    assert (outcome.message.role, outcome.message.kind) == ("user", "injected")
+    assert outcome.message.content == "Analyze this codebase."
+
+
 def test_claude_user_string_is_one_user_message() -> None:
     """A typed prompt becomes one user row with its uuid, UTC timestamp and the project hint."""
     outcome = ClaudeParser().parse(_claude("user", "hello there"))

@@ -16,7 +16,8 @@ CONTENT_TOOL_LIMIT = 4000
 class ParsedMessage:
     role: str  # user | assistant | system | tool
     content: str
-    # message | tool_call | tool_result | thinking | compact_summary | compact_boundary | compacted
+    # message | injected | tool_call | tool_result | thinking | compact_summary |
+    # compact_boundary | compacted
     kind: str = "message"
     tool_name: str | None = None
     tool_input: str | None = None  # JSON text

@@ -134,6 +134,10 @@ class ClaudeParser:
             role, message_kind = "tool", "tool_result"
         elif kind == "user" and record.get("isCompactSummary") is True:
             message_kind = "compact_summary"
+        elif kind == "user" and record.get("isMeta") is True:
+            # Written in the user's name by Claude Code (a slash command's expanded prompt,
+            # a caveat), not typed by them: rendered alike, but never taken as a request.
+            message_kind = "injected"
         elif kind == "assistant":
             tool_use = _first_tool_use(content)
             if tool_use is not None:
