@@ -6,8 +6,9 @@ message as conversation anyway; this also keeps each such request as a `fact`
 memory of its own, so that it is recalled as a fact (high importance, no
 decay) rather than as a line somewhere in a long segment.
 
-Only an explicit request counts, at the start of a sentence (after an optional
-"please", "and", "also", "oh and" or "btw"):
+Only an explicit request counts, at the start of a sentence (after optional
+lead-ins such as "please", "also", "oh and", "btw", "hey", "ok", "note:"; see
+`_LEAD`):
 - "remember (that) …", "remember: …", "remember to …";
 - "keep in mind (that) …", "bear in mind (that) …";
 - "don't forget (that|to) …", "do not forget …";

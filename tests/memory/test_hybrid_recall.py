@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from daemon.clock import FakeClock
+from daemon.config import EmbeddingSettings
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import Provenance
@@ -243,6 +244,12 @@ def test_weighted_fusion_weights() -> None:
     assert _fuse(fresh, "weighted", True) == pytest.approx(0.5)
     assert _fuse(fresh, "weighted", True, vector_weight=0.9) == pytest.approx(0.5)
     assert _fuse(both, "rrf", True) == pytest.approx((1 / 61 + 1 / 62) / (2 / 61))
+
+
+def test_the_settings_default_weight_is_the_backends() -> None:
+    """config.py cannot import the memory package (imports flow one way), so the default
+    is written in both places; this keeps them equal."""
+    assert EmbeddingSettings().vector_weight == VECTOR_WEIGHT
 
 
 @pytest.mark.parametrize(("weight", "first"), [(0.0, "keyword"), (0.9, "vector")])
