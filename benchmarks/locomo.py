@@ -205,7 +205,7 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
     ideal: dict[frozenset[str], int] = {}
     try:
         if embedder is not None and mode != "none" and mode != "none-segments":
-            await backend.recall("warm up", project="/nowhere", record_access=False)
+            await backend.recall("warm up", project="/nowhere")
         for sample in data:
             project = projects[sample["sample_id"]]
             for qa in sample["qa"]:
@@ -216,8 +216,7 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
                 if key not in ideal:
                     ideal[key] = await relevant_memories(path, project, evidence)
                 began = time.perf_counter()
-                results = await backend.recall(qa["question"], project=project, limit=10,
-                                               record_access=False)
+                results = await backend.recall(qa["question"], project=project, limit=10)
                 elapsed = (time.perf_counter() - began) * 1000
                 for name in ("all", CATEGORIES[qa["category"]]):
                     score_question(results, evidence, ideal[key], per[name])

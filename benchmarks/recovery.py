@@ -288,7 +288,7 @@ async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]
     from daemon.errors import BackendError
 
     try:
-        found = await backend.recall(word, limit=1, record_access=False)
+        found = await backend.recall(word, limit=1)
         return bool(found) and word in found[0].content
     except BackendError as exc:
         if not notes:

@@ -158,8 +158,7 @@ def correct(ctx: click.Context, args: tuple[str, ...], query: str | None, reason
         target = memory_id
         if target is None:
             assert query is not None
-            found = await backend.recall(query, limit=1, all_projects=True,
-                                         record_access=False)
+            found = await backend.recall(query, limit=1, all_projects=True)
             if not found:
                 fail(f"no memory matches {query!r}", EX_NOT_FOUND)
             target = found[0].memory_id
@@ -227,7 +226,11 @@ def show_memory(ctx: click.Context, memory_id: str, history: bool, as_json: bool
         if history:
             return await backend.history(memory_id)
         found = await backend.get(memory_id)
-        return [found] if found is not None else []
+        if found is None:
+            return []
+        # A person opening a memory is a real use (`ranking`); listing it in recall is not.
+        await backend.record_use([found.id])
+        return [found]
 
     memories = run_async(_with_backend(settings, work))
     if not memories:

@@ -222,6 +222,7 @@ class Recovery:
                     source=session.source, session_id=session.id,
                     session_external_id=session.external_id, project=session.project,
                     kind=summary.kind, content=redact(summary.content),
+                    started_at=summary.started_at, ended_at=summary.ended_at,
                 ))
             except BackendError as exc:
                 log.warning("summary_sync_failed", session_id=session.id, error=str(exc))

@@ -149,6 +149,8 @@ class Memory:
     supersedes: str | None = None
     reason: str | None = None
     deleted_at: datetime | None = None
+    #: Real uses: how often a person or an agent opened this memory by its id (never
+    #: how often recall returned it), and when last.
     access_count: int = 0
     last_accessed_at: datetime | None = None
 

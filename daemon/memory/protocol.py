@@ -7,7 +7,10 @@ Rules every backend follows (the contract tests in tests/memory check them):
   most once.
 - Importance defaults by type (`models.DEFAULT_IMPORTANCE`); conversation and
   session summaries decay with age unless recalled (`ranking`).
-- `recall` never returns superseded or deleted memories; it records each access.
+- `recall` never returns superseded or deleted memories, and it is a pure read:
+  being returned changes nothing about a memory's later rank (`ranking`).
+  `record_use` marks memories someone really used (opened by id); it may raise
+  their weight a bounded amount and never fails the caller.
   A backend may search finer units than whole memories (the SQLite backend's
   hybrid recall searches chunks): it still returns one result per memory, sets
   `excerpt` to the part that matched, narrows `provenance` to that part's
@@ -25,7 +28,7 @@ Rules every backend follows (the contract tests in tests/memory check them):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -76,7 +79,6 @@ class MemoryBackend(Protocol):
         types: Iterable[MemoryType] | None = None,
         all_projects: bool = False,
         order: RecallOrder = "score",
-        record_access: bool = True,
     ) -> list[RecallResult]:
         """The best live memories for `query` (any text; an empty query ranks by weight).
 
@@ -86,6 +88,10 @@ class MemoryBackend(Protocol):
         conversation span, or creation time when there is none, overlaps them.
         `order="time"` lists the selected results oldest first.
         """
+        ...
+
+    async def record_use(self, memory_ids: Sequence[str]) -> None:
+        """Count a real use of these memories (opened by id); best effort, never raises."""
         ...
 
     async def forget(self, memory_id: str, *, hard: bool = False) -> bool:

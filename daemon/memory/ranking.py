@@ -3,15 +3,27 @@
     s          = -bm25(memories_fts)          # FTS5 BM25, >= 0, larger is better
     relevance  = s / (s + 1)                  # squashed into [0, 1); 1 when there is no query
     decay      = 1                            # fact, correction, project_context never decay
-               | max(DECAY_FLOOR, 0.5 ** (age_days / HALF_LIFE_DAYS))   # conversation, summary
-    age_days   = now - max(ended_at or created_at, last_accessed_at)
+               | max(floor, 0.5 ** (age_days / HALF_LIFE_DAYS))   # conversation, summary
+    floor      = USED_DECAY_FLOOR (0.5) once the memory was really used, else DECAY_FLOOR (0.25)
+    age_days   = now - (ended_at or created_at)   # when the conversation happened
     weight     = importance * decay           # in [0, 1]
     score      = relevance * (0.5 + 0.5 * weight)
 
 Relevance dominates (an irrelevant memory never outranks a relevant one by a
 wide margin), importance breaks near-ties, and auto-saved memories fade with
-age unless recall keeps touching them. The floor keeps old conversation
-findable by a strong keyword match. When recall is scoped to a project with
+the age of the conversation they hold. The floor keeps old conversation
+findable by a strong keyword match.
+
+Recall never feeds on itself: being returned by recall or injected into an
+agent's context changes nothing about a memory's rank (when every returned
+memory became "fresh" again, returned memories outranked better matches in
+every later query, and LoCoMo recall@10 through the CLI fell from 0.91 to
+0.56). Use counts only when it is real: a person or an agent opened the
+memory by its id (`show-memory`, the MCP `get_memory` tool, the API's
+memory endpoint), recorded by `record_use`. Its effect is bounded: a used
+memory's decay floor is 0.5 instead of 0.25, so at most it moves the weight
+of an old auto-saved memory from 0.25 to 0.5 of its importance (a score
+change of at most 12.5 %), and never touches its age or relevance. When recall is scoped to a project with
 `all_projects=True`, memories of that project (and project-less ones) come
 first, each tier ordered by score; the score itself is not changed.
 
@@ -26,6 +38,7 @@ from daemon.memory.models import DECAYING_TYPES, MemoryType
 
 HALF_LIFE_DAYS = 30.0
 DECAY_FLOOR = 0.25
+USED_DECAY_FLOOR = 0.5
 
 _DECAYING = frozenset(t.value for t in DECAYING_TYPES)
 
@@ -38,22 +51,22 @@ def relevance(bm25: float | None) -> float:
     return s / (s + 1.0)
 
 
-def decay(memory_type: MemoryType | str, age_days: float) -> float:
-    """How much of its importance a memory keeps at `age_days` since it was last fresh."""
+def decay(memory_type: MemoryType | str, age_days: float, used: bool = False) -> float:
+    """How much of its importance a memory keeps `age_days` after its conversation."""
     if str(memory_type) not in _DECAYING:
         return 1.0
-    return max(DECAY_FLOOR, math.pow(0.5, max(age_days, 0.0) / HALF_LIFE_DAYS))
+    floor = USED_DECAY_FLOOR if used else DECAY_FLOOR
+    return max(floor, math.pow(0.5, max(age_days, 0.0) / HALF_LIFE_DAYS))
 
 
 def score(bm25: float | None, importance: float, memory_type: MemoryType | str,
-          age_days: float) -> float:
+          age_days: float, used: bool = False) -> float:
     """The recall score of one memory (see the module docstring)."""
-    weight = importance * decay(memory_type, age_days)
-    return relevance(bm25) * (0.5 + 0.5 * weight)
+    return blend(relevance(bm25), importance, memory_type, age_days, used)
 
 
 def blend(relevance_value: float, importance: float, memory_type: MemoryType | str,
-          age_days: float) -> float:
+          age_days: float, used: bool = False) -> float:
     """`score` for a relevance already in [0, 1] (hybrid recall's fused relevance)."""
-    weight = importance * decay(memory_type, age_days)
+    weight = importance * decay(memory_type, age_days, used)
     return relevance_value * (0.5 + 0.5 * weight)

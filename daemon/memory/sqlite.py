@@ -205,7 +205,7 @@ class SQLiteMemoryBackend:
         try:
             await migrate(conn, to_utc_text(clock.now()))
             await conn.create_function(
-                sqlite_recall.SCORE_FUNCTION, 4, sqlite_recall.score_sql, deterministic=True
+                sqlite_recall.SCORE_FUNCTION, 5, sqlite_recall.score_sql, deterministic=True
             )
             await _chunk_missing(conn)
         except sqlite3.Error as exc:
@@ -345,15 +345,12 @@ class SQLiteMemoryBackend:
         types: Iterable[MemoryType] | None = None,
         all_projects: bool = False,
         order: RecallOrder = "score",
-        record_access: bool = True,
     ) -> list[RecallResult]:
         now = self._clock.now()
         if self._chunked and order == "score" and fts.terms(query):
             results = await self._hybrid_recall(
                 query, now=now, project=project, limit=limit, since=since, until=until,
                 types=types, all_projects=all_projects)
-            if record_access and results:
-                await self._record_access([r.memory_id for r in results], now)
             log.debug("memory_recalled", results=len(results), project=project, order=order,
                       hybrid=True)
             return results
@@ -381,8 +378,6 @@ class SQLiteMemoryBackend:
             )
             for row, score in ranked
         ]
-        if record_access and results:
-            await self._record_access([r.memory_id for r in results], now)
         log.debug("memory_recalled", results=len(results), project=project, order=order)
         return results
 
@@ -525,8 +520,11 @@ class SQLiteMemoryBackend:
         log.debug("memory_chunks_embedded", count=len(rows), model=embedder.name)
         return len(rows)
 
-    async def _record_access(self, ids: Sequence[str], now: datetime) -> None:
-        """Count a recall of these memories; a busy database skips it rather than fail recall."""
+    async def record_use(self, memory_ids: Sequence[str]) -> None:
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return
+        now = self._clock.now()
         try:
             async with self._write() as conn:
                 await conn.execute(
@@ -534,8 +532,8 @@ class SQLiteMemoryBackend:
                     f" WHERE id IN ({', '.join('?' for _ in ids)})",
                     (to_utc_text(now), *ids),
                 )
-        except BackendUnavailable as exc:
-            log.warning("memory_access_not_recorded", backend=BACKEND_NAME, error=str(exc))
+        except BackendError as exc:
+            log.warning("memory_use_not_recorded", backend=BACKEND_NAME, error=str(exc))
 
     async def forget(self, memory_id: str, *, hard: bool = False) -> bool:
         async with self._write() as conn:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from daemon.memory import fts, ranking
-from daemon.memory.sqlite_recall import _AGE_DAYS, IN_PROJECT, RecallPlan
+from daemon.memory.sqlite_recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
     from daemon.memory.vector_index import Floats, VectorIndex
@@ -231,12 +231,14 @@ async def hybrid_rows(
     # many memories, best first, as the results (after near-duplicates) need.
     weights = await fetch(
         f"SELECT m.seq AS seq, m.id AS id, m.importance AS importance, m.type AS type,"
-        f" {_AGE_DAYS} AS age FROM memories m WHERE m.seq IN ({_seq_list(keep)})",
+        f" {AGE_DAYS} AS age, {USED} AS used"
+        f" FROM memories m WHERE m.seq IN ({_seq_list(keep)})",
         {"now": filters.params["now"]},
     )
     ranked = sorted(
         (tiers.get(w["seq"], 0),
-         -ranking.blend(keep[w["seq"]][0].fused, w["importance"], w["type"], w["age"]),
+         -ranking.blend(keep[w["seq"]][0].fused, w["importance"], w["type"], w["age"],
+                        bool(w["used"])),
          w["id"], w["seq"])
         for w in weights)
     hits: list[Hit] = []

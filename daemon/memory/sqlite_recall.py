@@ -36,21 +36,23 @@ POOL = 1000
 
 Fetch = Callable[[str, dict[str, Any]], Awaitable[list[sqlite3.Row]]]
 
-# Freshness for decay: the later of the conversation's end (else creation) and the last recall.
-_AGE_DAYS = (
-    "(julianday(:now) - julianday(MAX(COALESCE(m.ended_at, m.created_at),"
-    " COALESCE(m.last_accessed_at, ''))))"
-)
+# Age for decay: since the conversation ended (else since creation). Never since a recall:
+# a memory returned once must not look fresh in every later query (see `ranking`).
+AGE_DAYS = "(julianday(:now) - julianday(COALESCE(m.ended_at, m.created_at)))"
+#: A memory someone opened by its id (`record_use`): a higher decay floor.
+USED = "(m.access_count > 0)"
 _TIME = "COALESCE(m.started_at, m.created_at), m.created_at, m.id"
 
 
-def score_sql(bm25: float | None, importance: float, memory_type: str, age_days: float) -> float:
-    """`ranking.score`, registered in SQLite as memoryd_score(bm25, importance, type, age)."""
-    return ranking.score(bm25, importance, memory_type, age_days)
+def score_sql(bm25: float | None, importance: float, memory_type: str, age_days: float,
+              used: int) -> float:
+    """`ranking.score`, registered in SQLite as memoryd_score(bm25, importance, type, age, used)."""
+    return ranking.score(bm25, importance, memory_type, age_days, bool(used))
 
 
 def row_score(row: sqlite3.Row) -> float:
-    return ranking.score(row["bm"], row["importance"], row["type"], row["age"])
+    return ranking.score(row["bm"], row["importance"], row["type"], row["age"],
+                         row["access_count"] > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,7 @@ class RecallPlan:
 
     def select(self, order_by: str, limit: int) -> tuple[str, dict[str, Any]]:
         sql = (
-            f"SELECT m.*, {self.bm25} AS bm, {_AGE_DAYS} AS age, {self.tier} AS tier"
+            f"SELECT m.*, {self.bm25} AS bm, {AGE_DAYS} AS age, {self.tier} AS tier"
             f" FROM {self.source} WHERE {self.where} ORDER BY {order_by} LIMIT :limit"
         )
         return sql, {**self.params, "limit": limit}
@@ -128,7 +130,7 @@ async def ranked_rows(
         rows = await fetch(*recall.select(_TIME, limit))
         return [(row, row_score(row)) for row in rows]
     if not recall.has_match:
-        weight = f"{SCORE_FUNCTION}(NULL, m.importance, m.type, {_AGE_DAYS})"
+        weight = f"{SCORE_FUNCTION}(NULL, m.importance, m.type, {AGE_DAYS}, {USED})"
         rows = await fetch(*recall.select(f"tier, {weight} DESC, m.id", limit))
         return [(row, row_score(row)) for row in rows]
     pool = max(POOL, limit)

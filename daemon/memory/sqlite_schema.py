@@ -209,6 +209,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         END;
         """,
     ),
+    (
+        4,
+        "access counts are real uses (opened by id), no longer recall returns",
+        """
+        UPDATE memories SET access_count = 0, last_accessed_at = NULL;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -68,6 +68,11 @@ class StoredSummary:
     session_id: int
     kind: str
     content: str
+    #: The span of the conversation it summarises: the session's messages up to the
+    #: summary's line (all of them when none came before it, as with Claude's
+    #: `summary` lines at the top of a resumed file).
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
 
 
 _SYNC_COLUMNS = ("id, source, external_id, project, status, message_count, memory_sync_index,"
@@ -160,14 +165,20 @@ async def advance_sync_index(
 async def unsynced_summaries(
     conn: aiosqlite.Connection, session_id: int | None = None
 ) -> list[StoredSummary]:
-    sql = ("SELECT id, session_id, kind, content FROM session_summaries"
-           " WHERE memory_synced_at IS NULL")
+    before = ("FROM session_messages m WHERE m.session_id = s.session_id"
+              " AND m.byte_offset <= COALESCE(s.byte_offset, -1)")
+    whole = "FROM session_messages m WHERE m.session_id = s.session_id"
+    sql = ("SELECT s.id, s.session_id, s.kind, s.content,"
+           f" COALESCE((SELECT MIN(m.timestamp) {before}), (SELECT MIN(m.timestamp) {whole})),"
+           f" COALESCE((SELECT MAX(m.timestamp) {before}), (SELECT MAX(m.timestamp) {whole}))"
+           " FROM session_summaries s WHERE s.memory_synced_at IS NULL")
     params: tuple[object, ...] = ()
     if session_id is not None:
-        sql += " AND session_id = ?"
+        sql += " AND s.session_id = ?"
         params = (session_id,)
-    async with conn.execute(sql + " ORDER BY id", params) as cursor:
-        return [StoredSummary(*row) for row in await cursor.fetchall()]
+    async with conn.execute(sql + " ORDER BY s.id", params) as cursor:
+        return [StoredSummary(*row[:4], parse_utc(row[4]), parse_utc(row[5]))
+                for row in await cursor.fetchall()]
 
 
 async def mark_summary_synced(conn: aiosqlite.Connection, summary_id: int, now: datetime) -> None:

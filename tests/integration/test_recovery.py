@@ -175,6 +175,27 @@ async def test_summaries_become_session_summary_memories(world: World,
     assert kinds.count(MemoryType.SESSION_SUMMARY.value) == first.summaries_saved
 
 
+async def test_summaries_carry_the_conversations_time_span(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """A summary is dated by the conversation it summarises, not by the day it was ingested."""
+    (world.project / "compacted.jsonl").write_bytes(COMPACTED.read_bytes())
+    world.clock.advance(400 * 86400)
+    await ingest(world)
+    await recover(world, backend, force=True)
+    with world.db() as db:
+        first, last = db.execute("SELECT MIN(timestamp), MAX(timestamp)"
+                                 " FROM session_messages").fetchone()
+    summaries = [r async for r in backend.export() if r["type"] == "session_summary"]
+    assert summaries
+    for record in summaries:
+        span = record["provenance"]
+        assert span["started_at"] is not None and span["ended_at"] is not None
+        assert first[:19] <= span["started_at"][:19] <= span["ended_at"][:19] <= last[:19]
+    last_week = await backend.recall("", since=world.clock.now() - timedelta(days=7),
+                                     types=[MemoryType.SESSION_SUMMARY])
+    assert last_week == []
+
+
 class FlakyBackend:
     """Fault injection: the real backend behind it, failing the first `failures` saves."""
 

@@ -122,8 +122,7 @@ async def test_recent_beats_old_for_decaying_types(
                   start=clock.now() - timedelta(hours=1))
     await backend.save_conversation_segment(new)
     new_fact = await backend.remember("cache eviction uses LRU order")
-    conv = await backend.recall("cache eviction", types=[MemoryType.CONVERSATION],
-                                record_access=False)
+    conv = await backend.recall("cache eviction", types=[MemoryType.CONVERSATION])
     assert [r.memory_id for r in conv] == [new.id, old.id]
     assert conv[0].score > conv[1].score
     facts = await backend.recall("cache eviction", types=[MemoryType.FACT])
@@ -131,16 +130,39 @@ async def test_recent_beats_old_for_decaying_types(
     assert facts[0].score == pytest.approx(facts[1].score)
 
 
-async def test_recall_records_access(backend: MemoryBackend, clock: FakeClock) -> None:
-    """Recall counts each access and stamps its time; record_access=False leaves both alone."""
-    memory = await backend.remember("the staging database is called pluto")
-    clock.advance(60)
-    await backend.recall("pluto")
-    got = await backend.get(memory.id)
+async def test_recall_does_not_feed_its_own_ranking(backend: MemoryBackend,
+                                                     clock: FakeClock) -> None:
+    """Being returned by recall leaves a memory's use count and later rank unchanged."""
+    old = segment("we chose postgres for the billing service", session_id=1,
+                  start=clock.now() - timedelta(hours=2))
+    await backend.save_conversation_segment(old)
+    clock.advance(120 * DAY)
+    new = segment("we chose postgres for the billing service database",
+                  session_id=2, start=clock.now() - timedelta(hours=2))
+    await backend.save_conversation_segment(new)
+    first = await backend.recall("postgres billing", types=[MemoryType.CONVERSATION])
+    for _ in range(5):
+        again = await backend.recall("postgres billing", types=[MemoryType.CONVERSATION])
+        assert [(r.memory_id, r.score) for r in again] == [
+            (r.memory_id, r.score) for r in first]
+    got = await backend.get(old.id)
+    assert got is not None and got.access_count == 0 and got.last_accessed_at is None
+
+
+async def test_record_use_is_counted_and_bounded(backend: MemoryBackend,
+                                                 clock: FakeClock) -> None:
+    """Opening a memory by id counts a use, which lifts an old memory's weight by a bounded amount."""
+    old = segment("the release checklist lives in docs/release.md", session_id=1,
+                  start=clock.now() - timedelta(hours=1))
+    await backend.save_conversation_segment(old)
+    clock.advance(365 * DAY)
+    before = (await backend.recall("release checklist"))[0].score
+    await backend.record_use([old.id, old.id])
+    got = await backend.get(old.id)
     assert got is not None and got.access_count == 1 and got.last_accessed_at == clock.now()
-    await backend.recall("pluto", record_access=False)
-    got = await backend.get(memory.id)
-    assert got is not None and got.access_count == 1
+    after = (await backend.recall("release checklist"))[0].score
+    assert before < after <= before * 1.125 + 1e-9
+    await backend.record_use([])
 
 
 async def test_project_scope_and_all_projects(backend: MemoryBackend) -> None:

@@ -205,7 +205,7 @@ async def test_recent_conversation_beats_old_at_equal_relevance(tmp_path: Path,
                            start=clock.now() - timedelta(hours=1))
         await backend.save_conversation_segment(new)
         await embed_all(backend)
-        results = await backend.recall("cache eviction policy", record_access=False)
+        results = await backend.recall("cache eviction policy")
         assert [r.memory_id for r in results] == [new.id, old.id]
 
 

@@ -201,7 +201,9 @@ async def test_recall_reranks_a_full_pool(
 
 
 async def test_busy_database_is_unavailable_but_recall_still_answers(tmp_path: Path) -> None:
-    """With another writer holding the lock, writes raise BackendUnavailable; recall still reads."""
+    """With another writer holding the lock, writes raise BackendUnavailable; recall still reads.
+
+    Recall writes nothing, and a use that cannot be recorded is logged, never raised."""
     db = tmp_path / "memory.db"
     async with await SQLiteMemoryBackend.open(db, clock=FakeClock(), busy_timeout=0.05) as backend:
         memory = await backend.remember("the lock holder test")
@@ -210,10 +212,11 @@ async def test_busy_database_is_unavailable_but_recall_still_answers(tmp_path: P
             holder.execute("BEGIN IMMEDIATE")
             with pytest.raises(BackendUnavailable):
                 await backend.remember("blocked")
-            with structlog.testing.capture_logs() as logs:
-                (hit,) = await backend.recall("holder")
+            (hit,) = await backend.recall("holder")
             assert hit.memory_id == memory.id
-            assert any(e["event"] == "memory_access_not_recorded" for e in logs)
+            with structlog.testing.capture_logs() as logs:
+                await backend.record_use([memory.id])
+            assert any(e["event"] == "memory_use_not_recorded" for e in logs)
         finally:
             holder.close()
         assert await backend.is_available()
