@@ -23,9 +23,11 @@ memory by its id (`show-memory`, the MCP `get_memory` tool, the API's
 memory endpoint), recorded by `record_use`. Its effect is bounded: a used
 memory's decay floor is 0.5 instead of 0.25, so at most it moves the weight
 of an old auto-saved memory from 0.25 to 0.5 of its importance (a score
-change of at most 12.5 %), and never touches its age or relevance. When recall is scoped to a project with
-`all_projects=True`, memories of that project (and project-less ones) come
-first, each tier ordered by score; the score itself is not changed.
+change of at most 12.5 %), and never touches its age or relevance.
+
+When recall is scoped to a project with `all_projects=True`, memories of that
+project (and project-less ones) come first, each tier ordered by score; the
+score itself is not changed.
 
 These are pure functions so every backend ranks the same way.
 """

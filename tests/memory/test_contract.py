@@ -151,7 +151,7 @@ async def test_recall_does_not_feed_its_own_ranking(backend: MemoryBackend,
 
 async def test_record_use_is_counted_and_bounded(backend: MemoryBackend,
                                                  clock: FakeClock) -> None:
-    """Opening a memory by id counts a use, which lifts an old memory's weight by a bounded amount."""
+    """Opening a memory by id counts a use; it lifts an old memory's weight, boundedly."""
     old = segment("the release checklist lives in docs/release.md", session_id=1,
                   start=clock.now() - timedelta(hours=1))
     await backend.save_conversation_segment(old)
