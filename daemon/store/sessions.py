@@ -177,7 +177,7 @@ async def unsynced_summaries(
         sql += " AND s.session_id = ?"
         params = (session_id,)
     async with conn.execute(sql + " ORDER BY s.id", params) as cursor:
-        return [StoredSummary(*row[:4], parse_utc(row[4]), parse_utc(row[5]))
+        return [StoredSummary(row[0], row[1], row[2], row[3], parse_utc(row[4]), parse_utc(row[5]))
                 for row in await cursor.fetchall()]
 
 
