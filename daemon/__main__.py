@@ -1,4 +1,4 @@
-from daemon.cli import main
+from daemon.entry import main
 
 if __name__ == "__main__":
     main()

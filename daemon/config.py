@@ -144,6 +144,27 @@ class MemorySettings(BaseModel):
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
 
 
+class AgentSettings(BaseModel):
+    """What hooks and the MCP server give agents (`memoryd hook`, `memoryd mcp`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Inject memory at all; false turns every hook into a no-op (nothing printed).
+    inject: bool = True
+    #: The session-start block's size in characters: Claude Code cuts hook output
+    #: above 10,000 characters down to a preview.
+    start_context_chars: int = Field(default=8000, ge=500, le=100_000)
+    #: The estimated-token budget of a block injected for one prompt.
+    prompt_budget_tokens: int = Field(default=1500, ge=100, le=20_000)
+    #: The least share of a prompt's content words (0..1, `memory.gate`) a memory must
+    #: mention to be injected for that prompt; calibrated in benchmarks/README.md.
+    prompt_min_relevance: float = Field(default=0.5, ge=0.0, le=1.0)
+    #: A hook's hard time cap: past it, it prints nothing and exits 0.
+    hook_timeout: Duration = Field(default=2.0, gt=0, le=600)
+    #: A `Stop` hook asks for a sync this long after the agent's last turn.
+    stop_sync_delay: Duration = Field(default=20.0, ge=0, le=3600)
+
+
 class Settings(BaseSettings):
     """Every setting memoryd reads; config.example.yaml documents each one."""
 
@@ -167,6 +188,7 @@ class Settings(BaseSettings):
     segment_max_chars: int = Field(default=6000, ge=500)
     segment_idle_gap: Duration = 1800.0
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="auto", pattern="^(auto|console|json)$")
 
@@ -193,6 +215,11 @@ class Settings(BaseSettings):
     @property
     def lock_path(self) -> Path:
         return self.state_dir / "memoryd.lock"
+
+    @property
+    def socket_path(self) -> Path:
+        """The daemon's local API (a Unix socket, mode 0600, in the 0700 state directory)."""
+        return self.state_dir / "memoryd.sock"
 
     def enabled_sources(self) -> list[SourceConfig]:
         return [s for s in self.sources if s.enabled]

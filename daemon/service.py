@@ -24,8 +24,10 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from daemon.api.ops import ApiError, MemoryOps
+from daemon.api.server import ApiServer, make_app
 from daemon.clock import Clock
-from daemon.config import Settings
+from daemon.config import Settings, SourceKind
 from daemon.errors import ConfigError, MemorydError, StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
@@ -141,12 +143,16 @@ async def ingest_once(
     *,
     on_total: Callable[[int], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    extra: tuple[tuple[str, SourceKind], ...] = (),
 ) -> PassStats:
-    """One full pass over every source, under the lock; the daemon's `ingest --once`."""
+    """One full pass over every source (and `extra` transcripts), under the lock;
+    the daemon's `ingest --once`."""
     with hold_lock(settings, "ingest", clock.now()):
         async with open_store(settings) as conn:
             ingester = Ingester(conn, settings, clock)
             await ingester.load()
+            for path, kind in extra:
+                ingester.follow(path, kind)
             await ingester.scan()
             if on_total is not None:
                 on_total(ingester.pending_bytes())
@@ -193,6 +199,12 @@ class Service:
         self._recovery: Recovery | None = None
         self._backend: SQLiteMemoryBackend | None = None
         self._open_lock = asyncio.Lock()
+        self._sync_lock = asyncio.Lock()
+        self._ops: MemoryOps | None = None
+        self._api_conn: aiosqlite.Connection | None = None
+        self._jobs_conn: aiosqlite.Connection | None = None
+        self._later: dict[int, asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task[Any]] = set()
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
@@ -248,7 +260,10 @@ class Service:
                 conn = await stack.enter_async_context(open_store(settings))
                 # Lifecycle jobs get their own connection: transactions on one
                 # connection would interleave with the ingester's.
-                jobs_conn = await stack.enter_async_context(open_store(settings))
+                jobs_conn = self._jobs_conn = await stack.enter_async_context(
+                    open_store(settings))
+                # The API's writes (injection records, `ended`) get a third one.
+                self._api_conn = await stack.enter_async_context(open_store(settings))
                 stack.push_async_callback(self._close_backend)
                 scheduler = self._scheduler(jobs_conn)
                 ingester = self._ingester = Ingester(conn, settings, clock)
@@ -266,6 +281,10 @@ class Service:
                     ),
                 ]
                 scheduler.start()
+                api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status))
+                await api.start()
+                stack.push_async_callback(api.stop)
+                stack.callback(self._cancel_later)
                 self.ready.set()
                 self._write_status(force=True)
                 self.notifier.ready(self._status_line())
@@ -300,6 +319,74 @@ class Service:
                                       recovery_policy(self.settings))
         return self._recovery
 
+    # -- the local API (`daemon.api`) -------------------------------------------------
+
+    async def _api_ops(self) -> MemoryOps:
+        if self._ops is None:
+            assert self._jobs_conn is not None and self._api_conn is not None
+            await self._recovery_for(self._jobs_conn)
+            if self._backend is None:
+                raise ApiError(503, "the memory backend cannot be opened right now"
+                               " (see `memoryd status`)")
+            self._ops = MemoryOps(self.settings, self.clock, self._api_conn, self._backend,
+                                  self)
+        return self._ops
+
+    async def _api_status(self) -> dict[str, Any]:
+        from daemon.status import collect_status
+
+        return await collect_status(self.settings, self.clock)
+
+    async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
+        """Follow a transcript a hook named; with `read_to_end`, wait until it is stored."""
+        ingester = self._ingester
+        if ingester is None or not ingester.follow(path, kind):
+            return
+        if read_to_end:
+            try:
+                async with asyncio.timeout(max(self.settings.agents.hook_timeout, 5.0)):
+                    await ingester.catch_up()
+            except TimeoutError:
+                log.warning("catch_up_timed_out", path=path)
+
+    async def sync(self, session_id: int | None) -> SyncReport:
+        """Save unsynced messages (of one session) to memory now, one sync at a time."""
+        assert self._jobs_conn is not None
+        recovery = await self._recovery_for(self._jobs_conn)
+        if recovery is None:
+            raise ApiError(503, "the memory backend cannot be opened right now")
+        async with self._sync_lock:
+            return await recovery.run(force=True, session_id=session_id)
+
+    def sync_later(self, session_id: int, delay: float) -> None:
+        """A debounced sync: a later ask for the same session replaces an earlier one."""
+        previous = self._later.pop(session_id, None)
+        if previous is not None:
+            previous.cancel()
+
+        def start() -> None:
+            self._later.pop(session_id, None)
+            if self.stop_event.is_set():
+                return
+            task = asyncio.create_task(self._sync_quietly(session_id))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        self._later[session_id] = asyncio.get_running_loop().call_later(delay, start)
+
+    async def _sync_quietly(self, session_id: int) -> None:
+        try:
+            await self.sync(session_id)
+        except MemorydError as exc:
+            log.warning("debounced_sync_failed", session_id=session_id, error=str(exc))
+
+    def _cancel_later(self) -> None:
+        for handle in self._later.values():
+            handle.cancel()
+        self._later.clear()
+        for task in self._background:
+            task.cancel()
+
     async def _close_backend(self) -> None:
         if self._backend is not None:
             await self._backend.close()
@@ -312,7 +399,8 @@ class Service:
         async def recover() -> None:
             recovery = await self._recovery_for(conn)
             if recovery is not None:
-                await recovery.run()
+                async with self._sync_lock:
+                    await recovery.run()
 
         async def embed() -> None:
             # Vectors are computed here, off the ingest and save paths; a slow or

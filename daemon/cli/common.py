@@ -30,7 +30,7 @@ from daemon.errors import (
 )
 from daemon.logging import configure_logging
 from daemon.memory import RecallResult
-from daemon.memory.records import provenance_to_record, to_utc_text
+from daemon.memory.records import result_to_record
 from daemon.timephrases import WhenError, parse_when
 
 T = TypeVar("T")
@@ -132,17 +132,4 @@ def iso_or_none(moment: datetime | None) -> str | None:
 
 def result_json(result: RecallResult) -> dict[str, Any]:
     """One recall result as stable JSON: content, score and full provenance."""
-    return {
-        "memory_id": result.memory_id,
-        "type": result.type.value,
-        "content": result.content,
-        "excerpt": result.excerpt,
-        "score": round(result.score, 6),
-        "importance": result.importance,
-        "project": result.project,
-        "tags": list(result.tags),
-        "created_at": to_utc_text(result.created_at),
-        "provenance": provenance_to_record(result.provenance),
-    }
-
-
+    return result_to_record(result)

@@ -84,3 +84,8 @@ def classify_any(path: str, sources: Iterable[SourceConfig]) -> Candidate | None
             if candidate is not None:
                 return candidate
     return None
+
+
+def classify_explicit(path: str, kind: SourceKind) -> Candidate | None:
+    """The candidate for a transcript an agent named itself, wherever it lies."""
+    return classify(path, SourceConfig(kind=kind, root=Path(path).parent.parent))

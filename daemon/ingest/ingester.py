@@ -16,9 +16,15 @@ import aiosqlite
 import structlog
 
 from daemon.clock import Clock
-from daemon.config import Settings, SourceConfig
+from daemon.config import Settings, SourceConfig, SourceKind
 from daemon.errors import StoreError
-from daemon.ingest.discovery import Candidate, Mode, classify_any, discover
+from daemon.ingest.discovery import (
+    Candidate,
+    Mode,
+    classify_any,
+    classify_explicit,
+    discover,
+)
 from daemon.ingest.fingerprint import digest
 from daemon.ingest.tailer import Tailer, Tracked, TurnOutcome, TurnResult
 from daemon.store.ingest import load_states, mark_missing, move_state
@@ -55,8 +61,12 @@ class Ingester:
         self._states: list[FileState] = []
         self._rescan_requested = True
         self._hinted: set[str] = set()
+        self._explicit: dict[str, Candidate] = {}
         self.wake = asyncio.Event()
         self.sources: list[SourceConfig] = settings.enabled_sources()
+        self._passes_started = 0
+        self._passes_done = 0
+        self._pass_done = asyncio.Condition()
 
     @property
     def tracked(self) -> dict[str, Tracked]:
@@ -74,13 +84,41 @@ class Ingester:
         self._hinted.update(paths)
         self.wake.set()
 
+    def follow(self, path: str, kind: SourceKind) -> bool:
+        """Follow one transcript an agent named (a hook), even outside the configured roots.
+
+        False when `path` does not look like a transcript of that agent.
+        """
+        path = os.path.abspath(path)
+        if path in self._tracked or path in self._explicit:
+            self.notify([path])
+            return True
+        candidate = classify_explicit(path, kind)
+        if candidate is None:
+            return False
+        self._explicit[path] = candidate
+        self._rescan_requested = True
+        self.wake.set()
+        return True
+
+    async def catch_up(self) -> None:
+        """Wait until a pass that started after this call has read every file to its end."""
+        target = self._passes_started + 1
+        self._rescan_requested = True
+        self.wake.set()
+        async with self._pass_done:
+            await self._pass_done.wait_for(lambda: self._passes_done >= target)
+
     # -- identity resolution -----------------------------------------------------------
 
     async def scan(self) -> None:
         """Match what is on disk against what is stored: renames, replacements, new files."""
         self._rescan_requested = False
         found: dict[str, tuple[Candidate, os.stat_result]] = {}
-        for candidate in discover(self.sources):
+        discovered = list(discover(self.sources))
+        seen = {c.path for c in discovered}
+        discovered += [c for p, c in self._explicit.items() if p not in seen]
+        for candidate in discovered:
             try:
                 found[candidate.path] = (candidate, os.stat(candidate.path))
             except OSError:
@@ -250,7 +288,11 @@ class Ingester:
                 next_scan = now + self._settings.poll_interval
             self._hinted.clear()
             self.wake.clear()
+            self._passes_started += 1
             await self.pump(stop, progress=on_progress)
+            async with self._pass_done:
+                self._passes_done = self._passes_started
+                self._pass_done.notify_all()
             if on_pass is not None:
                 on_pass()
             if stop.is_set() or self._rescan_requested:

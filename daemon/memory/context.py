@@ -31,6 +31,13 @@ DUPLICATE_SIMILARITY = 0.8
 ITEM_SHARE = 0.5
 
 _WORDS = re.compile(r"\w+|[^\w\s]")
+#: Anything in a memory that could close or reopen the block's frame.
+_FRAME_TAG = re.compile(r"<(?=\s*/?\s*memory_context)", re.IGNORECASE)
+
+
+def defang(text: str) -> str:
+    """Memory text made unable to end the block early: `<memory_context` tags become `&lt;`."""
+    return _FRAME_TAG.sub("&lt;", text)
 
 
 def estimate_tokens(text: str) -> int:
@@ -91,8 +98,11 @@ class ContextBlock:
     dropped_for_budget: int
 
 
-def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET) -> ContextBlock:
-    """The block for `results` (best first) within `budget` estimated tokens."""
+def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
+                  max_chars: int | None = None) -> ContextBlock:
+    """The block for `results` (best first) within `budget` estimated tokens and `max_chars`."""
+    if max_chars is not None:
+        budget = min(budget, max_chars // 4)
     if budget < MIN_BUDGET:
         raise ValueError(f"a context budget below {MIN_BUDGET} tokens cannot hold any memory")
     explicit = [r for r in results if r.type in EXPLICIT_TYPES]
@@ -112,7 +122,7 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET)
         if room < 20:
             over_budget += 1
             continue
-        body = _clip_to(" ".join(result.content.split()), room)
+        body = _clip_to(defang(" ".join((result.excerpt or result.content).split())), room)
         line = label + body
         cost = estimate_tokens(line) + 1
         if used + cost > budget:
@@ -122,4 +132,8 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET)
         kept.append(ContextItem(result, line, cost))
         used += cost
     text = "\n".join([opening, PREAMBLE, *(item.text for item in kept), closing])
+    while max_chars is not None and len(text) > max_chars and kept:
+        kept.pop()
+        over_budget += 1
+        text = "\n".join([opening, PREAMBLE, *(item.text for item in kept), closing])
     return ContextBlock(text, tuple(kept), estimate_tokens(text), budget, duplicates, over_budget)

@@ -288,6 +288,9 @@ class RecallResult:
     #: "…"); None when the whole content is the match. `provenance` then covers
     #: just those chunks' messages.
     excerpt: str | None = None
+    #: How well the memory matches the query, in [0, 1], before importance and recency
+    #: weigh in (1.0 without query words): what a relevance threshold compares.
+    relevance: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

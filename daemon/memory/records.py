@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from daemon.memory.models import Memory, MemoryType, Provenance
+from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult
 
 SCHEMA_VERSION = 1
 
@@ -134,3 +134,20 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
         raise ValueError(f"missing field {exc.args[0]!r}") from exc
     except TypeError as exc:
         raise ValueError(str(exc)) from exc
+
+
+def result_to_record(result: RecallResult) -> dict[str, Any]:
+    """One recall result as stable JSON: content, score and full provenance."""
+    return {
+        "memory_id": result.memory_id,
+        "type": result.type.value,
+        "content": result.content,
+        "excerpt": result.excerpt,
+        "score": round(result.score, 6),
+        "relevance": round(result.relevance, 6),
+        "importance": result.importance,
+        "project": result.project,
+        "tags": list(result.tags),
+        "created_at": to_utc_text(result.created_at),
+        "provenance": provenance_to_record(result.provenance),
+    }

@@ -48,7 +48,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import fts, sqlite_hybrid, sqlite_recall
+from daemon.memory import fts, ranking, sqlite_hybrid, sqlite_recall
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
@@ -375,6 +375,7 @@ class SQLiteMemoryBackend:
                 project=row["project"],
                 importance=row["importance"],
                 tags=tuple(json.loads(row["tags"])),
+                relevance=ranking.relevance(row["bm"]),
             )
             for row, score in ranked
         ]
@@ -437,6 +438,7 @@ class SQLiteMemoryBackend:
                 importance=row["importance"],
                 tags=tuple(json.loads(row["tags"])),
                 excerpt=None if excerpt == row["content"] else excerpt,
+                relevance=hit.relevance,
             ))
         return results
 

@@ -92,6 +92,7 @@ class Hit:
     row: sqlite3.Row
     score: float
     chunks: list[sqlite3.Row] = field(default_factory=list)
+    relevance: float = 1.0  # the best chunk's fused relevance
 
     @property
     def excerpt(self) -> str:
@@ -258,7 +259,7 @@ async def hybrid_rows(
             chunks = keep[seq]
             top = [chunk_rows[c.seq] for c in chunks[:EXCERPT_CHUNKS] if c.seq in chunk_rows
                    and c.fused >= 0.8 * chunks[0].fused]
-            hits.append(Hit(rows[seq], -negative_score, top))
+            hits.append(Hit(rows[seq], -negative_score, top, chunks[0].fused))
         kept = _dedup(hits, best, index, limit)
         if len(kept) >= limit:
             break

@@ -114,6 +114,24 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE memory_synced_at IS NULL;
         """,
     ),
+    (
+        3,
+        "what was injected into which agent session (hooks, MCP): when, which memories, how much",
+        """
+        CREATE TABLE injections (
+            id INTEGER PRIMARY KEY,
+            injected_at TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            agent_session_id TEXT,
+            interface TEXT NOT NULL,
+            event TEXT NOT NULL,
+            project TEXT,
+            memory_ids TEXT NOT NULL,
+            chars INTEGER NOT NULL
+        );
+        CREATE INDEX injections_by_session ON injections (agent_session_id, injected_at);
+        """,
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import aiosqlite
@@ -55,7 +56,7 @@ async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] |
 
 
 def _like_prefix(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    return _escape_like(text) + "%"
 
 
 async def session_messages(
@@ -125,3 +126,56 @@ async def file_offsets(conn: aiosqlite.Connection) -> list[tuple[str, str, int, 
         " FROM session_message_state WHERE missing = 0"
     ) as cursor:
         return [(r[0], r[1], r[2], bool(r[3])) for r in await cursor.fetchall()]
+
+
+async def search_messages(
+    conn: aiosqlite.Connection,
+    words: Sequence[str],
+    *,
+    project: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int = 20,
+) -> list[dict[str, Any]]:
+    """Stored messages holding every one of `words` (case-insensitive), newest first.
+
+    A scan, not an index: it reads the messages of the selected time span and
+    project, which is what "what did I run last Tuesday in this repo?" asks for.
+    """
+    where = ["1 = 1"]
+    params: list[Any] = []
+    for word in words:
+        where.append("m.content LIKE ? ESCAPE '\\'")
+        params.append("%" + _escape_like(word) + "%")
+    if project is not None:
+        where.append("s.project = ?")
+        params.append(project)
+    if since is not None:
+        where.append("m.timestamp >= ?")
+        params.append(since)
+    if until is not None:
+        where.append("m.timestamp < ?")
+        params.append(until)
+    async with conn.execute(
+        "SELECT s.id AS session_id, s.external_id, s.source, s.project, m.message_index,"
+        " m.role, m.kind, m.tool_name, m.timestamp, substr(m.content, 1, 4000) AS content"
+        " FROM session_messages m JOIN sessions s ON s.id = m.session_id"
+        f" WHERE {' AND '.join(where)} ORDER BY m.timestamp DESC, m.session_id, m.message_index"
+        " LIMIT ?",
+        (*params, limit),
+    ) as cursor:
+        return [dict(r) for r in await cursor.fetchall()]
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+async def session_by_transcript(conn: aiosqlite.Connection, path: str) -> dict[str, Any] | None:
+    """The session whose transcript is at `path` (the newest, if a file was replaced)."""
+    async with conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE transcript_path = ? ORDER BY id DESC"
+        " LIMIT 1", (path,),
+    ) as cursor:
+        row = await cursor.fetchone()
+    return _session_dict(row) if row is not None else None

@@ -1,0 +1,406 @@
+"""Every operation the local API serves, over open stores.
+
+The daemon serves these on its socket (`api.server`); when no daemon runs, the
+same object is built over stores opened directly (`api.access`), so a hook, the
+MCP server and the CLI behave the same either way. Arguments arrive as JSON
+values and are checked here: a bad one raises `ApiError` with status 400 and one
+clear line. Results are plain JSON values.
+
+Agent session events (`session_event`) are the hooks' work:
+
+- `start`: follow the agent's transcript at once (wherever it lies), then give a
+  `<memory_context>` block for the session's project: explicit facts and
+  corrections first, then what recent sessions in the project were about, then
+  the project's weightiest memories; at most `agents.start_context_chars`.
+- `prompt`: recall for the prompt and give only memories whose relevance reaches
+  `agents.prompt_min_relevance` and that this agent session was not given
+  before, within `agents.prompt_budget_tokens`; nothing when nothing qualifies.
+- `pre_compact`: read the transcript to its end and save the session's unsynced
+  messages to memory now, before the agent drops them from its context.
+- `end`: mark the session `ended` and sync it now. `stop`: a sync, debounced.
+
+Every block given is recorded in `injections` (never its text).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import aiosqlite
+import structlog
+
+from daemon.clock import Clock
+from daemon.config import Settings, SourceKind
+from daemon.errors import MemorydError
+from daemon.lifecycle.recovery import SyncReport
+from daemon.memory import MemoryBackend, MemoryType, RecallResult, memory_to_record
+from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
+from daemon.memory.gate import coverage
+from daemon.memory.records import result_to_record
+from daemon.store import queries
+from daemon.store.injections import Injection, injected_memory_ids, record_injection
+from daemon.store.sessions import mark_ended
+from daemon.timephrases import WhenError, parse_when
+
+log = structlog.get_logger("memoryd.api")
+
+AGENTS = ("claude", "codex", "gemini")
+EVENTS = ("start", "prompt", "pre_compact", "end", "stop")
+#: Recall this many candidates before fitting the best into a context budget.
+CONTEXT_CANDIDATES = 60
+#: A prompt longer than this is recalled on its first part (a pasted log is not a query).
+PROMPT_QUERY_CHARS = 2000
+MAX_LIMIT = 200
+#: How much of recent history the session-start block looks back on.
+RECENT_DAYS = 30
+RECENT_ITEMS = 4
+
+
+class ApiError(MemorydError):
+    """A request the API answers with an error: `status` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Runtime(Protocol):
+    """What only a process that ingests can do: the daemon, or a direct fallback."""
+
+    async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
+        """Follow this transcript; with `read_to_end`, return once it is stored to its end."""
+        ...
+
+    async def sync(self, session_id: int | None) -> SyncReport:
+        """Save the unsynced messages of one session (or all) to memory now."""
+        ...
+
+    def sync_later(self, session_id: int, delay: float) -> None:
+        """Ask for a sync of this session after `delay` seconds (later asks replace it)."""
+        ...
+
+
+class MemoryOps:
+    """The operations, over the daemon's store connection and a memory backend."""
+
+    def __init__(self, settings: Settings, clock: Clock, conn: aiosqlite.Connection,
+                 backend: MemoryBackend, runtime: Runtime) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._conn = conn
+        self._backend = backend
+        self._runtime = runtime
+
+    # -- memory ----------------------------------------------------------------------
+
+    async def recall(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = _text(args, "query", default="")
+        results = await self._recall(query, args, limit=_int(args, "limit", 10, 1, MAX_LIMIT))
+        return {"results": [result_to_record(r) for r in results]}
+
+    async def _recall(self, query: str, args: Mapping[str, Any], *, limit: int,
+                      types: Sequence[MemoryType] | None = None,
+                      order: str = "score") -> list[RecallResult]:
+        now = self.clock.now()
+        kinds = types if types is not None else _types(args)
+        return await self._backend.recall(
+            query, project=_project(args), all_projects=_bool(args, "all_projects"),
+            limit=limit, since=_when(args, "since", now), until=_when(args, "until", now),
+            types=kinds, order="time" if order == "time" else "score")
+
+    async def recall_temporal(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        if args.get("since") is None:
+            raise ApiError(400, "since is required (an ISO date, 'yesterday', 'last week')")
+        results = await self._recall(_text(args, "query", default=""), args,
+                                     limit=_int(args, "limit", 50, 1, MAX_LIMIT), order="time")
+        return {"results": [result_to_record(r) for r in results]}
+
+    async def context(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = _text(args, "query", default="")
+        budget = _int(args, "budget", DEFAULT_BUDGET, MIN_BUDGET, 100_000)
+        results = await self._recall(query, args, limit=CONTEXT_CANDIDATES)
+        block = build_context(results, budget)
+        ids = [item.result.memory_id for item in block.items]
+        agent_session = _opt_text(args, "agent_session_id")
+        if agent_session is not None or _bool(args, "record"):
+            await self._record(Injection(
+                agent=_opt_text(args, "agent") or "unknown", agent_session_id=agent_session,
+                interface=_opt_text(args, "interface") or "api", event="memory_context",
+                project=_project(args), memory_ids=tuple(ids), chars=len(block.text)))
+        return {"text": block.text, "memory_ids": ids, "tokens": block.tokens,
+                "chars": len(block.text), "dropped_duplicates": block.dropped_duplicates,
+                "dropped_for_budget": block.dropped_for_budget}
+
+    async def remember(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        content = _text(args, "content")
+        kind = _opt_text(args, "type") or "fact"
+        if kind not in ("fact", "project_context"):
+            raise ApiError(400, "type must be fact or project_context")
+        importance = args.get("importance")
+        if importance is not None and (isinstance(importance, bool) or not isinstance(
+                importance, int | float) or not 0.0 <= float(importance) <= 1.0):
+            raise ApiError(400, "importance must be a number from 0 to 1")
+        tags = args.get("tags") or []
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise ApiError(400, "tags must be a list of strings")
+        memory = await self._backend.remember(
+            content, type=MemoryType(kind),
+            importance=None if importance is None else float(importance),
+            project=_project(args), tags=tags)
+        return {"memory": memory_to_record(memory)}
+
+    async def correct(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        content = _text(args, "content")
+        target = _opt_text(args, "memory_id")
+        query = _opt_text(args, "query")
+        if (target is None) == (query is None):
+            raise ApiError(400, "give memory_id or query, not both")
+        if target is None:
+            assert query is not None
+            found = await self._backend.recall(query, limit=1, all_projects=True)
+            if not found:
+                raise ApiError(404, f"no memory matches {query!r}")
+            target = found[0].memory_id
+        old = await self._backend.get(target)
+        if old is None:
+            raise ApiError(404, f"no memory {target}")
+        if not old.is_live:
+            raise ApiError(409, f"memory {target} is not live (superseded or forgotten)")
+        memory = await self._backend.correct(target, content,
+                                             reason=_opt_text(args, "reason"))
+        return {"memory": memory_to_record(memory), "replaced": target}
+
+    async def forget(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        hard = _bool(args, "hard")
+        memory_id = _opt_text(args, "memory_id")
+        session = _opt_text(args, "session")
+        project = _project(args)
+        if sum(x is not None for x in (memory_id, session, project)) != 1:
+            raise ApiError(400, "give exactly one of memory_id, session, project")
+        if memory_id is not None:
+            return {"forgotten": int(await self._backend.forget(memory_id, hard=hard))}
+        if session is not None:
+            found = await queries.find_session(self._conn, session)
+            count = await self._backend.forget_where(
+                session_id=int(found["id"]) if found else None,
+                session_external_id=None if found else session, hard=hard)
+            return {"forgotten": count}
+        return {"forgotten": await self._backend.forget_where(project=project, hard=hard)}
+
+    async def get_memory(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        memory_id = _text(args, "memory_id")
+        memory = await self._backend.get(memory_id)
+        if memory is None:
+            raise ApiError(404, f"no memory {memory_id}")
+        if _bool(args, "record_use", default=True):
+            await self._backend.record_use([memory.id])
+        history = await self._backend.history(memory_id)
+        return {"memory": memory_to_record(memory),
+                "history": [m.id for m in history]}
+
+    # -- sessions --------------------------------------------------------------------
+
+    async def search_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = _text(args, "query")
+        words = [w for w in query.split() if w][:12]
+        now = self.clock.now()
+        since, until = _when(args, "since", now), _when(args, "until", now)
+        rows = await queries.search_messages(
+            self._conn, words, project=_project(args),
+            since=_iso(since) if since else None, until=_iso(until) if until else None,
+            limit=_int(args, "limit", 20, 1, MAX_LIMIT))
+        return {"messages": rows}
+
+    async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        session = _opt_text(args, "session")
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(self._conn, session)
+            if found is None:
+                raise ApiError(404, f"no session {session!r}")
+            session_id = int(found["id"])
+        return {"report": asdict(await self._runtime.sync(session_id))}
+
+    async def session_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """A hook's event; returns `context` (a block, or None) and the memory ids in it."""
+        agent = _text(args, "agent")
+        event = _text(args, "event")
+        if agent not in AGENTS:
+            raise ApiError(400, f"agent must be one of {', '.join(AGENTS)}")
+        if event not in EVENTS:
+            raise ApiError(400, f"event must be one of {', '.join(EVENTS)}")
+        agent_session = _opt_text(args, "session_id")
+        transcript = _opt_text(args, "transcript_path")
+        cwd = _opt_text(args, "cwd")
+        project = _normal_path(cwd) if cwd else None
+        kind = SourceKind(agent)
+        if transcript is not None:
+            await self._runtime.follow(transcript, kind,
+                                       read_to_end=event in ("pre_compact", "end"))
+        if event in ("pre_compact", "end", "stop"):
+            await self._session_ended_or_synced(event, transcript, agent_session)
+            return {"context": None, "memory_ids": []}
+        if not self.settings.agents.inject:
+            return {"context": None, "memory_ids": []}
+        if event == "start":
+            block_text, ids = await self._start_context(project)
+        else:
+            block_text, ids = await self._prompt_context(
+                _text(args, "prompt", default=""), project, agent_session)
+        if block_text is not None:
+            await self._record(Injection(agent=agent, agent_session_id=agent_session,
+                                         interface="hook", event=event, project=project,
+                                         memory_ids=tuple(ids), chars=len(block_text)))
+        return {"context": block_text, "memory_ids": ids}
+
+    async def _session_ended_or_synced(self, event: str, transcript: str | None,
+                                       agent_session: str | None) -> None:
+        session = await self._find_agent_session(transcript, agent_session)
+        if session is None:
+            log.info("hook_session_unknown", event=event, agent_session_id=agent_session)
+            return
+        session_id = int(session["id"])
+        if event == "stop":
+            self._runtime.sync_later(session_id, self.settings.agents.stop_sync_delay)
+            return
+        if event == "end":
+            await mark_ended(self._conn, session_id)
+        await self._runtime.sync(session_id)
+
+    async def _find_agent_session(self, transcript: str | None,
+                                  agent_session: str | None) -> dict[str, Any] | None:
+        if transcript is not None:
+            found = await queries.session_by_transcript(self._conn, transcript)
+            if found is not None:
+                return found
+        if agent_session:
+            return await queries.find_session(self._conn, agent_session)
+        return None
+
+    async def _start_context(self, project: str | None) -> tuple[str | None, list[str]]:
+        scope = {"project": project} if project else {}
+        explicit = await self._recall(
+            "", scope, limit=40,
+            types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
+        recent_scope = {**scope, "since": _iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
+        recent = []
+        if project:
+            for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
+                found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
+                                           order="time")
+                recent += [r for r in reversed(found) if r.project == project][:RECENT_ITEMS]
+        weighty = await self._recall("", scope, limit=10) if project else []
+        chosen: dict[str, RecallResult] = {}
+        for result in [*explicit, *recent, *weighty]:
+            chosen.setdefault(result.memory_id, result)
+        if not chosen:
+            return None, []
+        max_chars = self.settings.agents.start_context_chars
+        block = build_context(list(chosen.values()), budget=max_chars // 4, max_chars=max_chars)
+        if not block.items:
+            return None, []
+        return block.text, [item.result.memory_id for item in block.items]
+
+    async def _prompt_context(self, prompt: str, project: str | None,
+                              agent_session: str | None) -> tuple[str | None, list[str]]:
+        query = prompt[:PROMPT_QUERY_CHARS]
+        if not query.strip():
+            return None, []
+        scope = {"project": project} if project else {}
+        results = await self._recall(query, scope, limit=20)
+        floor = self.settings.agents.prompt_min_relevance
+        given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
+        fresh = [r for r in results if r.memory_id not in given
+                 and coverage(query, r.excerpt or r.content) >= floor]
+        if not fresh:
+            return None, []
+        block = build_context(fresh, budget=self.settings.agents.prompt_budget_tokens)
+        if not block.items:
+            return None, []
+        return block.text, [item.result.memory_id for item in block.items]
+
+    async def _record(self, injection: Injection) -> None:
+        try:
+            await record_injection(self._conn, injection, self.clock.now())
+        except MemorydError as exc:
+            # What was given is still given; only its record is lost.
+            log.warning("injection_not_recorded", error=str(exc))
+
+
+# -- argument checking ---------------------------------------------------------------
+
+def _text(args: Mapping[str, Any], name: str, default: str | None = None) -> str:
+    value = args.get(name, default)
+    if value is None:
+        raise ApiError(400, f"{name} is required")
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string")
+    if default is None and not value.strip():
+        raise ApiError(400, f"{name} is empty")
+    return value
+
+
+def _opt_text(args: Mapping[str, Any], name: str) -> str | None:
+    value = args.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string")
+    return value
+
+
+def _int(args: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = args.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be a whole number")
+    if not low <= value <= high:
+        raise ApiError(400, f"{name} must be from {low} to {high}")
+    return value
+
+
+def _bool(args: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = args.get(name, default)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false")
+    return value
+
+
+def _when(args: Mapping[str, Any], name: str, now: datetime) -> datetime | None:
+    value = _opt_text(args, name)
+    if value is None:
+        return None
+    try:
+        return parse_when(value, now)
+    except (WhenError, OverflowError, ValueError) as exc:
+        raise ApiError(400, f"{name}: {exc}") from None
+
+
+def _types(args: Mapping[str, Any]) -> list[MemoryType] | None:
+    value = args.get("types")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ApiError(400, "types must be a list")
+    try:
+        return [MemoryType(v) for v in value]
+    except ValueError:
+        raise ApiError(400, "types: one of " + ", ".join(t.value for t in MemoryType)) from None
+
+
+def _project(args: Mapping[str, Any]) -> str | None:
+    value = _opt_text(args, "project")
+    return _normal_path(value) if value is not None else None
+
+
+def _normal_path(value: str) -> str:
+    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()

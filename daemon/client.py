@@ -1,0 +1,154 @@
+"""How every client reaches memory: the running daemon's API, else the stores directly.
+
+The daemon is the one writer of its databases, so a client that finds it
+running asks it (httpx over the Unix socket). When no daemon answers, the
+client opens the stores itself and runs the very same operations
+(`api.ops.MemoryOps`) in-process, so nothing depends on the service being
+installed. `call` answers the result's JSON either way, or raises `ApiError`
+(a refused request) or a `MemorydError` (a store that cannot be opened).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+import structlog
+
+from daemon.api.ops import ApiError, MemoryOps
+from daemon.api.server import OPERATIONS
+from daemon.clock import Clock
+from daemon.config import Settings, SourceKind
+from daemon.errors import AlreadyRunningError, MemorydError
+from daemon.lifecycle.recovery import Recovery, SyncReport
+from daemon.service import ingest_once, open_memory_backend, open_store, recovery_policy
+
+log = structlog.get_logger("memoryd.client")
+
+
+class DaemonUnreachable(MemorydError):
+    """No daemon answers on the socket (not running, or not yet listening)."""
+
+
+class DaemonClient:
+    """The daemon's API over its Unix socket."""
+
+    def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
+        self._http = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=str(settings.socket_path)),
+            base_url="http://memoryd", timeout=timeout)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._http.post(f"/v1/{operation}", json=dict(args))
+        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            raise DaemonUnreachable(f"no daemon answers ({type(exc).__name__})") from None
+        except httpx.TimeoutException:
+            raise ApiError(504, f"the daemon did not answer {operation} in time") from None
+        return _unwrap(response)
+
+    async def status(self) -> dict[str, Any]:
+        try:
+            response = await self._http.get("/v1/status")
+        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+            raise DaemonUnreachable(f"no daemon answers ({type(exc).__name__})") from None
+        return _unwrap(response)["status"]  # type: ignore[no-any-return]
+
+
+def _unwrap(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        raise ApiError(response.status_code, "the daemon sent an answer that is not JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(response.status_code, "the daemon sent an unexpected answer")
+    if response.status_code != 200 or not body.get("ok"):
+        raise ApiError(response.status_code, str(body.get("error") or "request failed"))
+    body.pop("ok", None)
+    return body
+
+
+class DirectRuntime:
+    """What the daemon would do for a hook, done in this process (no daemon runs)."""
+
+    def __init__(self, settings: Settings, clock: Clock, conn: Any, backend: Any) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._recovery = Recovery(conn, backend, clock, recovery_policy(settings))
+
+    async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
+        if not read_to_end:
+            return  # the daemon, once it runs, discovers what lies under its roots
+        try:
+            await ingest_once(self._settings, self._clock, extra=((path, kind),))
+        except AlreadyRunningError:
+            log.info("ingest_skipped_daemon_running", path=path)
+
+    async def sync(self, session_id: int | None) -> SyncReport:
+        return await self._recovery.run(force=True, session_id=session_id)
+
+    def sync_later(self, session_id: int, delay: float) -> None:
+        # No daemon to wait in: the session is saved when it pauses, or by the next run.
+        log.debug("sync_later_without_daemon", session_id=session_id, delay=delay)
+
+
+@contextlib.asynccontextmanager
+async def direct_ops(settings: Settings, clock: Clock) -> AsyncIterator[MemoryOps]:
+    """The operations over stores opened in this process."""
+    async with open_store(settings) as conn:
+        backend = await open_memory_backend(settings, clock)
+        try:
+            yield MemoryOps(settings, clock, conn, backend,
+                            DirectRuntime(settings, clock, conn, backend))
+        finally:
+            await backend.close()
+
+
+class MemoryClient:
+    """One client session: asks the daemon, falls back to the stores when none answers."""
+
+    def __init__(self, settings: Settings, clock: Clock, *, timeout: float = 30.0) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._daemon: DaemonClient | None = DaemonClient(settings, timeout)
+        self._stack = contextlib.AsyncExitStack()
+        self._direct: MemoryOps | None = None
+        #: "daemon" or "direct": which one answered the last call.
+        self.via = "daemon"
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._daemon is not None:
+            await self._daemon.close()
+            self._daemon = None
+        await self._stack.aclose()
+
+    async def call(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        if operation not in OPERATIONS:
+            raise ApiError(404, f"no operation {operation!r}")
+        if self._daemon is not None and self._settings.socket_path.exists():
+            try:
+                result = await self._daemon.call(operation, args)
+                self.via = "daemon"
+                return result
+            except DaemonUnreachable as exc:
+                log.debug("daemon_unreachable_falling_back", error=str(exc))
+        ops = await self._direct_ops()
+        self.via = "direct"
+        return await OPERATIONS[operation](ops, args)
+
+    async def _direct_ops(self) -> MemoryOps:
+        if self._direct is None:
+            self._direct = await self._stack.enter_async_context(
+                direct_ops(self._settings, self._clock))
+        return self._direct

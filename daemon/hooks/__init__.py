@@ -1,0 +1,1 @@
+"""Agent hooks: the fast `memoryd hook` entry point, its fallback, and settings installers."""

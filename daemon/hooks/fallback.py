@@ -1,0 +1,51 @@
+"""A hook's event handled in-process, for when no daemon answers on the socket.
+
+Loads the settings (a config file may move the state directory), tries the
+daemon once more at the socket they name, and otherwise runs the API's
+`session_event` over stores opened directly. Log lines go to
+`<state_dir>/hook.log`, never where the agent reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any
+
+import structlog
+
+from daemon.clock import SystemClock
+from daemon.config import load_settings
+from daemon.hooks.fast import ask_daemon
+from daemon.logging import configure_logging
+
+
+def handle_directly(request: dict[str, Any], socket_path: str | None,
+                    reason: OSError) -> dict[str, Any]:
+    """The session_event's answer, plus `state_dir` for the hook's own log."""
+    settings = load_settings()
+    state_dir = str(settings.state_dir)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(state_dir, "hook.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                 0o600)
+    log_stream = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+    configure_logging(settings.log_level, "json", stream=log_stream)
+    structlog.get_logger("memoryd.hook").info("hook_without_daemon", reason=str(reason))
+    named = str(settings.socket_path)
+    if socket_path != named and os.path.exists(named):
+        try:
+            answer = ask_daemon(named, json.dumps(request).encode(), time.monotonic() + 5.0)
+            return {**answer, "state_dir": state_dir}
+        except (OSError, ValueError):
+            pass
+
+    async def direct() -> dict[str, Any]:
+        from daemon.client import direct_ops
+
+        async with direct_ops(settings, SystemClock()) as ops:
+            return await ops.session_event(request)
+
+    answer = asyncio.run(direct())
+    return {**answer, "state_dir": state_dir}

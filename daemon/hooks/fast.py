@@ -1,0 +1,236 @@
+"""`memoryd hook [--agent A] [--socket PATH] [--timeout S] EVENT`: an agent's hook.
+
+A hook is a process the agent starts on every prompt, so this module imports
+only the standard library's smallest parts (os, sys, json, socket, signal,
+time) and never the rest of memoryd, unless the daemon is not running and the
+stores must be opened directly (`hooks.fallback`). It reads the agent's JSON
+payload on stdin, asks the daemon's API (`POST /v1/session_event`) and prints
+the agent's JSON answer on stdout, or nothing.
+
+It speaks HTTP/1.1 on the socket itself: one request, `Connection: close`,
+read to the end. That is the whole protocol it needs, and importing
+http.client (email, ssl) or httpx would cost a third of the time budget of a
+process started on every prompt. Everything else talks to the API with httpx.
+
+A hook never hurts the agent: on any error, a missing daemon that cannot be
+replaced by direct reads, or its time cap spent (`--timeout`, default 2 s), it
+prints nothing and exits 0. Errors go to `<state_dir>/hook.log`, never to the
+agent's stdout or stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+#: The agent's event name -> memoryd's (see `api.ops.EVENTS`).
+AGENT_EVENTS: dict[str, dict[str, str]] = {
+    "claude": {"SessionStart": "start", "UserPromptSubmit": "prompt",
+               "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
+    "codex": {"SessionStart": "start", "UserPromptSubmit": "prompt",
+              "PreCompact": "pre_compact", "Stop": "stop"},
+    "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
+               "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
+}
+DEFAULT_TIMEOUT = 2.0
+MAX_PAYLOAD_BYTES = 8 << 20
+MAX_ANSWER_BYTES = 4 << 20
+
+
+class _Usage(Exception):
+    pass
+
+
+def _parse(argv: list[str]) -> tuple[str, str | None, str | None, float | None]:
+    agent, socket_path, timeout, event = "claude", None, None, None
+    items = iter(argv)
+    for item in items:
+        if item in ("--agent", "--socket", "--timeout"):
+            value = next(items, None)
+            if value is None:
+                raise _Usage(f"{item} needs a value")
+            if item == "--agent":
+                agent = value
+            elif item == "--socket":
+                socket_path = value
+            else:
+                try:
+                    timeout = float(value)
+                except ValueError:
+                    raise _Usage("--timeout takes seconds") from None
+                if not 0 < timeout <= 600:
+                    raise _Usage("--timeout takes seconds from 0 to 600")
+        elif item.startswith("-"):
+            raise _Usage(f"unknown option {item}")
+        elif event is None:
+            event = item
+        else:
+            raise _Usage("one EVENT only")
+    if agent not in AGENT_EVENTS:
+        raise _Usage(f"--agent is one of {', '.join(AGENT_EVENTS)}")
+    return agent, event, socket_path, timeout
+
+
+def _state_dir() -> str:
+    explicit = os.environ.get("MEMORYD_STATE_DIR")
+    if explicit:
+        return os.path.expanduser(explicit)
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Application Support/memoryd")
+    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return os.path.join(data, "memoryd")
+
+
+def _has_config_file() -> bool:
+    if os.environ.get("MEMORYD_CONFIG"):
+        return True
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return os.path.exists(os.path.join(config, "memoryd", "config.yaml"))
+
+
+def _log(state_dir: str | None, event: str, **fields: Any) -> None:
+    """One JSON line in <state_dir>/hook.log; never raises, never prints."""
+    if not state_dir or not os.path.isdir(state_dir):
+        return
+    try:
+        fd = os.open(os.path.join(state_dir, "hook.log"),
+                     os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                time.gmtime()),
+                                     "event": event, **fields}) + "\n")
+    except (OSError, TypeError, ValueError):
+        pass
+
+
+def ask_daemon(socket_path: str, body: bytes, deadline: float) -> dict[str, Any]:
+    """POST /v1/session_event on the socket; the answer's JSON. OSError when unreachable."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        sock.connect(socket_path)
+        sock.sendall(b"POST /v1/session_event HTTP/1.1\r\nHost: memoryd\r\n"
+                     b"Content-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise ValueError("answer too large")
+    finally:
+        sock.close()
+    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    if len(status_line) < 2 or status_line[1] != b"200":
+        raise ValueError(f"daemon answered {b' '.join(status_line[1:]).decode(errors='replace')}")
+    if b"transfer-encoding: chunked" in head.lower():
+        payload = _unchunk(payload)
+    answer = json.loads(payload)
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        raise ValueError("daemon refused the event")
+    return answer
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = bytearray()
+    while data:
+        size_line, _, rest = data.partition(b"\r\n")
+        size = int(size_line.split(b";", 1)[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        data = rest[size + 2:]
+    return bytes(out)
+
+
+def agent_output(agent: str, agent_event: str, context: str | None) -> str | None:
+    """What the agent reads on stdout: its hook JSON with the block, or nothing."""
+    if not context:
+        return None
+    # All three agents read additionalContext; Codex refuses any key it does not know.
+    return json.dumps({"hookSpecificOutput": {"hookEventName": agent_event,
+                                              "additionalContext": context}},
+                      ensure_ascii=False)
+
+
+def event_request(agent: str, event: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The API's session_event arguments from an agent's hook payload (unknown fields ignored)."""
+
+    def text(name: str) -> str | None:
+        value = payload.get(name)
+        return value if isinstance(value, str) and value else None
+
+    return {"agent": agent, "event": event, "session_id": text("session_id"),
+            "transcript_path": text("transcript_path"), "cwd": text("cwd"),
+            "prompt": text("prompt") or ""}
+
+
+def run(argv: list[str]) -> int:
+    """The hook; returns the exit status (always 0 once the arguments parse)."""
+    state_dir: str | None = None
+    try:
+        agent, agent_event, socket_path, timeout = _parse(argv)
+    except _Usage as exc:
+        if sys.stdin.isatty():
+            print(f"memoryd hook: {exc}\nusage: memoryd hook [--agent claude|codex|gemini]"
+                  " [--socket PATH] [--timeout S] EVENT  (the agent's JSON on stdin)",
+                  file=sys.stderr)
+            return 2
+        return 0
+    cap = timeout if timeout is not None else float(
+        os.environ.get("MEMORYD_AGENTS__HOOK_TIMEOUT") or DEFAULT_TIMEOUT)
+    deadline = time.monotonic() + cap
+
+    def out_of_time(_signum: int, _frame: object) -> None:
+        _log(state_dir, "hook_timed_out", agent=agent, seconds=cap)
+        os._exit(0)
+
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, cap)
+    try:
+        state_dir = os.path.dirname(socket_path) if socket_path else _state_dir()
+        raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            raise ValueError("payload too large")
+        payload = json.loads(raw or b"{}")
+        if not isinstance(payload, dict):
+            raise ValueError("the payload is not a JSON object")
+        agent_event = agent_event or str(payload.get("hook_event_name") or "")
+        event = AGENT_EVENTS[agent].get(agent_event)
+        if event is None:
+            _log(state_dir, "hook_event_ignored", agent=agent, agent_event=agent_event)
+            return 0
+        request = event_request(agent, event, payload)
+        try:
+            if socket_path is None and _has_config_file():
+                raise FileNotFoundError("settings from a config file: let them name the socket")
+            answer = ask_daemon(socket_path or os.path.join(state_dir, "memoryd.sock"),
+                                json.dumps(request).encode(), deadline)
+        except OSError as exc:
+            # No daemon (or another socket named by the config): the stores directly.
+            from daemon.hooks.fallback import handle_directly
+
+            answer = handle_directly(request, socket_path, exc)
+            state_dir = answer.pop("state_dir", state_dir)
+        output = agent_output(agent, agent_event, answer.get("context"))
+        if output is not None:
+            sys.stdout.write(output)
+            sys.stdout.flush()
+    except BaseException as exc:  # a hook never hurts the agent
+        if isinstance(exc, SystemExit | KeyboardInterrupt):
+            return 0
+        _log(state_dir, "hook_failed", agent=agent, error=f"{type(exc).__name__}: {exc}"[:500])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0

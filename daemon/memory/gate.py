@@ -1,0 +1,62 @@
+"""Whether a recalled memory is worth injecting for a prompt: query-term coverage.
+
+Recall always returns its best matches, however weak; a hook that injected them
+all would put noise in front of the model on every prompt. BM25 scores do not
+say "relevant" on an absolute scale (FTS5's IDF is near zero in a small store,
+and grows with the store), so the gate asks something that means the same at
+any size: how much of what the prompt asks about does the memory mention?
+
+    coverage = matched content words / expected, in [0, 1]
+    expected = n for n <= SHORT, else SHORT + (n - SHORT) / 4
+
+Content words are the prompt's words less stopwords and conversational filler
+("please", "tell", "remind"); a memory word matches a prompt word when they are
+equal or share a stem of at least STEM characters ("deploying" ~ "deployment").
+Long prompts do not need every word matched: past SHORT words each counts a
+quarter. `agents.prompt_min_relevance` is the threshold (calibrated in
+benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+from daemon.memory.fts import _STOPWORDS
+
+SHORT = 6
+STEM = 5
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_FILLER = frozenset({
+    "about", "again", "all", "also", "any", "anything", "can", "could", "does", "done",
+    "doing", "get", "give", "going", "good", "hello", "help", "here", "hey", "hi", "just",
+    "know", "let", "like", "look", "make", "many", "more", "much", "need", "now", "ok",
+    "okay", "one", "please", "remember", "remind", "say", "see", "should", "some", "tell",
+    "thanks", "thank", "think", "try", "us", "use", "want", "way", "well", "would", "yes",
+    "am", "been", "being", "into", "out", "up", "very", "than", "too", "only", "other",
+})
+
+
+def content_words(text: str) -> list[str]:
+    """The distinct words of `text` that carry meaning, lower-cased."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if len(word) > 1 and word not in _STOPWORDS and word not in _FILLER:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def _stem(word: str) -> str:
+    return word[:STEM] if len(word) >= STEM else word
+
+
+def coverage(prompt: str, text: str) -> float:
+    """How much of the prompt's content `text` mentions, in [0, 1] (0 for no content words)."""
+    wanted = content_words(prompt)
+    if not wanted:
+        return 0.0
+    present = {_stem(w) for w in content_words(text)}
+    matched = sum(1 for w in wanted if _stem(w) in present)
+    n = len(wanted)
+    expected = n if n <= SHORT else SHORT + (n - SHORT) / 4
+    return min(1.0, matched / expected)

@@ -1,0 +1,81 @@
+"""What memoryd gave agents: one row per context block injected by a hook or fetched by a tool.
+
+Never the block's text (that would copy memory into a second place to govern):
+when, which agent session, through which interface and event, which memory ids,
+and how many characters. Hooks read it so that a session is not given the same
+memory twice; `memoryd show` and `sessions` read it to tell what a session was given.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import aiosqlite
+
+from daemon.store.connection import transaction
+from daemon.store.sessions import iso_utc
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    agent: str
+    agent_session_id: str | None
+    interface: str  # "hook" or "mcp"
+    event: str  # session_start, prompt, memory_context, ...
+    project: str | None
+    memory_ids: tuple[str, ...]
+    chars: int
+
+
+async def record_injection(conn: aiosqlite.Connection, injection: Injection,
+                           now: datetime) -> None:
+    async with transaction(conn):
+        await conn.execute(
+            "INSERT INTO injections (injected_at, agent, agent_session_id, interface, event,"
+            " project, memory_ids, chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (iso_utc(now), injection.agent, injection.agent_session_id, injection.interface,
+             injection.event, injection.project, json.dumps(list(injection.memory_ids)),
+             injection.chars),
+        )
+
+
+async def injected_memory_ids(conn: aiosqlite.Connection, agent_session_id: str) -> set[str]:
+    """Every memory id already given to this agent session."""
+    async with conn.execute(
+        "SELECT memory_ids FROM injections WHERE agent_session_id = ?", (agent_session_id,)
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return {memory_id for (ids,) in rows for memory_id in json.loads(ids)}
+
+
+async def injections_for(conn: aiosqlite.Connection,
+                         agent_session_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """What these agent sessions were given, oldest first."""
+    ids = [i for i in agent_session_ids if i]
+    if not ids:
+        return []
+    async with conn.execute(
+        "SELECT injected_at, agent, agent_session_id, interface, event, project, memory_ids,"
+        f" chars FROM injections WHERE agent_session_id IN ({', '.join('?' for _ in ids)})"
+        " ORDER BY injected_at, id", ids,
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [{**dict(r), "memory_ids": json.loads(r["memory_ids"])} for r in rows]
+
+
+async def injection_counts(conn: aiosqlite.Connection,
+                           agent_session_ids: Sequence[str]) -> dict[str, int]:
+    """How many blocks each of these agent sessions was given."""
+    ids = [i for i in agent_session_ids if i]
+    if not ids:
+        return {}
+    async with conn.execute(
+        "SELECT agent_session_id, COUNT(*) FROM injections"
+        f" WHERE agent_session_id IN ({', '.join('?' for _ in ids)}) GROUP BY agent_session_id",
+        ids,
+    ) as cursor:
+        return {r[0]: r[1] for r in await cursor.fetchall()}
