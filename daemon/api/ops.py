@@ -100,6 +100,13 @@ class MemoryOps:
     async def recall(self, args: Mapping[str, Any]) -> dict[str, Any]:
         query = _text(args, "query", default="")
         results = await self._recall(query, args, limit=_int(args, "limit", 10, 1, MAX_LIMIT))
+        if _bool(args, "record") and results:
+            await self._record(Injection(
+                agent=_opt_text(args, "agent") or "unknown",
+                agent_session_id=_opt_text(args, "agent_session_id"),
+                interface=_opt_text(args, "interface") or "api", event="recall",
+                project=_project(args), memory_ids=tuple(r.memory_id for r in results),
+                chars=sum(len(r.excerpt or r.content) for r in results)))
         return {"results": [result_to_record(r) for r in results]}
 
     async def _recall(self, query: str, args: Mapping[str, Any], *, limit: int,

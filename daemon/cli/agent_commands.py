@@ -1,0 +1,184 @@
+"""Commands that connect agents: `hook`, `hooks install|uninstall|status`, `mcp`, `mcp install`."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from daemon.cli.common import config_option, json_option, main, print_json, settings_for
+from daemon.config import Settings
+from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope, SettingsFileError
+
+agent_option = click.option(
+    "--agent", "agent", type=click.Choice([*AGENTS, "all"]), default="all", show_default=True,
+    help="Which agent's settings to change.")
+scope_option = click.option(
+    "--scope", type=click.Choice(["user", "project"]), default="user", show_default=True,
+    help="user: your settings for every project; project: this directory's settings.")
+dry_run_option = click.option("--dry-run", is_flag=True,
+                              help="Print what would change; change nothing.")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": ["-h", "--help"]})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook(args: tuple[str, ...]) -> None:
+    """An agent's hook: `memoryd hook [--agent A] EVENT` reads the agent's JSON on stdin.
+
+    It prints the agent's JSON answer (a <memory_context> block) or nothing, and
+    always exits 0. `memoryd hooks install` writes these commands for you.
+    """
+    from daemon.hooks.fast import run
+
+    sys.exit(run(list(args)))
+
+
+def memoryd_executable() -> str:
+    """The absolute path of this memoryd (hooks must not depend on the agent's PATH)."""
+    candidate = Path(sys.argv[0])
+    if candidate.name.startswith("memoryd") and candidate.exists():
+        return str(candidate.resolve())
+    found = shutil.which("memoryd")
+    if found:
+        return str(Path(found).resolve())
+    return str(Path(sys.executable).with_name("memoryd"))
+
+
+def _installer(settings: Settings) -> Installer:
+    return Installer(memoryd=memoryd_executable(), socket=settings.socket_path,
+                     hook_timeout=settings.agents.hook_timeout, home=Path.home(),
+                     project=Path(os.getcwd()),
+                     records=settings.state_dir / "integrations.json")
+
+
+def _agents(agent: str) -> list[Agent]:
+    return list(AGENTS) if agent == "all" else [agent]  # type: ignore[list-item]
+
+
+def _show(change: Change, dry_run: bool, verb: str) -> None:
+    if not change.changed:
+        click.echo(f"{change.agent}: {change.what} already {verb} in {change.path}"
+                   if verb == "installed" else
+                   f"{change.agent}: no memoryd {change.what} in {change.path}")
+    elif dry_run:
+        click.echo(f"{change.agent}: would change {change.path}:")
+        diff = difflib.unified_diff((change.before or "").splitlines(keepends=True),
+                                    (change.after or "").splitlines(keepends=True),
+                                    fromfile=str(change.path), tofile=str(change.path))
+        click.echo("".join(diff).rstrip("\n"))
+    elif change.delete:
+        click.echo(f"{change.agent}: {change.what} {verb}; {change.path} held nothing else"
+                   " and is deleted")
+    else:
+        click.echo(f"{change.agent}: {change.what} {verb} in {change.path}"
+                   + (f" (backup: {change.path.name}.memoryd-backup)"
+                      if change.before is not None else ""))
+    if change.note and verb == "installed":
+        click.echo(f"  note: {change.note}")
+
+
+def _apply(ctx: click.Context, what: str, agent: str, scope: Scope, install: bool,
+           dry_run: bool) -> None:
+    settings = settings_for(ctx)
+    installer = _installer(settings)
+    failed = False
+    for name in _agents(agent):
+        try:
+            method = installer.hooks if what == "hooks" else installer.mcp
+            change = method(name, scope, install=install, dry_run=dry_run)
+        except (SettingsFileError, OSError) as exc:
+            click.echo(f"memoryd: {name}: {exc}", err=True)
+            failed = True
+            continue
+        _show(change, dry_run, "installed" if install else "removed")
+    if failed:
+        sys.exit(1)
+
+
+@main.group()
+def hooks() -> None:
+    """Connect agents through their hooks: memory at session start and for each prompt."""
+
+
+@hooks.command("install")
+@agent_option
+@scope_option
+@dry_run_option
+@config_option
+@click.pass_context
+def hooks_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
+    """Add memoryd's hooks to the agents' settings (other settings stay as they are)."""
+    _apply(ctx, "hooks", agent, scope, True, dry_run)
+
+
+@hooks.command("uninstall")
+@agent_option
+@scope_option
+@dry_run_option
+@config_option
+@click.pass_context
+def hooks_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
+    """Remove exactly what `hooks install` added."""
+    _apply(ctx, "hooks", agent, scope, False, dry_run)
+
+
+@hooks.command("status")
+@agent_option
+@scope_option
+@json_option
+@config_option
+@click.pass_context
+def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) -> None:
+    """Which agents have memoryd's hooks and MCP server, and where."""
+    installer = _installer(settings_for(ctx))
+    reports: list[dict[str, Any]] = [installer.status(a, scope) for a in _agents(agent)]
+    if as_json:
+        print_json(reports)
+        return
+    for report in reports:
+        events = ", ".join(report.get("hooks") or []) or "none"
+        click.echo(f"{report['agent']} ({scope}): hooks {events} [{report['hooks_file']}];"
+                   f" MCP server {'yes' if report['mcp'] else 'no'} [{report['mcp_file']}]")
+        if "hooks_error" in report:
+            click.echo(f"  {report['hooks_error']}")
+
+
+@main.group(invoke_without_command=True)
+@config_option
+@click.pass_context
+def mcp(ctx: click.Context) -> None:
+    """The MCP server on stdio (`memoryd mcp`); `memoryd mcp install` registers it."""
+    if ctx.invoked_subcommand is not None:
+        return
+    settings = settings_for(ctx)
+    from daemon.mcp_server import serve
+
+    serve(settings)
+
+
+@mcp.command("install")
+@agent_option
+@scope_option
+@dry_run_option
+@config_option
+@click.pass_context
+def mcp_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
+    """Register memoryd's MCP server with the agents (Claude .mcp.json, Codex, Gemini)."""
+    _apply(ctx, "mcp", agent, scope, True, dry_run)
+
+
+@mcp.command("uninstall")
+@agent_option
+@scope_option
+@dry_run_option
+@config_option
+@click.pass_context
+def mcp_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
+    """Remove memoryd's MCP server from the agents' settings."""
+    _apply(ctx, "mcp", agent, scope, False, dry_run)

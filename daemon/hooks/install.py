@@ -1,0 +1,438 @@
+"""Putting memoryd's hooks and MCP server into an agent's settings, and taking them out.
+
+Rules, for every agent and file:
+
+- Merge, never overwrite: only memoryd's own entries are added; other hooks,
+  other servers, unknown keys and key order stay as they were (TOML comments
+  too, through tomlkit).
+- Idempotent: installing twice changes nothing.
+- `uninstall` removes exactly what `install` added: memoryd's entries, and the
+  containers (`hooks`, an event's list, `mcpServers`) that install created,
+  which it records in `<state_dir>/integrations.json`.
+- Atomic, with a backup: the old file is copied to `<file>.memoryd-backup`,
+  the new one written to a temporary file and renamed over it.
+- A file that does not parse is refused with one clear line, never rewritten.
+
+memoryd's hook entries are recognised by their command: the memoryd executable
+followed by `hook --agent`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from daemon.errors import MemorydError
+
+Agent = Literal["claude", "codex", "gemini"]
+Scope = Literal["user", "project"]
+AGENTS: tuple[Agent, ...] = ("claude", "codex", "gemini")
+SERVER_NAME = "memoryd"
+#: The record's name for "install created this file".
+FILE = "<file>"
+
+#: The agent's hook events memoryd installs, with each one's timeout (the agent's unit).
+HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {
+    "claude": ("SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd", "Stop"),
+    "codex": ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop"),
+    "gemini": ("SessionStart", "BeforeAgent", "PreCompress", "SessionEnd", "AfterAgent"),
+}
+#: The agent's own bound on a hook; memoryd's hook caps itself well below it.
+AGENT_TIMEOUT_SECONDS = 10
+
+
+class SettingsFileError(MemorydError):
+    """An agent's settings file that memoryd will not touch (it does not parse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What install or uninstall did, or would do with --dry-run, to one file."""
+
+    agent: Agent
+    what: str  # "hooks" or "mcp"
+    path: Path
+    before: str | None  # None: the file did not exist
+    after: str | None  # None: the file is to be left as it was
+    note: str = ""
+    #: Uninstall removes a file that install created and that holds nothing else now.
+    delete: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.delete or (self.after is not None and self.after != self.before)
+
+
+@dataclass(slots=True)
+class Record:
+    """The containers install created in one file (so uninstall can remove them)."""
+
+    created: list[list[str]] = field(default_factory=list)
+
+
+def hook_command(memoryd: str, agent: Agent, event: str, socket: Path, timeout: float) -> str:
+    return shlex.join([memoryd, "hook", "--agent", agent, "--socket", str(socket),
+                       "--timeout", f"{timeout:g}", event])
+
+
+def is_memoryd_hook(command: object) -> bool:
+    if not isinstance(command, str):
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    return (len(words) >= 3 and os.path.basename(words[0]).startswith("memoryd")
+            and words[1:3] == ["hook", "--agent"])
+
+
+def settings_path(agent: Agent, what: str, scope: Scope, home: Path, project: Path) -> Path:
+    """Where each agent keeps hooks and MCP servers, per scope."""
+    base = home if scope == "user" else project
+    if agent == "claude":
+        if what == "hooks":
+            return base / ".claude" / "settings.json"
+        return home / ".claude.json" if scope == "user" else project / ".mcp.json"
+    if agent == "codex":
+        return base / ".codex" / ("hooks.json" if what == "hooks" else "config.toml")
+    return base / ".gemini" / "settings.json"
+
+
+# -- JSON documents ---------------------------------------------------------------------
+
+def _load_json(path: Path) -> tuple[str | None, dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, {}
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsFileError(f"{path}: cannot be read ({exc})") from None
+    if not text.strip():
+        return text, {}
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise SettingsFileError(
+            f"{path}: not valid JSON ({exc}); fix it or add memoryd by hand,"
+            " memoryd will not rewrite a file it cannot parse") from None
+    if not isinstance(document, dict):
+        raise SettingsFileError(f"{path}: the settings must be a JSON object")
+    return text, document
+
+
+def _dump_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _hook_entry(agent: Agent, event: str, command: str) -> dict[str, Any]:
+    handler: dict[str, Any] = {"type": "command", "command": command}
+    if agent == "gemini":
+        handler = {"name": f"memoryd-{event}", **handler,
+                   "timeout": AGENT_TIMEOUT_SECONDS * 1000}
+    else:
+        handler["timeout"] = AGENT_TIMEOUT_SECONDS
+    return {"hooks": [handler]}
+
+
+def _strip_hooks(document: dict[str, Any]) -> list[str]:
+    """Remove memoryd's hook entries; the events whose lists it emptied."""
+    emptied: list[str] = []
+    hooks = document.get("hooks")
+    if not isinstance(hooks, dict):
+        return emptied
+    for event, groups in list(hooks.items()):
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        removed = False
+        for group in groups:
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            if isinstance(handlers, list) and handlers and all(
+                    isinstance(h, dict) and is_memoryd_hook(h.get("command"))
+                    for h in handlers):
+                removed = True
+                continue
+            kept.append(group)
+        if removed:
+            hooks[event] = kept
+            if not kept:
+                emptied.append(event)
+    return emptied
+
+
+def merge_hooks(document: dict[str, Any], agent: Agent, commands: dict[str, str],
+                record: Record) -> dict[str, Any]:
+    """The document with memoryd's hooks (replacing any earlier ones of memoryd's)."""
+    document = json.loads(json.dumps(document))
+    _strip_hooks(document)
+    hooks = document.get("hooks")
+    if hooks is None:
+        hooks = document["hooks"] = {}
+        _note(record, ["hooks"])
+    if not isinstance(hooks, dict):
+        raise SettingsFileError("its `hooks` is not an object; memoryd will not rewrite it")
+    for event, command in commands.items():
+        groups = hooks.get(event)
+        if groups is None:
+            groups = hooks[event] = []
+            _note(record, ["hooks", event])
+        if not isinstance(groups, list):
+            raise SettingsFileError(f"its `hooks.{event}` is not a list")
+        groups.append(_hook_entry(agent, event, command))
+    return document
+
+
+def unmerge_hooks(document: dict[str, Any], record: Record) -> dict[str, Any]:
+    document = json.loads(json.dumps(document))
+    emptied = _strip_hooks(document)
+    hooks = document.get("hooks")
+    if isinstance(hooks, dict):
+        for event in emptied:
+            if ["hooks", event] in record.created or not record.created:
+                hooks.pop(event, None)
+        if not hooks and (["hooks"] in record.created or not record.created):
+            document.pop("hooks")
+    return document
+
+
+def merge_server(document: dict[str, Any], entry: dict[str, Any],
+                 record: Record) -> dict[str, Any]:
+    document = json.loads(json.dumps(document))
+    servers = document.get("mcpServers")
+    if servers is None:
+        servers = document["mcpServers"] = {}
+        _note(record, ["mcpServers"])
+    if not isinstance(servers, dict):
+        raise SettingsFileError("its `mcpServers` is not an object")
+    servers[SERVER_NAME] = entry
+    return document
+
+
+def unmerge_server(document: dict[str, Any], record: Record) -> dict[str, Any]:
+    document = json.loads(json.dumps(document))
+    servers = document.get("mcpServers")
+    if isinstance(servers, dict) and SERVER_NAME in servers:
+        servers.pop(SERVER_NAME)
+        if not servers and (["mcpServers"] in record.created or not record.created):
+            document.pop("mcpServers")
+    return document
+
+
+def _note(record: Record, container: list[str]) -> None:
+    if container not in record.created:
+        record.created.append(container)
+
+
+# -- TOML (Codex's config.toml) ----------------------------------------------------------
+
+def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) -> str:
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        document = tomlkit.parse(text or "")
+    except TOMLKitError as exc:
+        raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not rewrite"
+                                " a file it cannot parse") from None
+    servers = document.get("mcp_servers")
+    if entry is None:
+        if servers is not None and SERVER_NAME in servers:
+            del servers[SERVER_NAME]
+            if not servers:
+                del document["mcp_servers"]
+        return tomlkit.dumps(document)
+    table = tomlkit.table()
+    for key, value in entry.items():
+        table[key] = value
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        document["mcp_servers"] = servers
+    servers[SERVER_NAME] = table
+    return tomlkit.dumps(document)
+
+
+# -- files -------------------------------------------------------------------------------
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by `text`, keeping a backup of the old file and its mode."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = 0o600
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        shutil.copy2(path, path.with_name(path.name + ".memoryd-backup"))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Installer:
+    """Install, uninstall and inspect memoryd's entries for each agent."""
+
+    def __init__(self, *, memoryd: str, socket: Path, hook_timeout: float, home: Path,
+                 project: Path, records: Path) -> None:
+        self.memoryd = memoryd
+        self.socket = socket
+        self.hook_timeout = hook_timeout
+        self.home = home
+        self.project = project
+        self._records_path = records
+
+    def _records(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self._records_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _record_for(self, path: Path, what: str) -> Record:
+        entry = self._records().get(f"{what}:{path}", {})
+        return Record(created=[list(c) for c in entry.get("created", [])])
+
+    def _save_record(self, path: Path, what: str, record: Record | None) -> None:
+        records = self._records()
+        key = f"{what}:{path}"
+        if record is None or not record.created:
+            records.pop(key, None)
+        else:
+            records[key] = {"created": record.created}
+        self._records_path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(self._records_path, json.dumps(records, indent=2) + "\n")
+        self._records_path.with_name(self._records_path.name + ".memoryd-backup").unlink(
+            missing_ok=True)
+
+    def hooks(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
+        path = settings_path(agent, "hooks", scope, self.home, self.project)
+        before, document = _load_json(path)
+        record = self._record_for(path, "hooks")
+        if install:
+            commands = {event: hook_command(self.memoryd, agent, event, self.socket,
+                                            self.hook_timeout)
+                        for event in HOOK_EVENTS[agent]}
+            fresh = Record(created=list(record.created))
+            after_doc = merge_hooks(document, agent, commands, fresh)
+        else:
+            fresh = None
+            after_doc = unmerge_hooks(document, record)
+        return self._apply(agent, "hooks", path, before, document, after_doc, fresh, dry_run,
+                           _codex_note(agent) if install else "")
+
+    def mcp(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
+        path = settings_path(agent, "mcp", scope, self.home, self.project)
+        entry: dict[str, Any] = {"command": self.memoryd, "args": ["mcp"]}
+        if agent == "codex":
+            before = path.read_text(encoding="utf-8") if path.exists() else None
+            record = self._record_for(path, "mcp")
+            after: str | None = _codex_server(before, entry if install else None, path)
+            if not install and before is None:
+                after = None
+            created = Record(created=list(record.created))
+            if install and before is None:
+                _note(created, [FILE])
+            delete = not install and after is not None and not after.strip() and (
+                [FILE] in record.created)
+            change = self._write(Change(agent, "mcp", path, before,
+                                        None if after == before else after, delete=delete),
+                                 dry_run)
+            if change.changed and not dry_run:
+                self._save_record(path, "mcp", created if install else None)
+            return change
+        before, document = _load_json(path)
+        record = self._record_for(path, "mcp")
+        if agent == "claude":
+            entry = {"type": "stdio", **entry, "env": {}}
+        else:
+            entry = {**entry, "timeout": 30_000}
+        if install:
+            fresh: Record | None = Record(created=list(record.created))
+            assert fresh is not None
+            after_doc = merge_server(document, entry, fresh)
+        else:
+            fresh = None
+            after_doc = unmerge_server(document, record)
+        return self._apply(agent, "mcp", path, before, document, after_doc, fresh, dry_run, "")
+
+    def _apply(self, agent: Agent, what: str, path: Path, before: str | None,
+               document: dict[str, Any], after_doc: dict[str, Any], record: Record | None,
+               dry_run: bool, note: str) -> Change:
+        if after_doc == document:
+            return Change(agent, what, path, before, None, note)
+        if record is not None and before is None:
+            _note(record, [FILE])
+        delete = record is None and not after_doc and [FILE] in self._record_for(
+            path, what).created
+        change = Change(agent, what, path, before, _dump_json(after_doc), note, delete)
+        change = self._write(change, dry_run)
+        if not dry_run:
+            self._save_record(path, what, record)
+        return change
+
+    def _write(self, change: Change, dry_run: bool) -> Change:
+        if dry_run or not change.changed:
+            return change
+        if change.delete:
+            if change.before is not None:
+                shutil.copy2(change.path, change.path.with_name(
+                    change.path.name + ".memoryd-backup"))
+            change.path.unlink(missing_ok=True)
+        else:
+            assert change.after is not None
+            write_atomically(change.path, change.after)
+        return change
+
+    def status(self, agent: Agent, scope: Scope) -> dict[str, Any]:
+        hooks_path = settings_path(agent, "hooks", scope, self.home, self.project)
+        mcp_path = settings_path(agent, "mcp", scope, self.home, self.project)
+        report: dict[str, Any] = {"agent": agent, "scope": scope,
+                                  "hooks_file": str(hooks_path), "mcp_file": str(mcp_path)}
+        try:
+            _, document = _load_json(hooks_path)
+            hooks = document.get("hooks") if isinstance(document.get("hooks"), dict) else {}
+            assert isinstance(hooks, dict)
+            report["hooks"] = sorted(
+                event for event, groups in hooks.items() if isinstance(groups, list) and any(
+                    isinstance(g, dict) and any(isinstance(h, dict) and is_memoryd_hook(
+                        h.get("command")) for h in g.get("hooks") or [])
+                    for g in groups))
+        except SettingsFileError as exc:
+            report["hooks_error"] = str(exc)
+        report["mcp"] = self._has_server(agent, mcp_path)
+        return report
+
+    def _has_server(self, agent: Agent, path: Path) -> bool:
+        if not path.exists():
+            return False
+        if agent == "codex":
+            import tomlkit
+
+            try:
+                servers = tomlkit.parse(path.read_text(encoding="utf-8")).get("mcp_servers")
+            except Exception:
+                return False
+            return servers is not None and SERVER_NAME in servers
+        try:
+            _, document = _load_json(path)
+        except SettingsFileError:
+            return False
+        servers = document.get("mcpServers")
+        return isinstance(servers, dict) and SERVER_NAME in servers
+
+
+def _codex_note(agent: Agent) -> str:
+    if agent != "codex":
+        return ""
+    return ("Codex runs new hooks only once you approve them: open `/hooks` in Codex once"
+            " (older Codex builds also need `[features] codex_hooks = true` in config.toml)")
