@@ -12,9 +12,9 @@ import sys
 def main() -> None:
     args = sys.argv[1:]
     if args[:1] == ["hook"] and not {"-h", "--help"} & set(args):
-        from daemon.hooks.fast import run
+        from daemon.hooks.fast import main as hook_main
 
-        sys.exit(run(args[1:]))
+        hook_main(args[1:])
     from daemon.cli import main as cli_main
 
     cli_main()

@@ -34,9 +34,9 @@ def hook(args: tuple[str, ...]) -> None:
     It prints the agent's JSON answer (a <memory_context> block) or nothing, and
     always exits 0. `memoryd hooks install` writes these commands for you.
     """
-    from daemon.hooks.fast import run
+    from daemon.hooks.fast import main as hook_main
 
-    sys.exit(run(list(args)))
+    hook_main(list(args))
 
 
 def memoryd_executable() -> str:

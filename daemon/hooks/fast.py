@@ -231,6 +231,15 @@ def run(argv: list[str]) -> int:
         if isinstance(exc, SystemExit | KeyboardInterrupt):
             return 0
         _log(state_dir, "hook_failed", agent=agent, error=f"{type(exc).__name__}: {exc}"[:500])
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    # The timer stays armed: the caller leaves with os._exit, and until then the cap holds.
     return 0
+
+
+def main(argv: list[str]) -> None:
+    """Run the hook and leave at once: a thread a failed store left behind must not keep
+    the agent waiting at interpreter exit."""
+    code = run(argv)
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(code)

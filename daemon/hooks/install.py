@@ -246,7 +246,9 @@ def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) ->
             del servers[SERVER_NAME]
             if not servers:
                 del document["mcp_servers"]
-        return tomlkit.dumps(document)
+        # tomlkit leaves the blank line that separated the removed table.
+        left = tomlkit.dumps(document)
+        return left.rstrip("\n") + "\n" if left.strip() else ""
     table = tomlkit.table()
     for key, value in entry.items():
         table[key] = value

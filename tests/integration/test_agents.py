@@ -1,0 +1,382 @@
+"""Agents reach memory by themselves: the daemon's API, real `memoryd hook` processes, the story.
+
+Every test here runs real processes: `memoryd run` as a subprocess serving its
+Unix socket, and `memoryd hook` processes fed the payloads each agent documents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
+
+PROJECT = "/home/user/payments-api"
+
+
+@dataclass
+class Daemon:
+    tmp: Path
+    config: Path
+    state: Path
+    claude_root: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket(self) -> Path:
+        return self.state / "memoryd.sock"
+
+    def start(self) -> None:
+        with (self.tmp / "daemon.log").open("ab") as log:
+            self.proc = subprocess.Popen(memoryd_command("--config", str(self.config), "run"),
+                                         env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+        wait_ready(self.state, self.proc.pid)
+        wait_for(self.socket.exists, what="the API socket")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+            assert self.proc.wait(20) == 0
+            self.proc = None
+
+    def api(self, operation: str, body: Any) -> httpx.Response:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(self.socket)),
+                          base_url="http://memoryd", timeout=30) as client:
+            if isinstance(body, bytes):
+                return client.post(f"/v1/{operation}", content=body)
+            return client.post(f"/v1/{operation}", json=body)
+
+    def hook(self, agent: str, event: str, payload: dict[str, Any] | bytes, *,
+             socket: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        args = ["hook", "--agent", agent]
+        if socket:
+            args += ["--socket", str(self.socket)]
+        if timeout is not None:
+            args += ["--timeout", str(timeout)]
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        env = {**self.env, "MEMORYD_CONFIG": str(self.config)}
+        done = subprocess.run(memoryd_command(*args, event), input=data, env=env,
+                              capture_output=True, timeout=60)
+        return subprocess.CompletedProcess(done.args, done.returncode,
+                                           done.stdout.decode(), done.stderr.decode())
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(memoryd_command("--config", str(self.config), *args),
+                              env=self.env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    roots = {"claude": tmp_path / "claude"}
+    roots["claude"].mkdir()
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
+                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s")
+    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
+    found = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
+    try:
+        yield found
+    finally:
+        if found.proc is not None:
+            found.proc.kill()
+            found.proc.wait(10)
+
+
+def claude_line(session: str, uuid: str, role: str, text: str, when: datetime) -> str:
+    return json.dumps({
+        "type": role, "uuid": uuid, "sessionId": session, "cwd": PROJECT,
+        "timestamp": when.isoformat().replace("+00:00", "Z"),
+        "message": {"role": role, "content": text if role == "user"
+                    else [{"type": "text", "text": text}]},
+    }) + "\n"
+
+
+def context_of(done: subprocess.CompletedProcess[str]) -> str | None:
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    if not done.stdout:
+        return None
+    answer = json.loads(done.stdout)
+    return answer["hookSpecificOutput"]["additionalContext"]  # type: ignore[no-any-return]
+
+
+def claude_payload(event: str, session: str, transcript: Path | None = None,
+                   **extra: Any) -> dict[str, Any]:
+    """A payload exactly as Claude Code documents it (common fields plus the event's)."""
+    return {"session_id": session, "transcript_path": str(transcript or "/nonexistent.jsonl"),
+            "cwd": PROJECT, "hook_event_name": event, "permission_mode": "default", **extra}
+
+
+# -- the API --------------------------------------------------------------------------
+
+def test_api_socket_is_private_and_answers_every_operation(daemon: Daemon) -> None:
+    """The socket is 0600 in a 0700 directory; remember, recall, get, correct, forget work."""
+    daemon.start()
+    assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(daemon.state.stat().st_mode) == 0o700
+    made = daemon.api("remember", {"content": "the staging cluster is called kiwi",
+                                   "project": PROJECT}).json()
+    memory_id = made["memory"]["id"]
+    found = daemon.api("recall", {"query": "staging cluster", "project": PROJECT}).json()
+    assert [r["memory_id"] for r in found["results"]] == [memory_id]
+    got = daemon.api("get_memory", {"memory_id": memory_id}).json()
+    assert got["memory"]["content"] == "the staging cluster is called kiwi"
+    fixed = daemon.api("correct", {"memory_id": memory_id,
+                                   "content": "the staging cluster is called lime"}).json()
+    assert fixed["replaced"] == memory_id
+    again = daemon.api("recall", {"query": "staging cluster", "project": PROJECT}).json()
+    assert [r["content"] for r in again["results"]] == ["the staging cluster is called lime"]
+    gone = daemon.api("forget", {"memory_id": fixed["memory"]["id"]}).json()
+    assert gone["forgotten"] == 1
+    assert daemon.api("recall", {"query": "staging cluster"}).json()["results"] == []
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket))) as client:
+        status = client.get("http://memoryd/v1/status").json()
+    assert status["ok"] and status["status"]["daemon"]["running"] is True
+    daemon.stop()
+    assert not daemon.socket.exists()
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (b"{not json", 400, "JSON object"),
+    (b"[1, 2]", 400, "JSON object"),
+    ({"query": 5}, 400, "query must be a string"),
+    ({"query": "x", "limit": 10**30}, 400, "limit must be from"),
+    ({"query": "x", "since": "99999999999 years ago"}, 400, "since"),
+    ({"query": "x", "types": ["nonsense"]}, 400, "types"),
+])
+def test_api_malformed_requests_get_a_clear_error(daemon: Daemon, body: Any, status: int,
+                                                  message: str) -> None:
+    """A bad request is answered with a status and one line; the daemon keeps serving."""
+    daemon.start()
+    answer = daemon.api("recall", body)
+    assert answer.status_code == status
+    assert message in answer.json()["error"] and "\n" not in answer.json()["error"]
+    assert daemon.api("recall", {"query": "still alive"}).status_code == 200
+    assert daemon.proc is not None and daemon.proc.poll() is None
+
+
+def test_api_bounds_request_size_and_serves_concurrent_clients(daemon: Daemon) -> None:
+    """A body over 1 MiB is refused with 413; twenty clients at once are all answered."""
+    daemon.start()
+    big = daemon.api("remember", {"content": "x" * (2 << 20)})
+    assert big.status_code == 413
+    answers: list[int] = []
+
+    def one(i: int) -> None:
+        answers.append(daemon.api("remember", {"content": f"parallel fact number {i}"})
+                       .status_code)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == [200] * 20
+    found = daemon.api("recall", {"query": "parallel fact", "limit": 50}).json()["results"]
+    assert len(found) == 20
+
+
+# -- hooks ------------------------------------------------------------------------------
+
+def test_hooks_of_all_three_agents_inject_with_the_daemon_up_and_down(daemon: Daemon) -> None:
+    """Claude, Codex and Gemini payloads get their JSON answer, whether the daemon runs or not."""
+    daemon.start()
+    daemon.api("remember", {"content": "the payments API rate limit is 500 requests per minute",
+                            "project": PROJECT})
+    payloads = {
+        "claude": ("UserPromptSubmit", claude_payload("UserPromptSubmit", "c-1",
+                                                      prompt="what rate limit applies?")),
+        "codex": ("UserPromptSubmit", {"session_id": "x-1", "turn_id": "t1",
+                                       "transcript_path": None, "cwd": PROJECT,
+                                       "hook_event_name": "UserPromptSubmit", "model": "gpt-5",
+                                       "permission_mode": "default",
+                                       "prompt": "what rate limit applies?"}),
+        "gemini": ("BeforeAgent", {"session_id": "g-1", "transcript_path": "/nope.json",
+                                   "cwd": PROJECT, "hook_event_name": "BeforeAgent",
+                                   "timestamp": "2026-11-23T10:00:00Z",
+                                   "prompt": "what rate limit applies?"}),
+    }
+    for running in (True, False):
+        if not running:
+            daemon.stop()
+        for agent, (event, payload) in payloads.items():
+            payload = {**payload, "session_id": f"{payload['session_id']}-{running}"}
+            done = daemon.hook(agent, event, payload)
+            answer = json.loads(done.stdout)
+            assert answer["hookSpecificOutput"]["hookEventName"] == event
+            assert "500 requests per minute" in answer["hookSpecificOutput"]["additionalContext"]
+            assert done.returncode == 0 and done.stderr == ""
+    # The direct fallback recorded what it gave, as the daemon did.
+    with sqlite3.connect(daemon.state / "memoryd.db") as db:
+        given = db.execute("SELECT COUNT(*) FROM injections WHERE interface = 'hook'").fetchone()
+    assert given[0] == 6
+
+
+@pytest.mark.parametrize("payload", [b"", b"not json", b"[1]", b'{"prompt": 5}',
+                                     b"\xff\xfe", b'{"session_id": null}'])
+def test_a_hook_never_hurts_the_agent_on_bad_input(daemon: Daemon, payload: bytes) -> None:
+    """Whatever arrives on stdin, a hook prints nothing and exits 0."""
+    daemon.start()
+    done = daemon.hook("claude", "UserPromptSubmit", payload)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_a_hook_meeting_a_corrupt_store_prints_nothing(daemon: Daemon) -> None:
+    """No daemon and a memory store full of garbage: empty output, exit 0, reason in hook.log."""
+    daemon.state.mkdir(mode=0o700)
+    (daemon.state / "memoryd.db").write_bytes(b"garbage" * 1000)
+    (daemon.state / "memory.db").write_bytes(b"garbage" * 1000)
+    done = daemon.hook("claude", "SessionStart",
+                       claude_payload("SessionStart", "s", source="startup"))
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert "hook_failed" in (daemon.state / "hook.log").read_text()
+
+
+def test_a_hook_over_its_time_cap_prints_nothing(daemon: Daemon) -> None:
+    """A daemon that accepts the connection but never answers costs the agent the cap only."""
+    import socket as sockets
+
+    daemon.state.mkdir(mode=0o700)
+    listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    listener.bind(str(daemon.socket))
+    listener.listen(1)
+    try:
+        started = datetime.now(UTC)
+        done = daemon.hook("claude", "UserPromptSubmit",
+                           claude_payload("UserPromptSubmit", "s", prompt="rate limit"),
+                           timeout=0.5)
+        took = (datetime.now(UTC) - started).total_seconds()
+    finally:
+        listener.close()
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert took < 10
+
+
+def test_a_killed_hook_leaves_the_daemon_serving(daemon: Daemon) -> None:
+    """SIGKILL of a hook process mid-request does not disturb the daemon."""
+    daemon.start()
+    env = {**daemon.env, "MEMORYD_CONFIG": str(daemon.config)}
+    with subprocess.Popen(memoryd_command("hook", "--socket", str(daemon.socket),
+                                          "UserPromptSubmit"),
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) as proc:
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"session_id": "k", "prompt": "half a payl')
+        proc.stdin.flush()
+        proc.kill()
+        proc.wait(10)
+    assert daemon.api("recall", {"query": "anything"}).status_code == 200
+
+
+# -- the story, end to end -------------------------------------------------------------------
+
+def test_story_a_decision_killed_with_its_session_reaches_the_next_day(daemon: Daemon) -> None:
+    """Day 1 states a decision and dies by SIGKILL; day 2 the hooks bring it back, once."""
+    daemon.start()
+    project_dir = daemon.claude_root / "-home-user-payments-api"
+    project_dir.mkdir()
+    transcript = project_dir / "day1.jsonl"
+    day1 = datetime.now(UTC) - timedelta(days=1)
+    with transcript.open("a") as out:
+        out.write(claude_line("day1", "u1", "user",
+                              "Decision: we deploy staging before production; the rate limit"
+                              " is 500/min.", day1))
+        out.write(claude_line("day1", "a1", "assistant",
+                              "Understood: staging first, then production, and the API is"
+                              " limited to 500 requests a minute.", day1 + timedelta(seconds=5)))
+    db = daemon.state / "memoryd.db"
+
+    def stored() -> bool:
+        with sqlite3.connect(db) as conn:
+            return bool(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0] == 2)
+
+    wait_for(stored, what="day 1's messages in the store")
+    daemon.kill()  # no SessionEnd ever fires
+    daemon.start()  # day 2
+
+    def recallable() -> bool:
+        return bool(daemon.api("recall", {"query": "rate limit", "project": PROJECT})
+                    .json()["results"])
+
+    wait_for(recallable, timeout=30, what="the killed session in memory")
+    block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "day2-a", project_dir / "day2-a.jsonl", source="startup",
+        model="claude-sonnet-5")))
+    assert block is not None
+    assert "staging before production" in block and "500/min" in block
+    assert day1.date().isoformat() in block and "claude session day1" in block
+    assert block.startswith("<memory_context>") and len(block) <= 8000
+    # The session that was given it at its start is not given it again.
+    assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "day2-a", prompt="what is the rate limit again?"))) is None
+    # A session without a start block gets it for the prompt that needs it, once.
+    first = context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "day2-b", prompt="what is the rate limit again?")))
+    assert first is not None and "500/min" in first
+    assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "day2-b", prompt="and the rate limit for bulk calls?"))) is None
+    assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "day2-b", prompt="please rename the logger in utils.py"))) is None
+    shown = daemon.cli("show", "day1")
+    assert shown.returncode == 0
+    given = daemon.cli("sessions", "--json")
+    assert given.returncode == 0
+
+
+def test_pre_compact_and_session_end_save_the_session_now(daemon: Daemon) -> None:
+    """PreCompact reads the transcript to its end and syncs; SessionEnd marks it ended."""
+    # A long sync_delay: only the hooks can have saved it this fast.
+    config = write_config(daemon.config, daemon.state, {"claude": daemon.claude_root},
+                          sync_delay="1h", sync_max_lag="1h", poll_interval="30s")
+    assert config == daemon.config
+    daemon.start()
+    elsewhere = daemon.tmp / "outside-roots" / "-p"
+    elsewhere.mkdir(parents=True)
+    transcript = elsewhere / "sess-1.jsonl"
+    now = datetime.now(UTC)
+    transcript.write_text(claude_line("sess-1", "u1", "user",
+                                      "the ledger service owns invoice numbering", now))
+    payload = claude_payload("PreCompact", "sess-1", transcript, trigger="auto",
+                             custom_instructions="")
+    done = daemon.hook("claude", "PreCompact", payload, timeout=20)
+    assert (done.returncode, done.stdout) == (0, "")
+    found = daemon.api("recall", {"query": "invoice numbering"}).json()["results"]
+    assert found and "ledger" in found[0]["content"]
+    done = daemon.hook("claude", "SessionEnd",
+                       claude_payload("SessionEnd", "sess-1", transcript, reason="other"),
+                       timeout=20)
+    assert done.returncode == 0
+    with sqlite3.connect(daemon.state / "memoryd.db") as db:
+        status, = db.execute("SELECT status FROM sessions WHERE external_id = 'sess-1'"
+                             ).fetchone()
+    assert status == "ended"
+
+
+def test_hook_entry_point_imports_little() -> None:
+    """`memoryd hook` loads neither the CLI, the stores nor their libraries."""
+    code = ("import sys\nfrom daemon.hooks import fast\n"
+            "fast.run(['--socket', '/nonexistent/s', 'Nope'])\n"
+            "heavy = [m for m in ('click', 'aiosqlite', 'httpx', 'pydantic', 'structlog',"
+            " 'numpy', 'daemon.cli', 'daemon.service') if m in sys.modules]\n"
+            "print(','.join(heavy))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "MEMORYD_CONFIG": ""}, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == ""

@@ -1,0 +1,167 @@
+"""Installing hooks and the MCP server into agents' settings: merge, idempotence, exact removal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomlkit
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.hooks.install import (
+    AGENTS,
+    HOOK_EVENTS,
+    Installer,
+    SettingsFileError,
+    is_memoryd_hook,
+    settings_path,
+)
+
+MEMORYD = "/opt/memoryd/bin/memoryd"
+
+
+def installer(root: Path) -> Installer:
+    return Installer(memoryd=MEMORYD, socket=root / "state" / "memoryd.sock", hook_timeout=2.0,
+                     home=root / "home", project=root / "project",
+                     records=root / "state" / "integrations.json")
+
+
+_keys = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=12)
+_handler = st.fixed_dictionaries({"type": st.just("command"),
+                                   "command": st.sampled_from(["echo hi", "./lint.sh",
+                                                               "memoryd-other run"])})
+_group = st.fixed_dictionaries({"hooks": st.lists(_handler, min_size=1, max_size=2)},
+                               optional={"matcher": st.sampled_from(["*", "startup", "x|y"])})
+_hooks = st.dictionaries(st.sampled_from(["SessionStart", "Stop", "PreToolUse", "BeforeAgent",
+                                          "UserPromptSubmit"]),
+                         st.lists(_group, max_size=2), max_size=3)
+_document = st.dictionaries(_keys.filter(lambda k: k not in ("hooks", "mcpServers")), _json,
+                            max_size=4).flatmap(
+    lambda base: st.fixed_dictionaries(
+        {}, optional={"hooks": _hooks,
+                      "mcpServers": st.dictionaries(st.sampled_from(["git", "web"]),
+                                                    st.fixed_dictionaries(
+                                                        {"command": st.just("x")}),
+                                                    max_size=2)}
+    ).map(lambda extra: {**base, **extra}))
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(document=_document, agent=st.sampled_from(["claude", "gemini", "codex"]))
+def test_install_then_uninstall_leaves_any_settings_document_unchanged(
+        tmp_path_factory: pytest.TempPathFactory, document: dict[str, Any], agent: str) -> None:
+    """Any existing settings survive install then uninstall: same keys, values and order."""
+    root = tmp_path_factory.mktemp("agent")
+    inst = installer(root)
+    path = settings_path(agent, "hooks", "user", inst.home, inst.project)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    inst.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
+    installed = json.loads(path.read_text())
+    for event in HOOK_EVENTS[agent]:  # type: ignore[index]
+        assert any(is_memoryd_hook(h["command"]) for g in installed["hooks"][event]
+                   for h in g["hooks"])
+    again = inst.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
+    assert not again.changed
+    inst.hooks(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
+    after = json.loads(path.read_text())
+    assert after == document
+    assert json.dumps(after) == json.dumps(document)  # key order too
+
+
+def test_install_creates_and_uninstall_deletes_a_missing_file(tmp_path: Path) -> None:
+    """A settings file install had to create is gone after uninstall; nothing else is left."""
+    inst = installer(tmp_path)
+    for agent in AGENTS:
+        for what in ("hooks", "mcp"):
+            path = settings_path(agent, what, "user", inst.home, inst.project)
+            method = inst.hooks if what == "hooks" else inst.mcp
+            assert method(agent, "user", install=True, dry_run=False).changed
+            assert path.exists() and (path.stat().st_mode & 0o777) == 0o600
+            method(agent, "user", install=False, dry_run=False)
+    leftovers = [p for p in (tmp_path / "home").rglob("*")
+                 if p.is_file() and not p.name.endswith(".memoryd-backup")]
+    assert leftovers == []
+
+
+def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    """--dry-run reports the new text but writes no file."""
+    inst = installer(tmp_path)
+    change = inst.hooks("claude", "user", install=True, dry_run=True)
+    assert change.changed and change.after is not None and "SessionStart" in change.after
+    assert not change.path.exists()
+
+
+def test_unparsable_settings_are_refused_untouched(tmp_path: Path) -> None:
+    """A settings file that is not JSON is never rewritten; the error names it."""
+    inst = installer(tmp_path)
+    path = settings_path("claude", "hooks", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"hooks": {,}}')
+    with pytest.raises(SettingsFileError, match="not valid JSON"):
+        inst.hooks("claude", "user", install=True, dry_run=False)
+    assert path.read_text() == '{"hooks": {,}}'
+    assert not path.with_name("settings.json.memoryd-backup").exists()
+
+
+def test_install_keeps_a_backup_of_the_previous_file(tmp_path: Path) -> None:
+    """The file as it was before install is kept beside it."""
+    inst = installer(tmp_path)
+    path = settings_path("gemini", "hooks", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"theme": "dark"}')
+    inst.hooks("gemini", "user", install=True, dry_run=False)
+    assert path.with_name("settings.json.memoryd-backup").read_text() == '{"theme": "dark"}'
+
+
+def test_hook_commands_are_absolute_and_in_each_agents_units(tmp_path: Path) -> None:
+    """Hooks call memoryd by its absolute path; Gemini's timeouts are milliseconds."""
+    inst = installer(tmp_path)
+    for agent in AGENTS:
+        inst.hooks(agent, "user", install=True, dry_run=False)
+    claude = json.loads(settings_path("claude", "hooks", "user", inst.home,
+                                      inst.project).read_text())
+    handler = claude["hooks"]["UserPromptSubmit"][0]["hooks"][0]
+    assert handler["command"].startswith(MEMORYD + " hook --agent claude")
+    assert handler["command"].endswith("UserPromptSubmit") and handler["timeout"] == 10
+    gemini = json.loads(settings_path("gemini", "hooks", "user", inst.home,
+                                      inst.project).read_text())
+    assert gemini["hooks"]["BeforeAgent"][0]["hooks"][0]["timeout"] == 10_000
+    codex = json.loads(settings_path("codex", "hooks", "user", inst.home,
+                                     inst.project).read_text())
+    assert set(codex["hooks"]) == set(HOOK_EVENTS["codex"])
+
+
+def test_codex_config_toml_keeps_comments_and_other_servers(tmp_path: Path) -> None:
+    """The MCP table is merged into config.toml with comments and other tables intact."""
+    inst = installer(tmp_path)
+    path = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    original = ('# my codex settings\nmodel = "o4"  # keep\n\n'
+                '[mcp_servers.git]\ncommand = "git-mcp"\n')
+    path.write_text(original)
+    inst.mcp("codex", "user", install=True, dry_run=False)
+    document = tomlkit.parse(path.read_text())
+    assert document["mcp_servers"]["memoryd"]["command"] == MEMORYD  # type: ignore[index]
+    assert "# my codex settings" in path.read_text() and "# keep" in path.read_text()
+    assert not inst.mcp("codex", "user", install=True, dry_run=False).changed
+    inst.mcp("codex", "user", install=False, dry_run=False)
+    assert path.read_text() == original
+
+
+def test_mcp_entries_per_agent(tmp_path: Path) -> None:
+    """Claude's project scope writes .mcp.json; Gemini's settings get an mcpServers entry."""
+    inst = installer(tmp_path)
+    inst.mcp("claude", "project", install=True, dry_run=False)
+    entry = json.loads((tmp_path / "project" / ".mcp.json").read_text())["mcpServers"]["memoryd"]
+    assert entry == {"type": "stdio", "command": MEMORYD, "args": ["mcp"], "env": {}}
+    inst.mcp("gemini", "user", install=True, dry_run=False)
+    status = inst.status("gemini", "user")
+    assert status["mcp"] is True and status["hooks"] == []
