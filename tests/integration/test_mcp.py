@@ -1,0 +1,132 @@
+"""The MCP server: driven by the official SDK's client, in-process and over stdio."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from daemon.config import load_settings
+from daemon.mcp_server import MAX_ANSWER_CHARS, build_server
+
+PROJECT = "/home/user/shop"
+TOOLS = {"remember", "recall", "recall_temporal", "correct_memory", "forget_memory",
+         "get_memory", "memory_context", "search_sessions"}
+
+
+def _text(result: object) -> str:
+    content = result.content  # type: ignore[attr-defined]
+    return "\n".join(part.text for part in content)
+
+
+@pytest.fixture
+def settings(tmp_path: Path, clean_environment: Path) -> object:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nsources: []\n")
+    return load_settings(config)
+
+
+async def test_every_tool_works_in_process(settings: object) -> None:
+    """remember, recall, get, correct, context, temporal, forget: each answers for a model."""
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == TOOLS
+        made = await client.call_tool("remember", {
+            "content": "checkout retries card payments three times"})
+        assert not made.is_error
+        memory_id = _text(made).split()[-1].rstrip(".")
+        found = await client.call_tool("recall", {"query": "card payments retries"})
+        assert memory_id in _text(found) and "three times" in _text(found)
+        full = await client.call_tool("get_memory", {"memory_id": memory_id})
+        assert '"provenance"' in _text(full)
+        fixed = await client.call_tool("correct_memory", {
+            "memory_id": memory_id, "new_content": "checkout retries card payments twice"})
+        assert not fixed.is_error and memory_id in _text(fixed)
+        block = await client.call_tool("memory_context", {"query": "card payments"})
+        assert _text(block).startswith("<memory_context>") and "twice" in _text(block)
+        assert "three times" not in _text(block)
+        recent = await client.call_tool("recall_temporal", {"since": "yesterday"})
+        assert "twice" in _text(recent)
+        new_id = _text(fixed).split()[-1].rstrip(".")
+        gone = await client.call_tool("forget_memory", {"memory_id": new_id})
+        assert _text(gone) == "Forgotten."
+        none = await client.call_tool("recall", {"query": "card payments retries"})
+        assert _text(none) == "No memory matches."
+    # What the tools gave the agent is on record.
+    db = settings.database_path  # type: ignore[attr-defined]
+    with sqlite3.connect(db) as conn:
+        events = {row[0] for row in conn.execute("SELECT event FROM injections")}
+    assert {"recall", "memory_context"} <= events
+
+
+async def test_errors_are_one_clear_tool_error(settings: object) -> None:
+    """Unknown ids, empty content and bad time phrases come back as MCP tool errors."""
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        missing = await client.call_tool("get_memory", {"memory_id": "0" * 32})
+        assert missing.is_error and "no memory" in _text(missing)
+        empty = await client.call_tool("remember", {"content": "   "})
+        assert empty.is_error and "content is empty" in _text(empty)
+        when = await client.call_tool("recall", {"query": "x", "since": "the other day"})
+        assert when.is_error and "since" in _text(when)
+        both = await client.call_tool("correct_memory", {"new_content": "x"})
+        assert both.is_error and "memory_id or query" in _text(both)
+
+
+async def test_answers_are_bounded(settings: object) -> None:
+    """However much matches, an answer stays within MAX_ANSWER_CHARS."""
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        for i in range(40):
+            await client.call_tool("remember", {"content": f"widget fact {i} " + "pad " * 400})
+        found = await client.call_tool("recall", {"query": "widget fact", "limit": 40})
+        assert len(_text(found)) <= MAX_ANSWER_CHARS
+
+
+async def test_search_sessions_finds_stored_conversation(settings: object, tmp_path: Path
+                                                         ) -> None:
+    """search_sessions reads the stored messages themselves, newest first."""
+    from daemon.service import open_store
+
+    async with open_store(settings) as conn:  # type: ignore[arg-type]
+        await conn.execute(
+            "INSERT INTO sessions (id, source, external_id, project, transcript_path, status,"
+            " started_at, last_message_at, message_count, created_at) VALUES (1, 'codex', 'abc',"
+            " ?, '/t.jsonl', 'active', '2026-11-17T10:00:00Z', '2026-11-17T10:00:00Z', 1,"
+            " '2026-11-17T10:00:00Z')",
+            (PROJECT,))
+        await conn.execute(
+            "INSERT INTO session_messages (session_id, message_index, role, kind, content,"
+            " timestamp, raw, byte_offset, is_sidechain, dedupe_key) VALUES (1, 0, 'tool',"
+            " 'tool_call', 'make migrate-db ENV=staging', '2026-11-17T10:00:00Z', x'00', 0, 0,"
+            " 'k0')")
+        await conn.commit()
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        found = await client.call_tool("search_sessions", {"query": "migrate-db staging"})
+        assert "make migrate-db ENV=staging" in _text(found) and "codex session abc" in _text(
+            found)
+        other = await client.call_tool("search_sessions", {"query": "migrate-db",
+                                                           "project": "/elsewhere"})
+        assert "No stored message" in _text(other)
+
+
+async def test_stdio_server_as_a_real_process(settings: object, tmp_path: Path) -> None:
+    """`memoryd mcp` over stdio, started as an agent would, answers the SDK's client."""
+    config = tmp_path / "config.yaml"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "daemon", "--config", str(config), "mcp"],
+        env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "PYTHONPATH": os.pathsep.join(sys.path)},
+        cwd=str(tmp_path))
+    async with Client(params) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert names == TOOLS
+        made = await client.call_tool("remember", {"content": "the stdio server works"})
+        assert not made.is_error
+        found = await client.call_tool("recall", {"query": "stdio server"})
+        assert "the stdio server works" in _text(found)
