@@ -29,6 +29,7 @@ from daemon.service import Service, ingest_once, sync_now
 from daemon.status import collect_status
 from daemon.store import queries
 from daemon.store.connection import connect
+from daemon.store.injections import injection_counts, injections_for
 from daemon.units import ServiceManager
 
 
@@ -150,9 +151,13 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
             return []
         conn = await connect(settings.database_path, readonly=True)
         try:
-            return await queries.list_sessions(conn, status=status_filter, source=source)
+            rows = await queries.list_sessions(conn, status=status_filter, source=source)
+            given = await injection_counts(conn, [r["external_id"] for r in rows])
         finally:
             await conn.close()
+        for row in rows:
+            row["context_blocks_given"] = given.get(row["external_id"], 0)
+        return rows
 
     rows = run_async(_load())
     if as_json:
@@ -162,11 +167,11 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
         click.echo("no sessions yet")
         return
     click.echo(f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
-               f"{'LAST MESSAGE':<24}  PROJECT")
+               f"{'GIVEN':>5}  {'LAST MESSAGE':<24}  PROJECT")
     for r in rows:
         click.echo(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  {r['message_count']:>6}  "
-                   f"{r['unsynced_messages']:>8}  {r['last_message_at'] or '-':<24}  "
-                   f"{r['project'] or '-'}")
+                   f"{r['unsynced_messages']:>8}  {r['context_blocks_given']:>5}  "
+                   f"{r['last_message_at'] or '-':<24}  {r['project'] or '-'}")
 
 
 @main.command()
@@ -194,6 +199,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int,
             found["messages"] = await queries.session_messages(
                 conn, found["id"], limit=limit, offset=offset)
             found["summaries"] = await queries.session_summaries(conn, found["id"])
+            found["given"] = await injections_for(conn, [found["external_id"]])
             return found
         finally:
             await conn.close()
@@ -217,6 +223,12 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int,
             text = text[:199] + "…"
         tool = f" {m['tool_name']}" if m["tool_name"] else ""
         click.echo(f"[{m['message_index']}] {m['timestamp'] or '-'} {m['role']}{tool}: {text}")
+    click.echo(f"given by memoryd: {len(found['given'])} context blocks")
+    for g in found["given"]:
+        click.echo(f"  {g['injected_at']} {g['interface']} {g['event']}: "
+                   f"{len(g['memory_ids'])} memories, {g['chars']} chars"
+                   + (f" ({', '.join(g['memory_ids'][:5])}"
+                      f"{', …' if len(g['memory_ids']) > 5 else ''})" if g["memory_ids"] else ""))
 
 
 def _size(n_bytes: int) -> str:

@@ -9,6 +9,7 @@ memory twice; `memoryd show` and `sessions` read it to tell what a session was g
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,12 +59,15 @@ async def injections_for(conn: aiosqlite.Connection,
     ids = [i for i in agent_session_ids if i]
     if not ids:
         return []
-    async with conn.execute(
-        "SELECT injected_at, agent, agent_session_id, interface, event, project, memory_ids,"
-        f" chars FROM injections WHERE agent_session_id IN ({', '.join('?' for _ in ids)})"
-        " ORDER BY injected_at, id", ids,
-    ) as cursor:
-        rows = await cursor.fetchall()
+    try:
+        async with conn.execute(
+            "SELECT injected_at, agent, agent_session_id, interface, event, project, memory_ids,"
+            f" chars FROM injections WHERE agent_session_id IN ({', '.join('?' for _ in ids)})"
+            " ORDER BY injected_at, id", ids,
+        ) as cursor:
+            rows = await cursor.fetchall()
+    except sqlite3.OperationalError:
+        return []  # a store not yet migrated by a daemon (read-only readers)
     return [{**dict(r), "memory_ids": json.loads(r["memory_ids"])} for r in rows]
 
 
@@ -73,9 +77,12 @@ async def injection_counts(conn: aiosqlite.Connection,
     ids = [i for i in agent_session_ids if i]
     if not ids:
         return {}
-    async with conn.execute(
-        "SELECT agent_session_id, COUNT(*) FROM injections"
-        f" WHERE agent_session_id IN ({', '.join('?' for _ in ids)}) GROUP BY agent_session_id",
-        ids,
-    ) as cursor:
-        return {r[0]: r[1] for r in await cursor.fetchall()}
+    try:
+        async with conn.execute(
+            "SELECT agent_session_id, COUNT(*) FROM injections"
+            f" WHERE agent_session_id IN ({', '.join('?' for _ in ids)})"
+            " GROUP BY agent_session_id", ids,
+        ) as cursor:
+            return {r[0]: r[1] for r in await cursor.fetchall()}
+    except sqlite3.OperationalError:
+        return {}

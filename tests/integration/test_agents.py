@@ -335,10 +335,17 @@ def test_story_a_decision_killed_with_its_session_reaches_the_next_day(daemon: D
         "UserPromptSubmit", "day2-b", prompt="and the rate limit for bulk calls?"))) is None
     assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
         "UserPromptSubmit", "day2-b", prompt="please rename the logger in utils.py"))) is None
-    shown = daemon.cli("show", "day1")
-    assert shown.returncode == 0
-    given = daemon.cli("sessions", "--json")
-    assert given.returncode == 0
+    # What each session was given is on record, and `show`/`sessions` tell it.
+    (project_dir / "day2-b.jsonl").write_text(claude_line(
+        "day2-b", "b1", "user", "what is the rate limit again?", datetime.now(UTC)))
+    wait_for(lambda: daemon.cli("show", "day2-b").returncode == 0, what="day2-b stored")
+    shown = daemon.cli("show", "day2-b", "--json")
+    given = json.loads(shown.stdout)["given"]
+    assert [(g["interface"], g["event"]) for g in given] == [("hook", "prompt")]
+    assert given[0]["memory_ids"] and given[0]["chars"] == len(first)
+    listed = {r["external_id"]: r for r in json.loads(daemon.cli("sessions", "--json").stdout)}
+    assert listed["day2-b"]["context_blocks_given"] == 1
+    assert listed["day1"]["context_blocks_given"] == 0
 
 
 def test_pre_compact_and_session_end_save_the_session_now(daemon: Daemon) -> None:
