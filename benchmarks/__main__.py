@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import backfill, latency, recovery
+from benchmarks import backfill, hooks, latency, recovery
 from benchmarks._common import machine
 
 
@@ -20,6 +20,8 @@ def main(argv: list[str]) -> int:
     latency.main(["--seconds", "10"] if quick else [])
     print("\n== recovery (issue 3, section 6)")
     recovery.main(["--quick"] if quick else [])
+    print("\n== hook latency, whole processes (issue 13)")
+    hooks.main(["--memories", "10000", "--prompts", "50"] if quick else [])
     return 0
 
 
