@@ -81,7 +81,6 @@ async def fill(state: Path, total: int) -> int:
         embedder = make_embedder(settings.memory.embeddings)
     except EmbeddingError:
         embedder = None
-    state.mkdir(mode=0o700, parents=True, exist_ok=True)
     from daemon.clock import SystemClock
     from daemon.service import open_memory_backend
 
@@ -97,6 +96,7 @@ def run(work: Path, memories: int, prompts: int) -> str:
     (work / "claude").mkdir(exist_ok=True)
     env["MEMORYD_CONFIG"] = str(config)
     began = time.perf_counter()
+    (work / "state").mkdir(mode=0o700, parents=True, exist_ok=True)
     count = asyncio.run(fill(work / "state", memories))
     lines = [f"machine: {machine()}", f"store: {count} memories"
              f" (filled in {time.perf_counter() - began:.0f} s)"]

@@ -12,3 +12,6 @@ python -m benchmarks.latency
 echo
 echo "== recovery (issue 3, section 6)"
 python -m benchmarks.recovery
+echo
+echo "== hook latency, whole processes (issue 13)"
+python -m benchmarks.hooks
