@@ -139,8 +139,11 @@ class MemoryOps:
                 interface=_opt_text(args, "interface") or "api", event="memory_context",
                 project=_project(args), memory_ids=tuple(ids), chars=len(block.text)))
         return {"text": block.text, "memory_ids": ids, "tokens": block.tokens,
-                "chars": len(block.text), "dropped_duplicates": block.dropped_duplicates,
-                "dropped_for_budget": block.dropped_for_budget}
+                "budget": block.budget, "chars": len(block.text),
+                "dropped_duplicates": block.dropped_duplicates,
+                "dropped_for_budget": block.dropped_for_budget,
+                "items": [{**result_to_record(i.result), "line": i.text, "tokens": i.tokens}
+                          for i in block.items]}
 
     async def remember(self, args: Mapping[str, Any]) -> dict[str, Any]:
         content = _text(args, "content")
@@ -186,8 +189,11 @@ class MemoryOps:
         memory_id = _opt_text(args, "memory_id")
         session = _opt_text(args, "session")
         project = _project(args)
-        if sum(x is not None for x in (memory_id, session, project)) != 1:
-            raise ApiError(400, "give exactly one of memory_id, session, project")
+        everything = _bool(args, "all")
+        if sum(x is not None for x in (memory_id, session, project)) + everything != 1:
+            raise ApiError(400, "give exactly one of memory_id, session, project, all")
+        if everything:
+            return {"forgotten": await self._backend.forget_where(all=True, hard=hard)}
         if memory_id is not None:
             return {"forgotten": int(await self._backend.forget(memory_id, hard=hard))}
         if session is not None:
@@ -207,7 +213,7 @@ class MemoryOps:
             await self._backend.record_use([memory.id])
         history = await self._backend.history(memory_id)
         return {"memory": memory_to_record(memory),
-                "history": [m.id for m in history]}
+                "history": [memory_to_record(m) for m in history]}
 
     # -- sessions --------------------------------------------------------------------
 

@@ -1,4 +1,11 @@
-"""Commands about memories: recall, and (issue 4) remember, correct, forget, export, import."""
+"""Commands about memories: recall, remember, correct, forget, context, export, import.
+
+Recall, context, remember, correct, forget and show-memory go through the
+daemon's API when it runs (it is the one writer of its stores) and open the
+stores directly when it does not (`daemon.client`). Export and import work on
+the store directly: an export is a read, and an import may be larger than an API
+request may be.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +19,10 @@ from typing import Any, TypeVar
 
 import click
 
+from daemon.api.ops import ApiError
 from daemon.cli.common import (
     EX_NOT_FOUND,
+    EX_UNAVAILABLE,
     config_option,
     fail,
     iso_or_none,
@@ -21,20 +30,18 @@ from daemon.cli.common import (
     main,
     print_json,
     project_path,
-    result_json,
     run_async,
     settings_for,
     when_option,
 )
+from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
-from daemon.memory import Memory, MemoryBackend, MemoryType, RecallResult, memory_to_record
-from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
+from daemon.memory import MemoryBackend
+from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.service import open_memory_backend
 
 T = TypeVar("T")
-#: Recall this many candidates before fitting the best into a context budget.
-CONTEXT_CANDIDATES = 60
 
 
 @main.command()
@@ -60,32 +67,23 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
         raise click.UsageError("give a QUERY or --stdin, not both" if query is not None
                                else "missing QUERY (or --stdin)")
     settings = settings_for(ctx)
-    wanted_project = project_path(project)
+    scope = {"project": project_path(project), "all_projects": all_projects, "limit": limit,
+             "since": iso_or_none(since), "until": iso_or_none(until)}
 
-    async def _recall() -> None:
-        backend = await open_memory_backend(settings, SystemClock())
-        try:
-            async def one(text: str) -> list[RecallResult]:
-                return await backend.recall(text, project=wanted_project, limit=limit,
-                                            since=since, until=until,
-                                            all_projects=all_projects)
-            if from_stdin:
-                for line in sys.stdin:
-                    results = await one(line.rstrip("\n"))
-                    click.echo(json.dumps([result_json(r) for r in results],
-                                          ensure_ascii=False, sort_keys=True))
-                return
-            assert query is not None
-            _print_results(await one(query), as_json)
-        finally:
-            await backend.close()
+    async def _recall(client: MemoryClient) -> None:
+        async def one(text: str) -> list[dict[str, Any]]:
+            found = await client.call("recall", {**scope, "query": text})
+            return found["results"]  # type: ignore[no-any-return]
 
-    run_async(_recall())
+        if from_stdin:
+            for line in sys.stdin:
+                results = await one(line.rstrip("\n"))
+                click.echo(json.dumps(results, ensure_ascii=False, sort_keys=True))
+            return
+        assert query is not None
+        _print_results(await one(query), as_json)
 
-
-def memory_json(memory: Memory) -> dict[str, Any]:
-    """One memory as stable JSON: the export record, every field and its provenance."""
-    return memory_to_record(memory)
+    with_client(settings, _recall)
 
 
 async def _with_backend(settings: Settings, work: Callable[[MemoryBackend], Awaitable[T]]) -> T:
@@ -96,16 +94,43 @@ async def _with_backend(settings: Settings, work: Callable[[MemoryBackend], Awai
         await backend.close()
 
 
-def _print_memory(memory: Memory) -> None:
-    state = "live" if memory.is_live else (
-        "deleted" if memory.deleted_at else f"superseded by {memory.superseded_by}")
-    click.echo(f"{memory.id}  {memory.type.value}  importance {memory.importance:.2f}  {state}")
-    click.echo(f"  created {iso_or_none(memory.created_at)}"
-               + (f"  project {memory.project}" if memory.project else "")
-               + (f"  tags {', '.join(memory.tags)}" if memory.tags else ""))
-    if memory.reason:
-        click.echo(f"  reason: {memory.reason}")
-    click.echo("  " + memory.content.strip().replace("\n", "\n  "))
+#: An API refusal's HTTP status -> the command's exit status.
+_EXIT_FOR_STATUS = {400: 2, 404: EX_NOT_FOUND, 503: EX_UNAVAILABLE, 504: EX_UNAVAILABLE}
+
+
+def with_client(settings: Settings, work: Callable[[MemoryClient], Awaitable[T]]) -> T:
+    """Run `work` with a client of the daemon's API (the stores directly when none runs);
+    a refused request exits with one line and a meaningful status."""
+
+    async def go() -> T:
+        async with MemoryClient(settings, SystemClock()) as client:
+            return await work(client)
+
+    try:
+        return run_async(go())
+    except ApiError as exc:
+        fail(str(exc), _EXIT_FOR_STATUS.get(exc.status, 1))
+        raise AssertionError("fail exits") from None
+
+
+def call(settings: Settings, operation: str, args: dict[str, Any]) -> dict[str, Any]:
+    return with_client(settings, lambda client: client.call(operation, args))
+
+
+def _print_memory(memory: dict[str, Any]) -> None:
+    state = "live"
+    if memory.get("deleted_at"):
+        state = "deleted"
+    elif memory.get("superseded_by"):
+        state = f"superseded by {memory['superseded_by']}"
+    click.echo(f"{memory['id']}  {memory['type']}  importance {memory['importance']:.2f}"
+               f"  {state}")
+    click.echo(f"  created {memory['created_at']}"
+               + (f"  project {memory['project']}" if memory.get("project") else "")
+               + (f"  tags {', '.join(memory['tags'])}" if memory.get("tags") else ""))
+    if memory.get("reason"):
+        click.echo(f"  reason: {memory['reason']}")
+    click.echo("  " + str(memory["content"]).strip().replace("\n", "\n  "))
 
 
 @main.command()
@@ -125,13 +150,13 @@ def remember(ctx: click.Context, text: str, project: str | None, tags: tuple[str
     settings = settings_for(ctx)
     if not text.strip():
         raise click.BadParameter("the text to remember is empty", param_hint="TEXT")
-    memory = run_async(_with_backend(settings, lambda b: b.remember(
-        text.strip(), type=MemoryType(kind), importance=importance,
-        project=project_path(project), tags=tags)))
+    memory = call(settings, "remember", {
+        "content": text.strip(), "type": kind, "importance": importance,
+        "project": project_path(project), "tags": list(tags)})["memory"]
     if as_json:
-        print_json(memory_json(memory))
+        print_json(memory)
     else:
-        click.echo(f"remembered {memory.id}")
+        click.echo(f"remembered {memory['id']}")
 
 
 @main.command()
@@ -154,23 +179,12 @@ def correct(ctx: click.Context, args: tuple[str, ...], query: str | None, reason
     if not new_text.strip():
         raise click.BadParameter("the corrected text is empty", param_hint="NEW_TEXT")
 
-    async def work(backend: MemoryBackend) -> tuple[Memory, str]:
-        target = memory_id
-        if target is None:
-            assert query is not None
-            found = await backend.recall(query, limit=1, all_projects=True)
-            if not found:
-                fail(f"no memory matches {query!r}", EX_NOT_FOUND)
-            target = found[0].memory_id
-        if await backend.get(target) is None:
-            fail(f"no memory {target} (see `memoryd recall`)", EX_NOT_FOUND)
-        return await backend.correct(target, new_text, reason=reason), target
-
-    memory, old = run_async(_with_backend(settings, work))
+    done = call(settings, "correct", {"memory_id": memory_id, "query": query,
+                                      "content": new_text, "reason": reason})
     if as_json:
-        print_json(memory_json(memory))
+        print_json(done["memory"])
     else:
-        click.echo(f"corrected {old}: the new version is {memory.id}")
+        click.echo(f"corrected {done['replaced']}: the new version is {done['memory']['id']}")
 
 
 @main.command()
@@ -194,20 +208,11 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
     if everything and not yes:
         raise click.UsageError("--all forgets every memory: add --yes to confirm")
 
-    async def work(backend: MemoryBackend) -> int:
-        if memory_id is not None:
-            if not await backend.forget(memory_id, hard=hard):
-                fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
-            return 1
-        if session is not None:
-            session_id = int(session) if session.isdigit() else None
-            return await backend.forget_where(
-                session_id=session_id, session_external_id=None if session_id else session,
-                hard=hard)
-        return await backend.forget_where(project=project_path(project), all=everything,
-                                          hard=hard)
-
-    count = run_async(_with_backend(settings, work))
+    count = int(call(settings, "forget", {
+        "memory_id": memory_id, "session": session, "project": project_path(project),
+        "all": everything, "hard": hard})["forgotten"])
+    if memory_id is not None and count == 0:
+        fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
     how = "deleted (hard)" if hard else "forgotten"
     click.echo(f"{count} {'memory' if count == 1 else 'memories'} {how}")
 
@@ -222,21 +227,11 @@ def show_memory(ctx: click.Context, memory_id: str, history: bool, as_json: bool
     """One memory with its provenance; --history shows what it corrected and was corrected by."""
     settings = settings_for(ctx)
 
-    async def work(backend: MemoryBackend) -> list[Memory]:
-        if history:
-            return await backend.history(memory_id)
-        found = await backend.get(memory_id)
-        if found is None:
-            return []
-        # A person opening a memory is a real use (`ranking`); listing it in recall is not.
-        await backend.record_use([found.id])
-        return [found]
-
-    memories = run_async(_with_backend(settings, work))
-    if not memories:
-        fail(f"no memory {memory_id}", EX_NOT_FOUND)
+    # A person opening a memory is a real use (`ranking`); listing it in recall is not.
+    found = call(settings, "get_memory", {"memory_id": memory_id})
+    memories = found["history"] if history else [found["memory"]]
     if as_json:
-        print_json([memory_json(m) for m in memories] if history else memory_json(memories[0]))
+        print_json(memories if history else memories[0])
         return
     for memory in memories:
         _print_memory(memory)
@@ -257,10 +252,10 @@ def recall_temporal(ctx: click.Context, since: datetime, until: datetime | None,
                     as_json: bool) -> None:
     """What was learned since SINCE ('last week', 'yesterday', '2026-11-01'), oldest first."""
     settings = settings_for(ctx)
-    results = run_async(_with_backend(settings, lambda b: b.recall(
-        query, project=project_path(project), all_projects=all_projects, since=since,
-        until=until, limit=limit, order="time")))
-    _print_results(results, as_json)
+    found = call(settings, "recall_temporal", {
+        "query": query, "project": project_path(project), "all_projects": all_projects,
+        "since": iso_or_none(since), "until": iso_or_none(until), "limit": limit})
+    _print_results(found["results"], as_json)
 
 
 @main.command()
@@ -276,17 +271,14 @@ def context(ctx: click.Context, query: str, project: str | None, budget: int,
             as_json: bool) -> None:
     """A <memory_context> block of the most relevant memories for a prompt, within a budget."""
     settings = settings_for(ctx)
-    results = run_async(_with_backend(settings, lambda b: b.recall(
-        query, project=project_path(project), limit=CONTEXT_CANDIDATES)))
-    block = build_context(results, budget)
+    block = call(settings, "context", {"query": query, "project": project_path(project),
+                                       "budget": budget})
     if as_json:
-        print_json({"text": block.text, "tokens": block.tokens, "budget": block.budget,
-                    "dropped_duplicates": block.dropped_duplicates,
-                    "dropped_for_budget": block.dropped_for_budget,
-                    "items": [{**result_json(i.result), "line": i.text, "tokens": i.tokens}
-                              for i in block.items]})
+        print_json({key: block[key] for key in ("text", "tokens", "budget",
+                                                "dropped_duplicates", "dropped_for_budget",
+                                                "items")})
     else:
-        click.echo(block.text)
+        click.echo(block["text"])
 
 
 @main.command("export")
@@ -340,20 +332,20 @@ def import_memories(ctx: click.Context, path: Path) -> None:
     click.echo(f"imported {added} new memories, {len(records) - added} already present")
 
 
-def _print_results(results: list[RecallResult], as_json: bool) -> None:
+def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
-        print_json([result_json(r) for r in results])
+        print_json(results)
         return
     if not results:
         click.echo("no memories found")
     for r in results:
-        p = r.provenance
-        where = f"session {p.session_id}" if p.session_id is not None else "explicit"
-        if p.first_index is not None:
-            where += f" messages {p.first_index}-{p.last_index}"
-        when = iso_or_none(p.ended_at or r.created_at) or "?"
-        click.echo(f"[{r.score:.3f}] {r.type.value} {when[:16]} {where} {r.memory_id}"
-                   f"{' ' + r.project if r.project else ''}")
+        p = r["provenance"]
+        where = f"session {p['session_id']}" if p.get("session_id") is not None else "explicit"
+        if p.get("first_index") is not None:
+            where += f" messages {p['first_index']}-{p['last_index']}"
+        when = p.get("ended_at") or r["created_at"] or "?"
+        click.echo(f"[{r['score']:.3f}] {r['type']} {when[:16]} {where} {r['memory_id']}"
+                   f"{' ' + r['project'] if r.get('project') else ''}")
         # The excerpt is the matching part of a long memory (its chunk).
-        text = (r.excerpt or r.content).strip().replace("\n", "\n    ")
+        text = str(r.get("excerpt") or r["content"]).strip().replace("\n", "\n    ")
         click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
