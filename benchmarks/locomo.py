@@ -22,6 +22,14 @@ with chunked recall only the matched chunks' messages):
   context block (4 characters a token; each result's excerpt, else its content);
 - p50/p95: wall time of one recall call, query embedding included.
 
+Mode `cli` is the path users take, and the one the README reports: every
+question goes through `memoryd recall --json --stdin --project P --limit 10`
+(one process per conversation) with the default settings of this install, and
+every question is asked twice in a row (two passes); the second pass must
+score as the first (recall never feeds its own ranking). Its latency is the
+process's wall time divided by its questions. The other modes call the backend
+in-process with a fusion forced, to compare fusions; they are not what users get.
+
 Modes: `none` keyword (FTS5 BM25 over chunks), `local` vectors alone (all-MiniLM-
 L6-v2, under ONNX Runtime unless `--runtime numpy`), `hybrid` both, weighted
 0.1 vector / 0.9 keyword (`--vector-weight`, the setting
@@ -64,7 +72,7 @@ from daemon.service import ingest_once, sync_now
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-MODES = ("none-segments", "none", "local", "hybrid", "hybrid-rrf")
+MODES = ("cli", "none-segments", "none", "local", "hybrid", "hybrid-rrf")
 CONTEXT_TOKENS = 1000
 
 
@@ -121,13 +129,26 @@ class Scores:
                 "p95_ms": percentile(self.latency_ms, 95)}
 
 
-def _holds(result: RecallResult, evidence: set[str]) -> bool:
-    return not evidence.isdisjoint(result.provenance.message_uuids)
+@dataclass(frozen=True)
+class Found:
+    """What scoring needs of one result, from the backend or from `recall --json`."""
+
+    message_uuids: tuple[str, ...]
+    text: str
+
+    @classmethod
+    def of(cls, result: RecallResult) -> Found:
+        return cls(result.provenance.message_uuids, result.excerpt or result.content)
+
+    @classmethod
+    def of_json(cls, record: dict[str, Any]) -> Found:
+        return cls(tuple(record["provenance"]["message_uuids"]),
+                   record.get("excerpt") or record["content"])
 
 
-def score_question(results: list[RecallResult], evidence: set[str], relevant: int,
+def score_question(results: list[Found], evidence: set[str], relevant: int,
                    into: Scores) -> None:
-    flags = [_holds(r, evidence) for r in results]
+    flags = [not evidence.isdisjoint(r.message_uuids) for r in results]
     into.hits5.append(float(any(flags[:5])))
     into.hits10.append(float(any(flags[:10])))
     dcg = sum(1 / math.log2(i + 2) for i, f in enumerate(flags[:5]) if f)
@@ -135,7 +156,7 @@ def score_question(results: list[RecallResult], evidence: set[str], relevant: in
     into.ndcg5.append(dcg / ideal)
     budget, found = CONTEXT_TOKENS * 4, False
     for result, flag in zip(results, flags, strict=True):
-        text = result.excerpt or result.content
+        text = result.text
         if budget <= 0:
             break
         found = found or flag
@@ -159,6 +180,26 @@ async def build(data: list[dict[str, Any]], work: Path, segment_max_chars: int) 
     print(f"ingest + sync: {time.perf_counter() - began:.1f} s, "
           f"{report.segments_saved if report else 0} segments", file=sys.stderr)
     return settings.memory_path
+
+
+def default_config(work: Path) -> Path:
+    """A config that changes nothing but where memoryd keeps its state: what users get."""
+    return write_config(work / "default.yaml", work / "state", work / "claude")
+
+
+async def embed_with_defaults(path: Path, config: Path) -> str:
+    """Vectors for every chunk with the embedder the default settings pick, as the daemon's
+    background job would have made them by now; the embedder's name ('none' without one)."""
+    from daemon.memory.embeddings import EmbeddingError, make_embedder
+
+    try:
+        embedder = make_embedder(load_settings(config).memory.embeddings)
+    except EmbeddingError:
+        embedder = None
+    if embedder is None:
+        return "none"
+    await embed_all(path, embedder)
+    return embedder.name
 
 
 async def embed_all(path: Path, embedder: Embedder) -> float:
@@ -219,11 +260,50 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
                 results = await backend.recall(qa["question"], project=project, limit=10)
                 elapsed = (time.perf_counter() - began) * 1000
                 for name in ("all", CATEGORIES[qa["category"]]):
-                    score_question(results, evidence, ideal[key], per[name])
+                    score_question([Found.of(r) for r in results], evidence, ideal[key],
+                                   per[name])
                     per[name].latency_ms.append(elapsed)
     finally:
         await backend.close()
     return {name: scores.row() for name, scores in per.items()}
+
+
+async def evaluate_cli(path: Path, config: Path, data: list[dict[str, Any]],
+                       projects: dict[str, str], passes: int = 2,
+                       ) -> list[dict[str, dict[str, float]]]:
+    """Every question through `memoryd recall --json --stdin`, default settings, `passes` times."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    ideal: dict[frozenset[str], int] = {}
+    rows = []
+    for _ in range(passes):
+        per: dict[str, Scores] = defaultdict(Scores)
+        for sample in data:
+            project = projects[sample["sample_id"]]
+            asked = [qa for qa in sample["qa"] if qa["category"] in CATEGORIES]
+            began = time.perf_counter()
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "daemon", "--config", str(config), "recall", "--json",
+                 "--stdin", "--project", project, "--limit", "10"],
+                input="".join(" ".join(qa["question"].split()) + "\n" for qa in asked),
+                capture_output=True, text=True, env=env, check=True)
+            each_ms = (time.perf_counter() - began) * 1000 / max(len(asked), 1)
+            answers = done.stdout.splitlines()
+            assert len(answers) == len(asked), done.stderr[-2000:]
+            for qa, line in zip(asked, answers, strict=True):
+                evidence = {f"{sample['sample_id']}:{e.strip()}" for e in qa["evidence"]}
+                key = frozenset(evidence)
+                if key not in ideal:
+                    ideal[key] = await relevant_memories(path, project, evidence)
+                found = [Found.of_json(r) for r in json.loads(line)]
+                for name in ("all", CATEGORIES[qa["category"]]):
+                    score_question(found, evidence, ideal[key], per[name])
+                    per[name].latency_ms.append(each_ms)
+        rows.append({name: scores.row() for name, scores in per.items()})
+    return rows
 
 
 _SUBJECTS = ["the build", "the parser", "the cache", "the deploy script", "the API client",
@@ -343,7 +423,15 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
             path = await build(data, work, args.segment_max_chars)
         rate = await embed_all(path, embedder) if embedder is not None else float("nan")
         weight = args.vector_weight
-        results = {m: await evaluate(path, data, projects, m, embedder, weight) for m in modes}
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        if "cli" in modes:
+            default = default_config(work)
+            default_embedder = await embed_with_defaults(path, default)
+            for number, row in enumerate(
+                    await evaluate_cli(path, default, data, projects), 1):
+                results[f"cli ({default_embedder}), pass {number}"] = row
+        results.update({m: await evaluate(path, data, projects, m, embedder, weight)
+                        for m in modes if m != "cli"})
         runtime = local_model.runtime if embedder is not None else "-"
         out = [f"machine: {machine()}", f"segment_max_chars: {args.segment_max_chars}",
                f"local runtime: {runtime}", f"vector weight: {args.vector_weight}",
