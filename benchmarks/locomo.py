@@ -291,7 +291,7 @@ async def evaluate_cli(path: Path, config: Path, data: list[dict[str, Any]],
                 input="".join(" ".join(qa["question"].split()) + "\n" for qa in asked),
                 capture_output=True, text=True, env=env, check=True)
             each_ms = (time.perf_counter() - began) * 1000 / max(len(asked), 1)
-            answers = done.stdout.splitlines()
+            answers = done.stdout.split("\n")[:-1]
             assert len(answers) == len(asked), done.stderr[-2000:]
             for qa, line in zip(asked, answers, strict=True):
                 evidence = {f"{sample['sample_id']}:{e.strip()}" for e in qa["evidence"]}

@@ -109,7 +109,7 @@ def recall_cli(config: Path, project: str, queries: list[str], limit: int = 10,
         input="".join(" ".join(q.split()) + "\n" for q in queries), capture_output=True,
         text=True, env=env, check=True)
     each = (time.perf_counter() - began) * 1000 / max(len(queries), 1)
-    return [json.loads(line) for line in done.stdout.splitlines()], each
+    return [json.loads(line) for line in done.stdout.split("\n")[:-1]], each
 
 
 def sessions_of(result: dict[str, Any]) -> set[str]:

@@ -78,7 +78,8 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
         if from_stdin:
             for line in sys.stdin:
                 results = await one(line.rstrip("\n"))
-                click.echo(json.dumps(results, ensure_ascii=False, sort_keys=True))
+                # ASCII: a line is one answer even to readers that split on U+2028.
+                click.echo(json.dumps(results, ensure_ascii=True, sort_keys=True))
             return
         assert query is not None
         _print_results(await one(query), as_json)

@@ -142,3 +142,17 @@ def test_recall_temporal_lists_in_time_order(cli: Cli, tmp_path: Path) -> None:
     ids = [r["memory_id"] for r in listed]
     assert ids.index(first["id"]) < ids.index(second["id"])
     assert cli.json("recall-temporal", "1 hour ago", "--until", "2 hours ago") == []
+
+
+def test_recall_stdin_answers_one_line_per_query(cli: Cli) -> None:
+    """--stdin prints exactly one JSON line per query, even for text holding U+2028."""
+    cli("remember", "the release notes\u2028live in docs/releases\u2029and CHANGELOG.md")
+    done = subprocess.run(
+        memoryd_command("--config", str(cli.config), "recall", "--json", "--stdin"),
+        input="release notes\nnothing matches this zzzz\n", env=daemon_env(cli.tmp_path),
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    first, second = (json.loads(line) for line in lines)
+    assert "\u2028" in first[0]["content"] and second == []
