@@ -6,14 +6,17 @@ import difflib
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from daemon.cli.common import config_option, json_option, main, print_json, settings_for
 from daemon.config import Settings
 from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope, SettingsFileError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 agent_option = click.option(
     "--agent", "agent", type=click.Choice([*AGENTS, "all"]), default="all", show_default=True,
@@ -23,6 +26,11 @@ scope_option = click.option(
     help="user: your settings for every project; project: this directory's settings.")
 dry_run_option = click.option("--dry-run", is_flag=True,
                               help="Print what would change; change nothing.")
+
+
+def change_options(func: F) -> F:
+    """--agent, --scope, --dry-run and --config, the options of every install command."""
+    return agent_option(scope_option(dry_run_option(config_option(func))))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -107,10 +115,7 @@ def hooks() -> None:
 
 
 @hooks.command("install")
-@agent_option
-@scope_option
-@dry_run_option
-@config_option
+@change_options
 @click.pass_context
 def hooks_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
     """Add memoryd's hooks to the agents' settings (other settings stay as they are)."""
@@ -118,10 +123,7 @@ def hooks_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -
 
 
 @hooks.command("uninstall")
-@agent_option
-@scope_option
-@dry_run_option
-@config_option
+@change_options
 @click.pass_context
 def hooks_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
     """Remove exactly what `hooks install` added."""
@@ -163,10 +165,7 @@ def mcp(ctx: click.Context) -> None:
 
 
 @mcp.command("install")
-@agent_option
-@scope_option
-@dry_run_option
-@config_option
+@change_options
 @click.pass_context
 def mcp_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
     """Register memoryd's MCP server with the agents (Claude .mcp.json, Codex, Gemini)."""
@@ -174,10 +173,7 @@ def mcp_install(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> 
 
 
 @mcp.command("uninstall")
-@agent_option
-@scope_option
-@dry_run_option
-@config_option
+@change_options
 @click.pass_context
 def mcp_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool) -> None:
     """Remove memoryd's MCP server from the agents' settings."""

@@ -387,3 +387,26 @@ def test_hook_entry_point_imports_little() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "MEMORYD_CONFIG": ""}, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == ""
+
+
+def test_hooks_and_mcp_install_through_the_cli(daemon: Daemon) -> None:
+    """`memoryd hooks install`, `status` and `uninstall` as a user runs them, HOME isolated."""
+    home = Path(daemon.env["HOME"])
+    dry = daemon.cli("hooks", "install", "--agent", "claude", "--dry-run")
+    assert dry.returncode == 0 and "would change" in dry.stdout
+    assert not (home / ".claude" / "settings.json").exists()
+    done = daemon.cli("hooks", "install", "--agent", "all")
+    assert done.returncode == 0, done.stderr
+    assert "/hooks" in done.stdout  # the note about Codex's approval
+    settings = json.loads((home / ".claude" / "settings.json").read_text())
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    assert f"--socket {daemon.socket}" in command and os.path.isabs(command.split()[0])
+    assert daemon.cli("mcp", "install", "--agent", "codex").returncode == 0
+    status = json.loads(daemon.cli("hooks", "status", "--json").stdout)
+    assert {s["agent"]: (bool(s["hooks"]), s["mcp"]) for s in status} == {
+        "claude": (True, False), "codex": (True, True), "gemini": (True, False)}
+    (home / ".gemini" / "settings.json").write_text("{broken")
+    refused = daemon.cli("hooks", "uninstall")
+    assert refused.returncode == 1 and "not valid JSON" in refused.stderr
+    assert (home / ".gemini" / "settings.json").read_text() == "{broken"
+    assert not (home / ".claude" / "settings.json").exists()
