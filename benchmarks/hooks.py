@@ -8,8 +8,10 @@ over 50 projects; with the `local` embedder, their vectors too, as
 default settings, then times `memoryd hook UserPromptSubmit` processes fed
 Claude Code's payload: prompts that match memories and prompts that do not,
 each session asking twice. Then it stops the daemon and times the direct
-fallback. Every figure is a whole process, start-up included, as the agent
+fallback. Every hook figure is a whole process, start-up included, as the agent
 pays it. Targets (issue 13): daemon up p50 <= 60 ms, p95 <= 150 ms; down p95 <= 1 s.
+It also times recall through the daemon's API (`POST /v1/recall`) on the same
+store, as a client sees it (issue 14: p50 <= 20 ms, p95 <= 50 ms at 100,000).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import subprocess
@@ -47,6 +50,9 @@ PROMPTS = [
 ]
 
 
+RUN = f"{os.getpid()}-{int(time.time())}"
+
+
 def _hook_command() -> list[str]:
     return [sys.executable, "-m", "daemon", "hook", "--agent", "claude"]
 
@@ -59,7 +65,8 @@ def time_hooks(env: dict[str, str], socket: Path | None, prompts: int, seed: int
     timings, injected = [], 0
     for i in range(prompts):
         prompt = rng.choice(PROMPTS)
-        payload = json.dumps({"session_id": f"bench-{seed}-{i // 2}", "cwd": PROJECT,
+        # Fresh sessions every run: a session is never given the same memory twice.
+        payload = json.dumps({"session_id": f"bench-{RUN}-{seed}-{i // 2}", "cwd": PROJECT,
                               "transcript_path": "/nonexistent/t.jsonl",
                               "hook_event_name": "UserPromptSubmit",
                               "permission_mode": "default", "prompt": prompt}).encode()
@@ -69,6 +76,22 @@ def time_hooks(env: dict[str, str], socket: Path | None, prompts: int, seed: int
         timings.append((time.perf_counter() - began) * 1000)
         injected += bool(done.stdout)
     return timings, injected
+
+
+def time_api_recall(socket: Path, queries: int, seed: int) -> list[float]:
+    """Milliseconds per recall through the daemon's API (the client's time, one connection)."""
+    import httpx
+
+    rng = random.Random(seed)
+    timings = []
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)),
+                      base_url="http://memoryd", timeout=60) as client:
+        for _ in range(queries):
+            body = {"query": rng.choice(PROMPTS), "project": PROJECT, "limit": 10}
+            began = time.perf_counter()
+            client.post("/v1/recall", json=body).raise_for_status()
+            timings.append((time.perf_counter() - began) * 1000)
+    return timings
 
 
 async def fill(state: Path, total: int) -> int:
@@ -109,6 +132,11 @@ def run(work: Path, memories: int, prompts: int) -> str:
         while not socket.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         time_hooks(env, socket, 5, seed=0)  # the daemon opens its stores on first use
+        for attempt in (1, 2):
+            timings = time_api_recall(socket, prompts, seed=20 + attempt)
+            lines.append(f"API recall (POST /v1/recall, limit 10), pass {attempt}:"
+                         f" {len(timings)} queries, p50 {median(timings):.1f} ms, p95"
+                         f" {percentile(timings, 95):.1f} ms")
         for attempt in (1, 2):
             timings, injected = time_hooks(env, socket, prompts, seed=attempt)
             lines.append(f"daemon up, pass {attempt}: {len(timings)} hooks, p50"
