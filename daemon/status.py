@@ -89,6 +89,9 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         daemon = {"running": holder.command == "run", "pid": holder.pid,
                   "uptime_seconds": _uptime(holder.started_at, clock.now()),
                   "command": holder.command}
+    # The API answers when the daemon runs and its socket is there (hooks, MCP, the CLI).
+    daemon["api_socket"] = str(settings.socket_path)
+    daemon["api_listening"] = bool(daemon["running"]) and settings.socket_path.is_socket()
     report: dict[str, Any] = {
         "daemon": daemon,
         "state_dir": str(settings.state_dir),

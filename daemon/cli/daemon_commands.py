@@ -101,6 +101,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     d = report["daemon"]
     if d["running"]:
         click.echo(f"daemon: running (pid {d['pid']}, up {_duration(d['uptime_seconds'])})")
+        click.echo(f"api: {d['api_socket']}"
+                   + ("" if d["api_listening"] else " (not listening yet)"))
     elif d["pid"]:
         click.echo(f"daemon: not running; `memoryd {d['command']}` holds the lock (pid {d['pid']})")
     else:

@@ -151,6 +151,7 @@ def test_api_socket_is_private_and_answers_every_operation(daemon: Daemon) -> No
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket))) as client:
         status = client.get("http://memoryd/v1/status").json()
     assert status["ok"] and status["status"]["daemon"]["running"] is True
+    assert status["status"]["daemon"]["api_listening"] is True
     daemon.stop()
     assert not daemon.socket.exists()
 
