@@ -10,8 +10,8 @@ shared photo as its caption, the session's date as the timestamps (turns 30 s
 apart) and the LoCoMo `dia_id` in the message uuid. `ingest_once` and
 `sync_now` (what `memoryd ingest --once` and `memoryd sync` run) store and save
 them; every question of categories 1-4 is then asked through
-`SQLiteMemoryBackend.recall`, as `memoryd recall --project` does, with
-`record_access=False` so that the modes do not change each other's recency.
+`SQLiteMemoryBackend.recall`, as `memoryd recall --project` does (recall is a
+pure read, so the modes cannot change each other's ranking).
 
 Metrics, per category and overall (a result's provenance is its message uuids;
 with chunked recall only the matched chunks' messages):

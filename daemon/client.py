@@ -46,16 +46,21 @@ class DaemonClient:
     async def call(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
         try:
             response = await self._http.post(f"/v1/{operation}", json=dict(args))
-        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        except httpx.ConnectError as exc:
             raise DaemonUnreachable(f"no daemon answers ({type(exc).__name__})") from None
         except httpx.TimeoutException:
             raise ApiError(504, f"the daemon did not answer {operation} in time") from None
+        except httpx.TransportError as exc:
+            # Connected, then lost: the daemon may have done it, so never run it again here.
+            raise ApiError(502, f"the daemon dropped the connection during {operation}"
+                                f" ({type(exc).__name__}); it may or may not have"
+                                " been done") from None
         return _unwrap(response)
 
     async def status(self) -> dict[str, Any]:
         try:
             response = await self._http.get("/v1/status")
-        except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+        except httpx.TransportError as exc:
             raise DaemonUnreachable(f"no daemon answers ({type(exc).__name__})") from None
         return _unwrap(response)["status"]  # type: ignore[no-any-return]
 

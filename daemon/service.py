@@ -282,8 +282,16 @@ class Service:
                 ]
                 scheduler.start()
                 api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status))
-                await api.start()
-                stack.push_async_callback(api.stop)
+                try:
+                    await api.start()
+                except (OSError, MemorydError) as exc:
+                    # Ingestion and recovery matter more than the API: hooks and tools
+                    # fall back to the stores.
+                    log.error("api_unavailable", socket=str(settings.socket_path),
+                              error=str(exc))
+                    self._record_error(exc)
+                else:
+                    stack.push_async_callback(api.stop)
                 stack.callback(self._cancel_later)
                 self.ready.set()
                 self._write_status(force=True)
@@ -420,7 +428,9 @@ class Service:
 
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
-            await expire_stale_sessions(conn, clock, stale_after)
+            # The jobs' connection is shared with syncs the API asks for: one at a time.
+            async with self._sync_lock:
+                await expire_stale_sessions(conn, clock, stale_after)
 
         self._scheduler_ = LifecycleScheduler(
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),

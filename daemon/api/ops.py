@@ -24,6 +24,7 @@ Every block given is recorded in `injections` (never its text).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -37,7 +38,13 @@ from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import MemorydError
 from daemon.lifecycle.recovery import SyncReport
-from daemon.memory import MemoryBackend, MemoryType, RecallResult, memory_to_record
+from daemon.memory import (
+    MemoryBackend,
+    MemoryType,
+    RecallOrder,
+    RecallResult,
+    memory_to_record,
+)
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import coverage
 from daemon.memory.records import result_to_record
@@ -94,6 +101,8 @@ class MemoryOps:
         self._conn = conn
         self._backend = backend
         self._runtime = runtime
+        # One transaction at a time on the shared connection (concurrent requests).
+        self._writing = asyncio.Lock()
 
     # -- memory ----------------------------------------------------------------------
 
@@ -111,13 +120,13 @@ class MemoryOps:
 
     async def _recall(self, query: str, args: Mapping[str, Any], *, limit: int,
                       types: Sequence[MemoryType] | None = None,
-                      order: str = "score") -> list[RecallResult]:
+                      order: RecallOrder = "score") -> list[RecallResult]:
         now = self.clock.now()
         kinds = types if types is not None else _types(args)
         return await self._backend.recall(
             query, project=_project(args), all_projects=_bool(args, "all_projects"),
             limit=limit, since=_when(args, "since", now), until=_when(args, "until", now),
-            types=kinds, order="time" if order == "time" else "score")
+            types=kinds, order=order)
 
     async def recall_temporal(self, args: Mapping[str, Any]) -> dict[str, Any]:
         if args.get("since") is None:
@@ -274,14 +283,15 @@ class MemoryOps:
                                        agent_session: str | None) -> None:
         session = await self._find_agent_session(transcript, agent_session)
         if session is None:
-            log.info("hook_session_unknown", event=event, agent_session_id=agent_session)
+            log.info("hook_session_unknown", hook_event=event, agent_session_id=agent_session)
             return
         session_id = int(session["id"])
         if event == "stop":
             self._runtime.sync_later(session_id, self.settings.agents.stop_sync_delay)
             return
         if event == "end":
-            await mark_ended(self._conn, session_id)
+            async with self._writing:
+                await mark_ended(self._conn, session_id)
         await self._runtime.sync(session_id)
 
     async def _find_agent_session(self, transcript: str | None,
@@ -304,8 +314,8 @@ class MemoryOps:
         if project:
             for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
                 found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
-                                           order="time")
-                recent += [r for r in reversed(found) if r.project == project][:RECENT_ITEMS]
+                                           order="recent")
+                recent += [r for r in found if r.project == project][:RECENT_ITEMS]
         weighty = await self._recall("", scope, limit=10) if project else []
         chosen: dict[str, RecallResult] = {}
         for result in [*explicit, *recent, *weighty]:
@@ -338,7 +348,8 @@ class MemoryOps:
 
     async def _record(self, injection: Injection) -> None:
         try:
-            await record_injection(self._conn, injection, self.clock.now())
+            async with self._writing:
+                await record_injection(self._conn, injection, self.clock.now())
         except MemorydError as exc:
             # What was given is still given; only its record is lost.
             log.warning("injection_not_recorded", error=str(exc))

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -128,15 +129,23 @@ class ApiServer:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
 
     async def start(self) -> None:
-        await self._runner.setup()
+        """Bind and listen; raises OSError when the socket cannot be made (a path too long
+        for AF_UNIX, a read-only directory)."""
         _remove_stale_socket(self.path)
-        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others connect
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Born 0600: no window where another user could connect. Bound without an await
+        # in between, so no other task runs under the narrowed umask.
+        old_umask = os.umask(0o177)
         try:
-            site = web.UnixSite(self._runner, str(self.path))
-            await site.start()
+            sock.bind(str(self.path))
+        except OSError:
+            sock.close()
+            raise
         finally:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
         log.info("api_listening", socket=str(self.path))
 
     async def stop(self) -> None:

@@ -58,11 +58,13 @@ def memoryd_executable() -> str:
     return str(Path(sys.executable).with_name("memoryd"))
 
 
-def _installer(settings: Settings) -> Installer:
+def _installer(ctx: click.Context, settings: Settings) -> Installer:
+    config = ctx.ensure_object(dict).get("config") or os.environ.get("MEMORYD_CONFIG")
     return Installer(memoryd=memoryd_executable(), socket=settings.socket_path,
                      hook_timeout=settings.agents.hook_timeout, home=Path.home(),
                      project=Path(os.getcwd()),
-                     records=settings.state_dir / "integrations.json")
+                     records=settings.state_dir / "integrations.json",
+                     config=os.path.abspath(config) if config else None)
 
 
 def _agents(agent: str) -> list[Agent]:
@@ -94,7 +96,7 @@ def _show(change: Change, dry_run: bool, verb: str) -> None:
 def _apply(ctx: click.Context, what: str, agent: str, scope: Scope, install: bool,
            dry_run: bool) -> None:
     settings = settings_for(ctx)
-    installer = _installer(settings)
+    installer = _installer(ctx, settings)
     failed = False
     for name in _agents(agent):
         try:
@@ -138,7 +140,7 @@ def hooks_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool)
 @click.pass_context
 def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) -> None:
     """Which agents have memoryd's hooks and MCP server, and where."""
-    installer = _installer(settings_for(ctx))
+    installer = _installer(ctx, settings_for(ctx))
     reports: list[dict[str, Any]] = [installer.status(a, scope) for a in _agents(agent)]
     if as_json:
         print_json(reports)

@@ -23,9 +23,9 @@ from daemon.logging import configure_logging
 
 
 def handle_directly(request: dict[str, Any], socket_path: str | None,
-                    reason: OSError) -> dict[str, Any]:
+                    reason: OSError, config: str | None = None) -> dict[str, Any]:
     """The session_event's answer, plus `state_dir` for the hook's own log."""
-    settings = load_settings()
+    settings = load_settings(config)
     state_dir = str(settings.state_dir)
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     fd = os.open(os.path.join(state_dir, "hook.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,

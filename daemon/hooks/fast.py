@@ -46,34 +46,59 @@ class _Usage(Exception):
     pass
 
 
-def _parse(argv: list[str]) -> tuple[str, str | None, str | None, float | None]:
-    agent, socket_path, timeout, event = "claude", None, None, None
+class Unreachable(OSError):
+    """No daemon to connect to on the socket (as opposed to one that is slow to answer)."""
+
+
+class Arguments:
+    """The parsed command line (a plain class: `dataclasses` imports `inspect`, ~5 ms)."""
+
+    def __init__(self) -> None:
+        self.agent = "claude"
+        self.event: str | None = None
+        self.socket_path: str | None = None
+        self.timeout: float | None = None
+        self.config: str | None = None
+
+
+def _parse(argv: list[str]) -> Arguments:
+    args = Arguments()
     items = iter(argv)
     for item in items:
-        if item in ("--agent", "--socket", "--timeout"):
+        if item in ("--agent", "--socket", "--timeout", "--config"):
             value = next(items, None)
             if value is None:
                 raise _Usage(f"{item} needs a value")
             if item == "--agent":
-                agent = value
+                args.agent = value
             elif item == "--socket":
-                socket_path = value
+                args.socket_path = value
+            elif item == "--config":
+                args.config = value
             else:
-                try:
-                    timeout = float(value)
-                except ValueError:
-                    raise _Usage("--timeout takes seconds") from None
-                if not 0 < timeout <= 600:
-                    raise _Usage("--timeout takes seconds from 0 to 600")
+                args.timeout = _seconds(value)
+                if args.timeout is None:
+                    raise _Usage("--timeout takes seconds, more than 0 and at most 600")
         elif item.startswith("-"):
             raise _Usage(f"unknown option {item}")
-        elif event is None:
-            event = item
+        elif args.event is None:
+            args.event = item
         else:
             raise _Usage("one EVENT only")
-    if agent not in AGENT_EVENTS:
+    if args.agent not in AGENT_EVENTS:
         raise _Usage(f"--agent is one of {', '.join(AGENT_EVENTS)}")
-    return agent, event, socket_path, timeout
+    return args
+
+
+def _seconds(value: str | None) -> float | None:
+    """Seconds from `2`, `2.5` or `2s`; None unless within (0, 600]."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip().removesuffix("s"))
+    except ValueError:
+        return None
+    return seconds if 0 < seconds <= 600 else None
 
 
 def _state_dir() -> str:
@@ -109,11 +134,18 @@ def _log(state_dir: str | None, event: str, **fields: Any) -> None:
 
 
 def ask_daemon(socket_path: str, body: bytes, deadline: float) -> dict[str, Any]:
-    """POST /v1/session_event on the socket; the answer's JSON. OSError when unreachable."""
+    """POST /v1/session_event on the socket; the answer's JSON.
+
+    `Unreachable` when nothing listens there; any other error (a daemon too slow
+    for the deadline) must not send the caller to the stores beside a live daemon.
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(max(0.05, deadline - time.monotonic()))
-        sock.connect(socket_path)
+        try:
+            sock.connect(socket_path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
+            raise Unreachable(str(exc)) from None
         sock.sendall(b"POST /v1/session_event HTTP/1.1\r\nHost: memoryd\r\n"
                      b"Content-Type: application/json\r\nConnection: close\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -180,7 +212,7 @@ def run(argv: list[str]) -> int:
     """The hook; returns the exit status (always 0 once the arguments parse)."""
     state_dir: str | None = None
     try:
-        agent, agent_event, socket_path, timeout = _parse(argv)
+        args = _parse(argv)
     except _Usage as exc:
         if sys.stdin.isatty():
             print(f"memoryd hook: {exc}\nusage: memoryd hook [--agent claude|codex|gemini]"
@@ -188,8 +220,9 @@ def run(argv: list[str]) -> int:
                   file=sys.stderr)
             return 2
         return 0
-    cap = timeout if timeout is not None else float(
-        os.environ.get("MEMORYD_AGENTS__HOOK_TIMEOUT") or DEFAULT_TIMEOUT)
+    agent, agent_event, socket_path = args.agent, args.event, args.socket_path
+    cap = args.timeout or _seconds(os.environ.get("MEMORYD_AGENTS__HOOK_TIMEOUT")) or (
+        DEFAULT_TIMEOUT)
     deadline = time.monotonic() + cap
 
     def out_of_time(_signum: int, _frame: object) -> None:
@@ -213,15 +246,15 @@ def run(argv: list[str]) -> int:
             return 0
         request = event_request(agent, event, payload)
         try:
-            if socket_path is None and _has_config_file():
-                raise FileNotFoundError("settings from a config file: let them name the socket")
+            if socket_path is None and (args.config or _has_config_file()):
+                raise Unreachable("settings from a config file: let them name the socket")
             answer = ask_daemon(socket_path or os.path.join(state_dir, "memoryd.sock"),
                                 json.dumps(request).encode(), deadline)
-        except OSError as exc:
+        except Unreachable as exc:
             # No daemon (or another socket named by the config): the stores directly.
             from daemon.hooks.fallback import handle_directly
 
-            answer = handle_directly(request, socket_path, exc)
+            answer = handle_directly(request, socket_path, exc, args.config)
             state_dir = answer.pop("state_dir", state_dir)
         output = agent_output(agent, agent_event, answer.get("context"))
         if output is not None:

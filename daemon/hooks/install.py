@@ -71,14 +71,19 @@ class Change:
 
 @dataclass(slots=True)
 class Record:
-    """The containers install created in one file (so uninstall can remove them)."""
+    """What install did to one file, so uninstall can undo exactly that: the containers it
+    created, and the file's text before (restored when the document is back to it)."""
 
     created: list[list[str]] = field(default_factory=list)
+    present: bool = False  # False: no record (older install, lost state): prune what empties
+    original: str | None = None
 
 
-def hook_command(memoryd: str, agent: Agent, event: str, socket: Path, timeout: float) -> str:
+def hook_command(memoryd: str, agent: Agent, event: str, socket: Path, timeout: float,
+                 config: str | None = None) -> str:
+    extra = ["--config", config] if config else []
     return shlex.join([memoryd, "hook", "--agent", agent, "--socket", str(socket),
-                       "--timeout", f"{timeout:g}", event])
+                       "--timeout", f"{timeout:g}", *extra, event])
 
 
 def is_memoryd_hook(command: object) -> bool:
@@ -126,8 +131,25 @@ def _load_json(path: Path) -> tuple[str | None, dict[str, Any]]:
     return text, document
 
 
-def _dump_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+def _dump_json(document: dict[str, Any], like: str | None = None) -> str:
+    """The document as text, indented like `like` (the file's old text) where it can tell."""
+    indent: int | str = 2
+    if like:
+        for line in like.splitlines()[1:]:
+            stripped = line.lstrip(" \t")
+            if stripped and len(stripped) < len(line):
+                indent = line[:len(line) - len(stripped)]
+                indent = len(indent) if set(indent) == {" "} else indent
+                break
+    text = json.dumps(document, indent=indent, ensure_ascii=False)
+    return text + "\n" if like is None or like.endswith("\n") else text
+
+
+def _same_json(text: str, document: dict[str, Any]) -> bool:
+    try:
+        return bool(json.loads(text) == document) if text.strip() else document == {}
+    except ValueError:
+        return False
 
 
 def _hook_entry(agent: Agent, event: str, command: str) -> dict[str, Any]:
@@ -194,9 +216,9 @@ def unmerge_hooks(document: dict[str, Any], record: Record) -> dict[str, Any]:
     hooks = document.get("hooks")
     if isinstance(hooks, dict):
         for event in emptied:
-            if ["hooks", event] in record.created or not record.created:
+            if ["hooks", event] in record.created or not record.present:
                 hooks.pop(event, None)
-        if not hooks and (["hooks"] in record.created or not record.created):
+        if not hooks and (["hooks"] in record.created or not record.present):
             document.pop("hooks")
     return document
 
@@ -219,7 +241,7 @@ def unmerge_server(document: dict[str, Any], record: Record) -> dict[str, Any]:
     servers = document.get("mcpServers")
     if isinstance(servers, dict) and SERVER_NAME in servers:
         servers.pop(SERVER_NAME)
-        if not servers and (["mcpServers"] in record.created or not record.created):
+        if not servers and (["mcpServers"] in record.created or not record.present):
             document.pop("mcpServers")
     return document
 
@@ -241,6 +263,9 @@ def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) ->
         raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not rewrite"
                                 " a file it cannot parse") from None
     servers = document.get("mcp_servers")
+    if servers is not None and not isinstance(servers, dict):
+        raise SettingsFileError(f"{path}: its mcp_servers is not a table; memoryd will not"
+                                " rewrite it")
     if entry is None:
         if servers is not None and SERVER_NAME in servers:
             del servers[SERVER_NAME]
@@ -255,14 +280,30 @@ def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) ->
     if servers is None:
         servers = tomlkit.table(is_super_table=True)
         document["mcp_servers"] = servers
+    elif not hasattr(servers, "append") or isinstance(servers, tomlkit.items.InlineTable):
+        raise SettingsFileError(f"{path}: its mcp_servers is an inline table; add memoryd"
+                                " by hand")
     servers[SERVER_NAME] = table
     return tomlkit.dumps(document)
+
+
+def _same_toml(a: str, b: str) -> bool:
+    import tomllib
+
+    try:
+        return tomllib.loads(a) == tomllib.loads(b)
+    except tomllib.TOMLDecodeError:
+        return False
 
 
 # -- files -------------------------------------------------------------------------------
 
 def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` by `text`, keeping a backup of the old file and its mode."""
+    """Replace `path` by `text`, keeping a backup of the old file and its mode.
+
+    A settings file that is a symlink (dotfiles kept in a repository) stays one:
+    the file it points to is replaced."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = 0o600
     if path.exists():
@@ -285,8 +326,10 @@ class Installer:
     """Install, uninstall and inspect memoryd's entries for each agent."""
 
     def __init__(self, *, memoryd: str, socket: Path, hook_timeout: float, home: Path,
-                 project: Path, records: Path) -> None:
+                 project: Path, records: Path, config: str | None = None) -> None:
         self.memoryd = memoryd
+        #: The settings file memoryd was told to use, passed on to hooks and the server.
+        self.config = config
         self.socket = socket
         self.hook_timeout = hook_timeout
         self.home = home
@@ -301,16 +344,27 @@ class Installer:
         return data if isinstance(data, dict) else {}
 
     def _record_for(self, path: Path, what: str) -> Record:
-        entry = self._records().get(f"{what}:{path}", {})
-        return Record(created=[list(c) for c in entry.get("created", [])])
+        entry = self._records().get(f"{what}:{path}")
+        if not isinstance(entry, dict):
+            return Record()
+        original = entry.get("original")
+        return Record(created=[list(c) for c in entry.get("created", [])], present=True,
+                      original=original if isinstance(original, str) else None)
+
+    def _fresh_record(self, path: Path, what: str, before: str | None) -> Record:
+        """The record of an install: the earlier install's, else what the file was."""
+        record = self._record_for(path, what)
+        if record.present:
+            return record
+        return Record(present=True, original=before)
 
     def _save_record(self, path: Path, what: str, record: Record | None) -> None:
         records = self._records()
         key = f"{what}:{path}"
-        if record is None or not record.created:
+        if record is None:
             records.pop(key, None)
         else:
-            records[key] = {"created": record.created}
+            records[key] = {"created": record.created, "original": record.original}
         self._records_path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(self._records_path, json.dumps(records, indent=2) + "\n")
         self._records_path.with_name(self._records_path.name + ".memoryd-backup").unlink(
@@ -322,26 +376,31 @@ class Installer:
         record = self._record_for(path, "hooks")
         if install:
             commands = {event: hook_command(self.memoryd, agent, event, self.socket,
-                                            self.hook_timeout)
+                                            self.hook_timeout, self.config)
                         for event in HOOK_EVENTS[agent]}
-            fresh = Record(created=list(record.created))
+            fresh: Record | None = self._fresh_record(path, "hooks", before)
+            assert fresh is not None
             after_doc = merge_hooks(document, agent, commands, fresh)
         else:
             fresh = None
             after_doc = unmerge_hooks(document, record)
         return self._apply(agent, "hooks", path, before, document, after_doc, fresh, dry_run,
-                           _codex_note(agent) if install else "")
+                           _codex_note(agent) if install else "", record)
 
     def mcp(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "mcp", scope, self.home, self.project)
-        entry: dict[str, Any] = {"command": self.memoryd, "args": ["mcp"]}
+        args = ["--config", self.config, "mcp"] if self.config else ["mcp"]
+        entry: dict[str, Any] = {"command": self.memoryd, "args": args}
         if agent == "codex":
             before = path.read_text(encoding="utf-8") if path.exists() else None
             record = self._record_for(path, "mcp")
             after: str | None = _codex_server(before, entry if install else None, path)
             if not install and before is None:
                 after = None
-            created = Record(created=list(record.created))
+            if (not install and after is not None and record.original is not None
+                    and _same_toml(record.original, after)):
+                after = record.original  # back to what it was: the very same text
+            created = self._fresh_record(path, "mcp", before)
             if install and before is None:
                 _note(created, [FILE])
             delete = not install and after is not None and not after.strip() and (
@@ -359,24 +418,27 @@ class Installer:
         else:
             entry = {**entry, "timeout": 30_000}
         if install:
-            fresh: Record | None = Record(created=list(record.created))
+            fresh: Record | None = self._fresh_record(path, "mcp", before)
             assert fresh is not None
             after_doc = merge_server(document, entry, fresh)
         else:
             fresh = None
             after_doc = unmerge_server(document, record)
-        return self._apply(agent, "mcp", path, before, document, after_doc, fresh, dry_run, "")
+        return self._apply(agent, "mcp", path, before, document, after_doc, fresh, dry_run, "",
+                           record)
 
     def _apply(self, agent: Agent, what: str, path: Path, before: str | None,
                document: dict[str, Any], after_doc: dict[str, Any], record: Record | None,
-               dry_run: bool, note: str) -> Change:
+               dry_run: bool, note: str, old: Record) -> Change:
         if after_doc == document:
             return Change(agent, what, path, before, None, note)
         if record is not None and before is None:
             _note(record, [FILE])
-        delete = record is None and not after_doc and [FILE] in self._record_for(
-            path, what).created
-        change = Change(agent, what, path, before, _dump_json(after_doc), note, delete)
+        delete = record is None and not after_doc and [FILE] in old.created
+        after = _dump_json(after_doc, like=before)
+        if record is None and old.original is not None and _same_json(old.original, after_doc):
+            after = old.original  # back to what it was: the very same text
+        change = Change(agent, what, path, before, after, note, delete)
         change = self._write(change, dry_run)
         if not dry_run:
             self._save_record(path, what, record)
@@ -406,8 +468,9 @@ class Installer:
             assert isinstance(hooks, dict)
             report["hooks"] = sorted(
                 event for event, groups in hooks.items() if isinstance(groups, list) and any(
-                    isinstance(g, dict) and any(isinstance(h, dict) and is_memoryd_hook(
-                        h.get("command")) for h in g.get("hooks") or [])
+                    isinstance(g, dict) and isinstance(g.get("hooks"), list) and any(
+                        isinstance(h, dict) and is_memoryd_hook(h.get("command"))
+                        for h in g["hooks"])
                     for g in groups))
         except SettingsFileError as exc:
             report["hooks_error"] = str(exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -89,7 +90,16 @@ class Ingester:
 
         False when `path` does not look like a transcript of that agent.
         """
+        if "\x00" in path:
+            return False
         path = os.path.abspath(path)
+        try:
+            # Only a regular file: opening a FIFO an agent (or anyone) named would block.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                log.warning("transcript_not_a_regular_file", path=path)
+                return False
+        except (OSError, ValueError):
+            return False
         if path in self._tracked or path in self._explicit:
             self.notify([path])
             return True
@@ -121,7 +131,7 @@ class Ingester:
         for candidate in discovered:
             try:
                 found[candidate.path] = (candidate, os.stat(candidate.path))
-            except OSError:
+            except (OSError, ValueError):
                 continue
         states = {t.path: t.state for t in self._tracked.values() if t.state is not None}
         for saved in self._states:

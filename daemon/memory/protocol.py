@@ -6,7 +6,7 @@ Rules every backend follows (the contract tests in tests/memory check them):
   summaries and requested memories have deterministic ones and are stored at
   most once.
 - Importance defaults by type (`models.DEFAULT_IMPORTANCE`); conversation and
-  session summaries decay with age unless recalled (`ranking`).
+  session summaries decay with the age of their conversation (`ranking`).
 - `recall` never returns superseded or deleted memories, and it is a pure read:
   being returned changes nothing about a memory's later rank (`ranking`).
   `record_use` marks memories someone really used (opened by id); it may raise
@@ -44,7 +44,7 @@ from daemon.memory.models import (
     SessionSummary,
 )
 
-RecallOrder = Literal["score", "time"]
+RecallOrder = Literal["score", "time", "recent"]
 
 
 @runtime_checkable
@@ -86,7 +86,8 @@ class MemoryBackend(Protocol):
         `all_projects` every project is searched but that project's come first.
         `since` (inclusive) and `until` (exclusive) select memories whose
         conversation span, or creation time when there is none, overlaps them.
-        `order="time"` lists the selected results oldest first.
+        `order="time"` lists the selected results oldest first, `order="recent"` newest
+        first.
         """
         ...
 

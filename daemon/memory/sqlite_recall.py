@@ -42,6 +42,7 @@ AGE_DAYS = "(julianday(:now) - julianday(COALESCE(m.ended_at, m.created_at)))"
 #: A memory someone opened by its id (`record_use`): a higher decay floor.
 USED = "(m.access_count > 0)"
 _TIME = "COALESCE(m.started_at, m.created_at), m.created_at, m.id"
+_RECENT = "COALESCE(m.started_at, m.created_at) DESC, m.created_at DESC, m.id"
 
 
 def score_sql(bm25: float | None, importance: float, memory_type: str, age_days: float,
@@ -126,8 +127,8 @@ async def ranked_rows(
     fetch: Fetch, recall: RecallPlan, *, limit: int, order: RecallOrder
 ) -> list[tuple[sqlite3.Row, float]]:
     """The best `limit` rows with their scores, best first (or oldest first for "time")."""
-    if order == "time":
-        rows = await fetch(*recall.select(_TIME, limit))
+    if order in ("time", "recent"):
+        rows = await fetch(*recall.select(_TIME if order == "time" else _RECENT, limit))
         return [(row, row_score(row)) for row in rows]
     if not recall.has_match:
         weight = f"{SCORE_FUNCTION}(NULL, m.importance, m.type, {AGE_DAYS}, {USED})"

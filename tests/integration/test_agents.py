@@ -411,3 +411,82 @@ def test_hooks_and_mcp_install_through_the_cli(daemon: Daemon) -> None:
     assert refused.returncode == 1 and "not valid JSON" in refused.stderr
     assert (home / ".gemini" / "settings.json").read_text() == "{broken"
     assert not (home / ".claude" / "settings.json").exists()
+
+
+def test_hostile_transcript_paths_neither_crash_nor_hang_the_daemon(daemon: Daemon) -> None:
+    """A FIFO, a NUL byte or a directory named as transcript_path: the daemon keeps serving."""
+    daemon.start()
+    fifo = daemon.tmp / "trap" / "x.jsonl"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/x/a\u0000b.jsonl", str(daemon.tmp), "/x/\udcff.jsonl"):
+        answer = daemon.api("session_event", json.dumps({
+            "agent": "claude", "event": "start", "session_id": "h", "transcript_path": path,
+            "cwd": PROJECT}).encode())
+        assert answer.status_code in (200, 400)
+    assert daemon.api("recall", {"query": "still serving"}).status_code == 200
+    daemon.stop()
+
+
+def test_events_for_a_session_memoryd_has_not_seen_are_fine(daemon: Daemon) -> None:
+    """Stop, PreCompact and SessionEnd of an unknown session answer 200 with no context."""
+    daemon.start()
+    for event in ("stop", "pre_compact", "end"):
+        answer = daemon.api("session_event", {"agent": "claude", "event": event,
+                                              "session_id": "never-seen"})
+        assert answer.status_code == 200 and answer.json()["context"] is None
+
+
+def test_concurrent_blocks_are_all_recorded(daemon: Daemon) -> None:
+    """Twenty context requests at once for one session: twenty injection records."""
+    daemon.start()
+    daemon.api("remember", {"content": "the queue is drained nightly", "project": PROJECT})
+    statuses: list[int] = []
+
+    def one(i: int) -> None:
+        statuses.append(daemon.api("context", {"query": "queue drained", "project": PROJECT,
+                                               "agent_session_id": "same", "agent": "claude"})
+                        .status_code)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200] * 20
+    with sqlite3.connect(daemon.state / "memoryd.db") as db:
+        count, = db.execute("SELECT COUNT(*) FROM injections WHERE agent_session_id = 'same'"
+                            ).fetchone()
+    assert count == 20
+
+
+def test_a_state_dir_too_long_for_a_socket_still_runs(tmp_path: Path) -> None:
+    """Without a socket (a path over AF_UNIX's limit) the daemon ingests; hooks go direct."""
+    state = tmp_path / ("s" * 110)
+    roots = {"claude": tmp_path / "claude"}
+    roots["claude"].mkdir()
+    config = write_config(tmp_path / "config.yaml", state, roots)
+    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
+    with (tmp_path / "daemon.log").open("ab") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        assert proc.poll() is None
+        assert "api_unavailable" in (tmp_path / "daemon.log").read_text()
+        done = subprocess.run(memoryd_command("--config", str(config), "remember", "x y z"),
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+
+
+@pytest.mark.parametrize("value", ["2s", "abc", "-1", "inf", "0"])
+def test_a_bad_hook_timeout_in_the_environment_is_ignored(daemon: Daemon, value: str) -> None:
+    """MEMORYD_AGENTS__HOOK_TIMEOUT that is not a sane duration falls back to the default."""
+    env = {**daemon.env, "MEMORYD_AGENTS__HOOK_TIMEOUT": value,
+           "MEMORYD_CONFIG": str(daemon.config)}
+    done = subprocess.run(memoryd_command("hook", "UserPromptSubmit"), input=b"{}", env=env,
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")

@@ -54,15 +54,18 @@ _document = st.dictionaries(_keys.filter(lambda k: k not in ("hooks", "mcpServer
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(document=_document, agent=st.sampled_from(["claude", "gemini", "codex"]))
+@given(document=_document, agent=st.sampled_from(["claude", "gemini", "codex"]),
+       indent=st.sampled_from([None, 2, 4, "\t"]), newline=st.booleans())
 def test_install_then_uninstall_leaves_any_settings_document_unchanged(
-        tmp_path_factory: pytest.TempPathFactory, document: dict[str, Any], agent: str) -> None:
-    """Any existing settings survive install then uninstall: same keys, values and order."""
+        tmp_path_factory: pytest.TempPathFactory, document: dict[str, Any], agent: str,
+        indent: int | str | None, newline: bool) -> None:
+    """Any existing settings survive install then uninstall: the very same text."""
     root = tmp_path_factory.mktemp("agent")
     inst = installer(root)
     path = settings_path(agent, "hooks", "user", inst.home, inst.project)  # type: ignore[arg-type]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document), encoding="utf-8")
+    original = json.dumps(document, indent=indent) + ("\n" if newline else "")
+    path.write_text(original, encoding="utf-8")
     inst.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
     installed = json.loads(path.read_text())
     for event in HOOK_EVENTS[agent]:  # type: ignore[index]
@@ -71,9 +74,7 @@ def test_install_then_uninstall_leaves_any_settings_document_unchanged(
     again = inst.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
     assert not again.changed
     inst.hooks(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
-    after = json.loads(path.read_text())
-    assert after == document
-    assert json.dumps(after) == json.dumps(document)  # key order too
+    assert path.read_text() == original
 
 
 def test_install_creates_and_uninstall_deletes_a_missing_file(tmp_path: Path) -> None:
@@ -165,3 +166,46 @@ def test_mcp_entries_per_agent(tmp_path: Path) -> None:
     inst.mcp("gemini", "user", install=True, dry_run=False)
     status = inst.status("gemini", "user")
     assert status["mcp"] is True and status["hooks"] == []
+
+
+def test_settings_kept_as_a_symlink_stay_one(tmp_path: Path) -> None:
+    """A settings file that links into a dotfiles repository is updated where it lives."""
+    inst = installer(tmp_path)
+    real = tmp_path / "dotfiles" / "claude-settings.json"
+    real.parent.mkdir()
+    real.write_text('{"theme": "dark"}\n')
+    path = settings_path("claude", "hooks", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    path.symlink_to(real)
+    inst.hooks("claude", "user", install=True, dry_run=False)
+    assert path.is_symlink() and "SessionStart" in real.read_text()
+    inst.hooks("claude", "user", install=False, dry_run=False)
+    assert path.is_symlink() and real.read_text() == '{"theme": "dark"}\n'
+
+
+@pytest.mark.parametrize("text", ['mcp_servers = "x"\n', "mcp_servers = { a = 1 }\n"])
+def test_codex_config_of_an_unexpected_shape_is_refused(tmp_path: Path, text: str) -> None:
+    """A config.toml whose mcp_servers is not a table is refused with a clear error."""
+    inst = installer(tmp_path)
+    path = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    with pytest.raises(SettingsFileError, match="mcp_servers"):
+        inst.mcp("codex", "user", install=True, dry_run=False)
+    assert path.read_text() == text
+
+
+def test_config_file_is_passed_to_hooks_and_the_server(tmp_path: Path) -> None:
+    """Installed with --config, hooks and the MCP server use that settings file too."""
+    inst = Installer(memoryd=MEMORYD, socket=tmp_path / "s.sock", hook_timeout=2.0,
+                     home=tmp_path / "home", project=tmp_path / "project",
+                     records=tmp_path / "state" / "integrations.json",
+                     config="/etc/memoryd.yaml")
+    inst.hooks("claude", "user", install=True, dry_run=False)
+    inst.mcp("gemini", "user", install=True, dry_run=False)
+    claude = json.loads(settings_path("claude", "hooks", "user", inst.home,
+                                      inst.project).read_text())
+    assert "--config /etc/memoryd.yaml" in claude["hooks"]["Stop"][0]["hooks"][0]["command"]
+    gemini = json.loads(settings_path("gemini", "mcp", "user", inst.home,
+                                      inst.project).read_text())
+    assert gemini["mcpServers"]["memoryd"]["args"] == ["--config", "/etc/memoryd.yaml", "mcp"]
