@@ -72,10 +72,11 @@ def _agents(agent: str) -> list[Agent]:
 
 
 def _show(change: Change, dry_run: bool, verb: str) -> None:
+    what = "[features] codex_hooks" if change.what == "feature" else change.what
     if not change.changed:
-        click.echo(f"{change.agent}: {change.what} already {verb} in {change.path}"
+        click.echo(f"{change.agent}: {what} already {verb} in {change.path}"
                    if verb == "installed" else
-                   f"{change.agent}: no memoryd {change.what} in {change.path}")
+                   f"{change.agent}: no memoryd {what} in {change.path}")
     elif dry_run:
         click.echo(f"{change.agent}: would change {change.path}:")
         diff = difflib.unified_diff((change.before or "").splitlines(keepends=True),
@@ -83,10 +84,10 @@ def _show(change: Change, dry_run: bool, verb: str) -> None:
                                     fromfile=str(change.path), tofile=str(change.path))
         click.echo("".join(diff).rstrip("\n"))
     elif change.delete:
-        click.echo(f"{change.agent}: {change.what} {verb}; {change.path} held nothing else"
+        click.echo(f"{change.agent}: {what} {verb}; {change.path} held nothing else"
                    " and is deleted")
     else:
-        click.echo(f"{change.agent}: {change.what} {verb} in {change.path}"
+        click.echo(f"{change.agent}: {what} {verb} in {change.path}"
                    + (f" (backup: {change.path.name}.memoryd-backup)"
                       if change.before is not None else ""))
     if change.note and verb == "installed":
@@ -101,12 +102,18 @@ def _apply(ctx: click.Context, what: str, agent: str, scope: Scope, install: boo
     for name in _agents(agent):
         try:
             method = installer.hooks if what == "hooks" else installer.mcp
-            change = method(name, scope, install=install, dry_run=dry_run)
+            changes = [method(name, scope, install=install, dry_run=dry_run)]
+            if what == "hooks" and name == "codex":
+                changes.append(installer.codex_feature(scope, install=install,
+                                                       dry_run=dry_run))
         except (SettingsFileError, OSError) as exc:
             click.echo(f"memoryd: {name}: {exc}", err=True)
             failed = True
             continue
-        _show(change, dry_run, "installed" if install else "removed")
+        for change in changes:
+            if change.what == "feature" and not change.changed and not change.note:
+                continue
+            _show(change, dry_run, "installed" if install else "removed")
     if failed:
         sys.exit(1)
 

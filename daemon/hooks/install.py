@@ -387,6 +387,59 @@ class Installer:
         return self._apply(agent, "hooks", path, before, document, after_doc, fresh, dry_run,
                            _codex_note(agent) if install else "", record)
 
+    def codex_feature(self, scope: Scope, *, install: bool, dry_run: bool) -> Change:
+        """`[features] codex_hooks = true` in Codex's config.toml: what Codex builds before
+        hooks were on by default need (newer ones take it as an alias of `hooks`). Set only
+        when neither key is set; removed only if install set it."""
+        import tomlkit
+        from tomlkit.exceptions import TOMLKitError
+
+        path = settings_path("codex", "mcp", scope, self.home, self.project)
+        before = path.read_text(encoding="utf-8") if path.exists() else None
+        record = self._record_for(path, "feature")
+        try:
+            document = tomlkit.parse(before or "")
+        except TOMLKitError as exc:
+            raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not"
+                                    " rewrite a file it cannot parse") from None
+        features = document.get("features")
+        if features is not None and not isinstance(features, dict):
+            raise SettingsFileError(f"{path}: its features is not a table")
+        if install:
+            if features is not None and ("codex_hooks" in features or "hooks" in features):
+                enabled = features.get("hooks", features.get("codex_hooks"))
+                note = "" if enabled else (f"hooks are turned off in {path} ([features]);"
+                                           " memoryd leaves that as it is")
+                return Change("codex", "feature", path, before, None, note)
+            created = self._fresh_record(path, "feature", before)
+            if features is None:
+                features = tomlkit.table()
+                document["features"] = features
+                _note(created, ["features"])
+            features["codex_hooks"] = True
+            if before is None:
+                _note(created, [FILE])
+            change = self._write(Change("codex", "feature", path, before,
+                                        tomlkit.dumps(document)), dry_run)
+            if change.changed and not dry_run:
+                self._save_record(path, "feature", created)
+            return change
+        if not record.present or features is None or "codex_hooks" not in features:
+            return Change("codex", "feature", path, before, None)
+        del features["codex_hooks"]
+        if not features and ["features"] in record.created:
+            del document["features"]
+        after = tomlkit.dumps(document)
+        after = after.rstrip("\n") + "\n" if after.strip() else ""
+        if record.original is not None and _same_toml(record.original, after):
+            after = record.original
+        delete = not after.strip() and [FILE] in record.created
+        change = self._write(Change("codex", "feature", path, before, after, delete=delete),
+                             dry_run)
+        if not dry_run:
+            self._save_record(path, "feature", None)
+        return change
+
     def mcp(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "mcp", scope, self.home, self.project)
         args = ["--config", self.config, "mcp"] if self.config else ["mcp"]
@@ -499,5 +552,4 @@ class Installer:
 def _codex_note(agent: Agent) -> str:
     if agent != "codex":
         return ""
-    return ("Codex runs new hooks only once you approve them: open `/hooks` in Codex once"
-            " (older Codex builds also need `[features] codex_hooks = true` in config.toml)")
+    return "Codex runs new hooks only once you approve them: open `/hooks` in Codex once"

@@ -209,3 +209,32 @@ def test_config_file_is_passed_to_hooks_and_the_server(tmp_path: Path) -> None:
     gemini = json.loads(settings_path("gemini", "mcp", "user", inst.home,
                                       inst.project).read_text())
     assert gemini["mcpServers"]["memoryd"]["args"] == ["--config", "/etc/memoryd.yaml", "mcp"]
+
+
+def test_codex_hooks_feature_flag_is_set_and_removed_exactly(tmp_path: Path) -> None:
+    """`[features] codex_hooks = true` is added when unset and removed by uninstall only."""
+    inst = installer(tmp_path)
+    path = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    assert inst.codex_feature("user", install=True, dry_run=False).changed
+    assert tomlkit.parse(path.read_text())["features"]["codex_hooks"] is True  # type: ignore[index]
+    assert not inst.codex_feature("user", install=True, dry_run=False).changed
+    inst.codex_feature("user", install=False, dry_run=False)
+    assert not path.exists()
+
+    original = '# mine\n[features]\nweb_search = true  # keep\n\n[tui]\ntheme = "x"\n'
+    path.write_text(original)
+    inst.codex_feature("user", install=True, dry_run=False)
+    assert "codex_hooks = true" in path.read_text() and "# keep" in path.read_text()
+    inst.codex_feature("user", install=False, dry_run=False)
+    assert path.read_text() == original
+
+
+def test_codex_hooks_turned_off_by_the_user_stay_off(tmp_path: Path) -> None:
+    """A user's own `hooks = false` is left alone, and said."""
+    inst = installer(tmp_path)
+    path = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    path.write_text("[features]\nhooks = false\n")
+    change = inst.codex_feature("user", install=True, dry_run=False)
+    assert not change.changed and "turned off" in change.note
+    assert path.read_text() == "[features]\nhooks = false\n"
