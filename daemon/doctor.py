@@ -166,11 +166,37 @@ def check_daemon(settings: Settings) -> Check:
                  "`memoryd run`, or `memoryd service install` to run it always")
 
 
+def check_api(settings: Settings) -> Check:
+    """The daemon's socket answers (what hooks, the MCP server and the CLI ask first)."""
+    import socket as sockets
+
+    holder = read_lock_info(settings.lock_path)
+    path = settings.socket_path
+    if holder is None or holder.command != "run":
+        return Check("local API", "ok", "no daemon; hooks and tools open the stores directly")
+    if len(os.fsencode(path)) >= 104:
+        return Check("local API", "warn", f"{path} is too long for a Unix socket",
+                     "choose a shorter state_dir; hooks and tools open the stores directly")
+    try:
+        with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as probe:
+            probe.settimeout(2.0)
+            probe.connect(str(path))
+    except OSError as exc:
+        return Check("local API", "fail", f"{path}: {exc.strerror or exc}",
+                     "see the daemon's log (`memoryd service logs`)")
+    mode = _mode(path)
+    if mode & 0o077:
+        return Check("local API", "fail", f"{path} is mode {mode:o}",
+                     f"chmod 600 {path}, then restart the daemon")
+    return Check("local API", "ok", f"{path} answers (0600)")
+
+
 async def run_checks(settings: Settings, clock: Clock,
                      manager: ServiceManager | None) -> list[Check]:
     checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
               *check_sources(settings), check_sqlite()]
     checks.append(await check_backend(settings, clock))
     checks.append(await check_embeddings(settings, clock))
-    checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings)])
+    checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
+                   check_api(settings)])
     return checks

@@ -490,3 +490,13 @@ def test_a_bad_hook_timeout_in_the_environment_is_ignored(daemon: Daemon, value:
     done = subprocess.run(memoryd_command("hook", "UserPromptSubmit"), input=b"{}", env=env,
                           capture_output=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_doctor_checks_the_local_api(daemon: Daemon) -> None:
+    """With the daemon up, doctor connects to its socket and checks its mode."""
+    daemon.start()
+    done = daemon.cli("doctor")
+    assert "local API" in done.stdout and "answers (0600)" in done.stdout, done.stdout
+    daemon.socket.chmod(0o666)
+    done = daemon.cli("doctor")
+    assert done.returncode != 0 and "is mode 666" in done.stdout
