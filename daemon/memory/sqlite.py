@@ -668,9 +668,50 @@ class SQLiteMemoryBackend:
         return SaveResult(id=memory.id, created=created)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
-        return await self._save_auto(segment.id, segment.text, MemoryType.CONVERSATION,
-                                     segment.importance, segment.project, segment.tags,
-                                     segment.provenance)
+        """Store the segment once; in the same transaction, supersede any live segment of
+        the same session that starts at the same message and ends earlier.
+
+        Such a shorter segment is a session's tail saved just before a crash, before the
+        sync index could move past it: saved again with the messages that came after,
+        the tail gets a new id (ids hold the last index), and both would be recalled.
+        The shorter one stays for audit, superseded, so every message is in one live
+        segment whatever the session did after the crash.
+        """
+        now = self._clock.now()
+        memory = Memory(
+            id=segment.id, content=segment.text, type=MemoryType.CONVERSATION,
+            importance=(DEFAULT_IMPORTANCE[MemoryType.CONVERSATION] if segment.importance is None
+                        else _importance(segment.importance)),
+            project=segment.project, tags=segment.tags, provenance=segment.provenance,
+            created_at=now, updated_at=now)
+        async with self._write() as conn:
+            created = await self._insert_once(conn, memory)
+            if created:
+                await self._supersede_shorter_tails(conn, segment, to_utc_text(now))
+        log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
+        return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_shorter_tails(self, conn: aiosqlite.Connection,
+                                       segment: ConversationSegment, now: str) -> None:
+        rows = await self._fetch_all(
+            conn,
+            "SELECT id FROM memories WHERE type = 'conversation' AND id != :id"
+            " AND superseded_by IS NULL AND deleted_at IS NULL"
+            " AND session_id IS :session_id AND session_external_id IS :external"
+            " AND source IS :source AND first_index = :first AND last_index < :last",
+            {"id": segment.id, "session_id": segment.session_id,
+             "external": segment.session_external_id, "source": segment.source,
+             "first": segment.first_index, "last": segment.last_index})
+        if not rows:
+            return
+        await conn.executemany(
+            "UPDATE memories SET superseded_by = ?, updated_at = ?,"
+            " reason = 'extended by a later save of the same messages' WHERE id = ?",
+            [(segment.id, now, r["id"]) for r in rows])
+        await conn.execute("UPDATE memories SET supersedes = ? WHERE id = ?",
+                           (rows[-1]["id"], segment.id))
+        log.info("memory_tail_superseded", memory_id=segment.id,
+                 superseded=[r["id"] for r in rows])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._save_auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY,

@@ -106,3 +106,60 @@ def _conversation_provenance(memory_db: Path) -> list[tuple[int, int, int]]:
             await backend.close()
 
     return asyncio.run(read())
+
+
+def _live_ranges(memory_db: Path) -> list[tuple[int, int, int]]:
+    """(session, first, last) of every live conversation memory."""
+    conn = sqlite3.connect(memory_db)
+    try:
+        return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+            "SELECT session_id, first_index, last_index FROM memories WHERE type ="
+            " 'conversation' AND superseded_by IS NULL AND deleted_at IS NULL")]
+    finally:
+        conn.close()
+
+
+def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
+        tmp_path: Path) -> None:
+    """Kills land while tails are saved and the session keeps growing between them: at the
+    end every message index is in exactly one live segment (a tail saved before a crash is
+    superseded by its longer save, never recalled beside it)."""
+    import json
+
+    root = tmp_path / "claude"
+    project = root / "-p"
+    project.mkdir(parents=True)
+    transcript = project / "grow.jsonl"
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, {"claude": root},
+                          poll_interval="0.1s", sync_delay=0, sync_max_lag=0,
+                          sync_check_interval="0.05s", segment_max_chars=100_000)
+    env = daemon_env(tmp_path)
+    rng = random.Random(11)
+    written = 0
+    for _round in range(25):
+        with transcript.open("a") as out:
+            for _ in range(rng.randint(1, 4)):
+                out.write(json.dumps({
+                    "type": "user", "uuid": f"g{written}", "sessionId": "grow", "cwd": "/p",
+                    "timestamp": f"2026-01-01T00:{written // 60 % 60:02d}:{written % 60:02d}Z",
+                    "message": {"role": "user", "content": f"message number {written}"}}) + "\n")
+                written += 1
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 0.9))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with (tmp_path / "final.log").open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
+    wait_ready(state, proc.pid)
+    deadline = time.monotonic() + 60
+    while _unsynced(state / "memoryd.db") > 0 or not (state / "memory.db").exists():
+        assert time.monotonic() < deadline, "recovery did not finish"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+    covered = sorted(i for _s, first, last in _live_ranges(state / "memory.db")
+                     for i in range(first, last + 1))
+    assert covered == list(range(written))

@@ -453,3 +453,25 @@ async def test_time_zones_are_normalised_to_utc(backend: MemoryBackend) -> None:
     (hit,) = await backend.recall("scheduler", since=datetime(2025, 6, 1, 2, 20, tzinfo=minus3))
     assert hit.provenance.started_at == start and hit.provenance.started_at.tzinfo == UTC
     assert await backend.recall("scheduler", since=datetime(2025, 6, 1, 2, 31, tzinfo=minus3)) == []
+
+
+async def test_a_longer_save_of_a_tail_supersedes_the_shorter_one(backend: MemoryBackend
+                                                                  ) -> None:
+    """A tail saved before a crash and saved again longer leaves one live segment."""
+    short = segment("alpha beta gamma tail", first=4, last=6)
+    assert (await backend.save_conversation_segment(short)).created
+    longer = segment("alpha beta gamma tail and more after the crash", first=4, last=9)
+    assert (await backend.save_conversation_segment(longer)).created
+    found = await backend.recall("alpha beta gamma")
+    assert [r.memory_id for r in found] == [longer.id]
+    old = await backend.get(short.id)
+    assert old is not None and old.superseded_by == longer.id
+    # Other sessions, other starts and earlier segments are left alone.
+    other = segment("alpha beta gamma elsewhere", session_id=2, first=4, last=5)
+    before = segment("alpha beta gamma before", first=0, last=3)
+    for item in (other, before):
+        await backend.save_conversation_segment(item)
+    again = await backend.save_conversation_segment(longer)
+    assert not again.created
+    live = {r.memory_id for r in await backend.recall("alpha beta gamma", limit=10)}
+    assert live == {longer.id, other.id, before.id}
