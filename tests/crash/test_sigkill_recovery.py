@@ -108,6 +108,20 @@ def _conversation_provenance(memory_db: Path) -> list[tuple[int, int, int]]:
     return asyncio.run(read())
 
 
+def _segment_count(memory_db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{memory_db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM memories WHERE type = 'conversation'"
+                                ).fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
 def _live_ranges(memory_db: Path) -> list[tuple[int, int, int]]:
     """(session, first, last) of every live conversation memory."""
     conn = sqlite3.connect(memory_db)
@@ -145,9 +159,14 @@ def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
                     "timestamp": f"2026-01-01T00:{written // 60 % 60:02d}:{written % 60:02d}Z",
                     "message": {"role": "user", "content": f"message number {written}"}}) + "\n")
                 written += 1
+        saved = _segment_count(state / "memory.db")
         proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 0.9))
+        # Aim at the gap between a segment's commit in memory.db and the sync index's
+        # move in memoryd.db: kill the moment a new segment shows (or at a random time).
+        deadline = time.monotonic() + rng.uniform(0.5, 3.0)
+        while time.monotonic() < deadline and _segment_count(state / "memory.db") == saved:
+            time.sleep(0.0005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     with (tmp_path / "final.log").open("wb") as log:
