@@ -101,7 +101,7 @@ async def fill(state: Path, total: int) -> int:
 
     settings = load_settings(state.parent / "config.yaml")
     try:
-        embedder = make_embedder(settings.memory.embeddings)
+        embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError:
         embedder = None
     from daemon.clock import SystemClock

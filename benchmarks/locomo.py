@@ -193,7 +193,8 @@ async def embed_with_defaults(path: Path, config: Path) -> str:
     from daemon.memory.embeddings import EmbeddingError, make_embedder
 
     try:
-        embedder = make_embedder(load_settings(config).memory.embeddings)
+        settings = load_settings(config)
+        embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError:
         embedder = None
     if embedder is None:

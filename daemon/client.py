@@ -17,8 +17,7 @@ from typing import Any
 import httpx
 import structlog
 
-from daemon.api.ops import ApiError, MemoryOps
-from daemon.api.server import OPERATIONS
+from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import AlreadyRunningError, MemorydError

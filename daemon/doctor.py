@@ -104,7 +104,7 @@ async def check_backend(settings: Settings, clock: Clock) -> Check:
 
 async def check_embeddings(settings: Settings, clock: Clock) -> Check:
     configured = settings.memory.embeddings.provider
-    provider = resolve_provider(settings.memory.embeddings)
+    provider = resolve_provider(settings.memory.embeddings, settings.models_path)
     shown = provider if configured == provider else f"{provider} (from {configured})"
     if provider == "none":
         fix = None if configured == "none" else (
@@ -112,7 +112,7 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
         return Check("embeddings", "ok" if fix is None else "warn",
                      f"{shown}: keyword recall only", fix)
     try:
-        embedder = make_embedder(settings.memory.embeddings)
+        embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         return Check("embeddings", "warn", f"{shown}: {exc}; recall falls back to keywords",
                      "install the extra, or set memory.embeddings.provider: none")

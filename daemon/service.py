@@ -25,7 +25,6 @@ import aiosqlite
 import structlog
 
 from daemon.api.ops import ApiError, MemoryOps
-from daemon.api.server import ApiServer, make_app
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import ConfigError, MemorydError, StoreError
@@ -36,7 +35,7 @@ from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
 from daemon.memory import SQLiteMemoryBackend
-from daemon.memory.embeddings import EmbeddingError, make_embedder
+from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
 from daemon.notify import Notifier
 from daemon.store import connect, migrate, queries
 from daemon.store.connection import ensure_private_dir
@@ -48,6 +47,8 @@ STATUS_INTERVAL = 1.0
 #: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks for at
 #: most EMBED_SLICE s (the local model embeds ~8 long chunks a second on 2 cores).
 EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 8, 2.0
+#: An idle daemon drops the local model after this long without an embedding or query.
+MODEL_IDLE_RELEASE = 300.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: Back-off bounds after a transient store error (locked database, full disk).
@@ -108,7 +109,7 @@ async def open_memory_backend(settings: Settings, clock: Clock) -> SQLiteMemoryB
     ensure_private_dir(settings.memory_path.parent)
     embedder = None
     try:
-        embedder = make_embedder(settings.memory.embeddings)
+        embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         log.warning("embeddings_unavailable", error=str(exc))
     return await SQLiteMemoryBackend.open(
@@ -281,6 +282,9 @@ class Service:
                     ),
                 ]
                 scheduler.start()
+                # aiohttp is the daemon's alone: commands that import this module skip it.
+                from daemon.api.server import ApiServer, make_app
+
                 api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status))
                 try:
                     await api.start()
@@ -421,6 +425,8 @@ class Service:
             while not self.stop_event.is_set() and clock.monotonic() < deadline:
                 try:
                     if await backend.embed_pending(limit=EMBED_BATCH) == 0:
+                        if isinstance(backend.embedder, LazyLocalEmbedder):
+                            backend.embedder.release_if_idle(MODEL_IDLE_RELEASE)
                         return
                 except EmbeddingError as exc:
                     log.warning("embedding_failed", error=str(exc), transient=exc.transient)

@@ -57,6 +57,9 @@ def write_config(path: Path, state_dir: Path, roots: dict[str, Path], **extra: o
     import yaml
 
     settings = {"state_dir": str(state_dir), "sources": sources_for(roots), **extra}
+    # Tests never fetch the local model's weights from the network (see weights.py).
+    memory = settings.setdefault("memory", {})
+    memory.setdefault("embeddings", {}).setdefault("fetch_model", False)  # type: ignore[union-attr]
     path.write_text(yaml.safe_dump(settings), encoding="utf-8")
     return path
 

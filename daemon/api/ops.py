@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -353,6 +353,22 @@ class MemoryOps:
         except MemorydError as exc:
             # What was given is still given; only its record is lost.
             log.warning("injection_not_recorded", error=str(exc))
+
+
+Operation = Callable[[MemoryOps, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+#: What the API serves, by the name in `POST /v1/<name>`.
+OPERATIONS: dict[str, Operation] = {
+    "recall": MemoryOps.recall,
+    "recall_temporal": MemoryOps.recall_temporal,
+    "context": MemoryOps.context,
+    "remember": MemoryOps.remember,
+    "correct": MemoryOps.correct,
+    "forget": MemoryOps.forget,
+    "get_memory": MemoryOps.get_memory,
+    "search_sessions": MemoryOps.search_sessions,
+    "sync": MemoryOps.sync,
+    "session_event": MemoryOps.session_event,
+}
 
 
 # -- argument checking ---------------------------------------------------------------

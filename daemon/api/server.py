@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.api.ops import ApiError, MemoryOps
+from daemon.api.ops import OPERATIONS, ApiError, MemoryOps, Operation
 from daemon.errors import MemorydError
 
 log = structlog.get_logger("memoryd.api")
@@ -37,20 +37,6 @@ MAX_REQUEST_BYTES = 1 << 20
 TIMEOUTS = {"sync": 300.0, "session_event": 120.0}
 DEFAULT_TIMEOUT = 30.0
 API_VERSION = 1
-
-Operation = Callable[[MemoryOps, Mapping[str, Any]], Awaitable[dict[str, Any]]]
-OPERATIONS: dict[str, Operation] = {
-    "recall": MemoryOps.recall,
-    "recall_temporal": MemoryOps.recall_temporal,
-    "context": MemoryOps.context,
-    "remember": MemoryOps.remember,
-    "correct": MemoryOps.correct,
-    "forget": MemoryOps.forget,
-    "get_memory": MemoryOps.get_memory,
-    "search_sessions": MemoryOps.search_sessions,
-    "sync": MemoryOps.sync,
-    "session_event": MemoryOps.session_event,
-}
 
 OpsProvider = Callable[[], Awaitable[MemoryOps]]
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]

