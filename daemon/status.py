@@ -70,6 +70,12 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
             # The embedding backlog: how far the background queue is from hybrid recall
             # seeing every memory (until then the rest are found by keywords only).
             memory["embedder"] = backend.embedder.name
+            if backend.embedder.name.startswith("local:"):
+                from daemon.memory.embeddings import local
+
+                memory["model_weights"] = (
+                    "present" if local.available(settings.models_path) else
+                    "not fetched yet" if settings.memory.embeddings.fetch_model else "missing")
             if memory["available"]:
                 try:
                     memory["chunks_waiting_for_vector"] = await backend.pending_embeddings()

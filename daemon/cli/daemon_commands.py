@@ -122,8 +122,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if memory["available"] and memory["embedder"] is None:
         click.echo("vectors: none (keyword recall only)")
     elif memory["available"]:
+        weights = memory.get("model_weights")
         click.echo(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']} chunks "
-                   "waiting for one")
+                   "waiting for one"
+                   + (f" (model weights {weights}: keyword recall until then)"
+                      if weights not in (None, "present") else ""))
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "

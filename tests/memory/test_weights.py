@@ -110,3 +110,30 @@ def test_queries_never_fetch_and_failed_fetches_back_off(tmp_path: Path, local_i
             embedder.embed(["a text"])
     assert len(calls) == 1
     assert not embedder.loaded
+
+
+def test_status_says_when_the_weights_are_not_fetched_yet(tmp_path: Path,
+                                                          clean_environment: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """`status` tells a user why recall is keyword-only while the model is not here yet."""
+    import asyncio
+
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.service import open_memory_backend
+    from daemon.status import collect_status
+
+    monkeypatch.setattr(weights, "installed_dir", lambda: None)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nsources: []\n")
+    settings = load_settings(config)
+
+    async def run() -> dict[str, object]:
+        await (await open_memory_backend(settings, SystemClock())).close()
+        return await collect_status(settings, SystemClock())
+
+    memory = asyncio.run(run())["memory"]
+    assert isinstance(memory, dict)
+    assert memory["embedder"] == "local:all-MiniLM-L6-v2"
+    assert memory["model_weights"] == "not fetched yet"
