@@ -102,10 +102,11 @@ class DirectRuntime:
 
 
 @contextlib.asynccontextmanager
-async def direct_ops(settings: Settings, clock: Clock) -> AsyncIterator[MemoryOps]:
-    """The operations over stores opened in this process."""
+async def direct_ops(settings: Settings, clock: Clock, *,
+                     vectors: bool = True) -> AsyncIterator[MemoryOps]:
+    """The operations over stores opened in this process (keyword-only without `vectors`)."""
     async with open_store(settings) as conn:
-        backend = await open_memory_backend(settings, clock)
+        backend = await open_memory_backend(settings, clock, vectors=vectors)
         try:
             yield MemoryOps(settings, clock, conn, backend,
                             DirectRuntime(settings, clock, conn, backend))

@@ -100,16 +100,20 @@ async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
         await conn.close()
 
 
-async def open_memory_backend(settings: Settings, clock: Clock) -> SQLiteMemoryBackend:
+async def open_memory_backend(settings: Settings, clock: Clock, *,
+                              vectors: bool = True) -> SQLiteMemoryBackend:
     """The configured memory backend, opened (today: the embedded SQLite one).
 
     With an embedder, recall is hybrid; an embedder that cannot be made (the
     local model not installed) leaves keyword recall working, with a warning.
+    `vectors=False` opens it keyword-only (a hook without a daemon cannot afford
+    to load a model).
     """
     ensure_private_dir(settings.memory_path.parent)
     embedder = None
     try:
-        embedder = make_embedder(settings.memory.embeddings, settings.models_path)
+        if vectors:
+            embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         log.warning("embeddings_unavailable", error=str(exc))
     return await SQLiteMemoryBackend.open(

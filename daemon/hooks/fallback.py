@@ -44,7 +44,8 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
     async def direct() -> dict[str, Any]:
         from daemon.client import direct_ops
 
-        async with direct_ops(settings, SystemClock()) as ops:
+        # Keyword recall: loading the model (about a second) would spend the hook's budget.
+        async with direct_ops(settings, SystemClock(), vectors=False) as ops:
             return await ops.session_event(request)
 
     answer = asyncio.run(direct())
