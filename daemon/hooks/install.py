@@ -253,15 +253,22 @@ def _note(record: Record, container: list[str]) -> None:
 
 # -- TOML (Codex's config.toml) ----------------------------------------------------------
 
-def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) -> str:
+def _parse_toml(text: str | None, path: Path) -> Any:
+    """Codex's config.toml as a tomlkit document (comments kept); refused if it does not parse."""
     import tomlkit
     from tomlkit.exceptions import TOMLKitError
 
     try:
-        document = tomlkit.parse(text or "")
+        return tomlkit.parse(text or "")
     except TOMLKitError as exc:
         raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not rewrite"
                                 " a file it cannot parse") from None
+
+
+def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) -> str:
+    import tomlkit
+
+    document = _parse_toml(text, path)
     servers = document.get("mcp_servers")
     if servers is not None and not isinstance(servers, dict):
         raise SettingsFileError(f"{path}: its mcp_servers is not a table; memoryd will not"
@@ -392,16 +399,11 @@ class Installer:
         hooks were on by default need (newer ones take it as an alias of `hooks`). Set only
         when neither key is set; removed only if install set it."""
         import tomlkit
-        from tomlkit.exceptions import TOMLKitError
 
         path = settings_path("codex", "mcp", scope, self.home, self.project)
         before = path.read_text(encoding="utf-8") if path.exists() else None
         record = self._record_for(path, "feature")
-        try:
-            document = tomlkit.parse(before or "")
-        except TOMLKitError as exc:
-            raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not"
-                                    " rewrite a file it cannot parse") from None
+        document = _parse_toml(before, path)
         features = document.get("features")
         if features is not None and not isinstance(features, dict):
             raise SettingsFileError(f"{path}: its features is not a table")

@@ -14,7 +14,7 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -101,6 +101,21 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
             found.proc.wait(10)
 
 
+def in_parallel(count: int, call: Callable[[int], int]) -> list[int]:
+    """`call(0)` … `call(count - 1)` at once, each on its own thread; their answers."""
+    answers: list[int] = []
+
+    def one(i: int) -> None:
+        answers.append(call(i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def claude_line(session: str, uuid: str, role: str, text: str, when: datetime) -> str:
     return json.dumps({
         "type": role, "uuid": uuid, "sessionId": session, "cwd": PROJECT,
@@ -180,17 +195,8 @@ def test_api_bounds_request_size_and_serves_concurrent_clients(daemon: Daemon) -
     daemon.start()
     big = daemon.api("remember", {"content": "x" * (2 << 20)})
     assert big.status_code == 413
-    answers: list[int] = []
-
-    def one(i: int) -> None:
-        answers.append(daemon.api("remember", {"content": f"parallel fact number {i}"})
-                       .status_code)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = in_parallel(20, lambda i: daemon.api(
+        "remember", {"content": f"parallel fact number {i}"}).status_code)
     assert answers == [200] * 20
     found = daemon.api("recall", {"query": "parallel fact", "limit": 50}).json()["results"]
     assert len(found) == 20
@@ -441,18 +447,9 @@ def test_concurrent_blocks_are_all_recorded(daemon: Daemon) -> None:
     """Twenty context requests at once for one session: twenty injection records."""
     daemon.start()
     daemon.api("remember", {"content": "the queue is drained nightly", "project": PROJECT})
-    statuses: list[int] = []
-
-    def one(i: int) -> None:
-        statuses.append(daemon.api("context", {"query": "queue drained", "project": PROJECT,
-                                               "agent_session_id": "same", "agent": "claude"})
-                        .status_code)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    statuses = in_parallel(20, lambda _i: daemon.api("context", {
+        "query": "queue drained", "project": PROJECT, "agent_session_id": "same",
+        "agent": "claude"}).status_code)
     assert statuses == [200] * 20
     with sqlite3.connect(daemon.state / "memoryd.db") as db:
         count, = db.execute("SELECT COUNT(*) FROM injections WHERE agent_session_id = 'same'"
