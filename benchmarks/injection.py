@@ -15,7 +15,7 @@ the question's project:
    holds an evidence turn (LoCoMo) or a turn of an answer session (LongMemEval).
 2. The default, through the real hook path: `POST /v1/session_event` (what
    `memoryd hook` sends) with the default `agents.prompt_min_relevance`, each
-   question in a fresh agent session.
+   question in a fresh agent session, twice (the second pass must score as the first).
 
 Targets (issue 14): silent on >= 95 % of unanswerable questions while the block
 holds evidence for >= 85 % of answerable ones.
@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ from daemon.memory.context import build_context
 from daemon.memory.gate import coverage
 from daemon.memory.models import MemoryType, Provenance, RecallResult
 
+RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)
 CANDIDATES = 20
 BUDGET = 1500
@@ -117,15 +119,17 @@ def lme_questions(data: list[dict[str, Any]]) -> list[Question]:
     return out
 
 
-def measure(config: Path, questions: list[Question], default: float) -> tuple[Tally, Tally]:
-    """The curve over THRESHOLDS, and the default through the hook's own endpoint."""
+def measure(config: Path, questions: list[Question], default: float,
+            ) -> tuple[Tally, Tally, Tally]:
+    """The curve over THRESHOLDS, and the default through the hook's own endpoint, twice
+    (each pass in fresh agent sessions: a session is never given a memory twice)."""
     env = isolated_env(config.parent / "xdg")
     state = config.parent / "state"
     socket = state / "memoryd.sock"
     log = (config.parent / "daemon.log").open("ab")
     daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--config", str(config), "run"],
                               env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
-    curve, real = Tally(), Tally()
+    curve, real, again = Tally(), Tally(), Tally()
     try:
         deadline = time.monotonic() + 120
         while not socket.exists() and time.monotonic() < deadline:
@@ -137,7 +141,7 @@ def measure(config: Path, questions: list[Question], default: float) -> tuple[Ta
                     "query": q.prompt[:2000], "project": q.project,
                     "limit": CANDIDATES}).json()["results"]
                 by_id = {r["memory_id"]: r for r in results}
-                for tally in (curve, real):
+                for tally in (curve, real, again):
                     if q.answerable:
                         tally.answerable += 1
                     else:
@@ -145,15 +149,17 @@ def measure(config: Path, questions: list[Question], default: float) -> tuple[Ta
                 for threshold in THRESHOLDS:
                     ids = block_ids(q.prompt, results, threshold)
                     _count(curve, threshold, q, ids, by_id)
-                given = api.post("/v1/session_event", json={
-                    "agent": "claude", "event": "prompt", "session_id": f"calib-{n}",
-                    "cwd": q.project, "prompt": q.prompt}).json()
-                _count(real, default, q, given["memory_ids"], by_id)
+                for number, tally in ((1, real), (2, again)):
+                    given = api.post("/v1/session_event", json={
+                        "agent": "claude", "event": "prompt",
+                        "session_id": f"calib-{RUN}-{number}-{n}", "cwd": q.project,
+                        "prompt": q.prompt}).json()
+                    _count(tally, default, q, given["memory_ids"], by_id)
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
         log.close()
-    return curve, real
+    return curve, real, again
 
 
 def _count(tally: Tally, threshold: float, q: Question, ids: list[str],
@@ -205,18 +211,21 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(locomo.embed_with_defaults(loco_work / "state" / "memory.db", loco_config))
         lme_data = longmemeval.load(longmemeval.DATA)
         lme_config = asyncio.run(longmemeval.build(lme_data, lme_work))
-        curves, reals = {}, {}
-        curves["LoCoMo"], reals["LoCoMo"] = measure(loco_config, locomo_questions(loco_data),
-                                                    default)
-        curves["LongMemEval"], reals["LongMemEval"] = measure(
+        curves, reals, agains = {}, {}, {}
+        curves["LoCoMo"], reals["LoCoMo"], agains["LoCoMo"] = measure(
+            loco_config, locomo_questions(loco_data), default)
+        curves["LongMemEval"], reals["LongMemEval"], agains["LongMemEval"] = measure(
             lme_config, lme_questions(lme_data), default)
     print(f"machine: {machine()}")
     print(f"answerable / unanswerable: LoCoMo {curves['LoCoMo'].answerable} /"
           f" {curves['LoCoMo'].unanswerable}, LongMemEval {curves['LongMemEval'].answerable} /"
           f" {curves['LongMemEval'].unanswerable}\n")
     print(table(curves))
-    print(f"\nthrough POST /v1/session_event (the hook's path), default threshold {default}:\n")
+    print(f"\nthrough POST /v1/session_event (the hook's path), default threshold {default},"
+          " pass 1:\n")
     print(table(reals))
+    print("\npass 2 (the same questions again, in fresh agent sessions):\n")
+    print(table(agains))
 
 
 if __name__ == "__main__":
