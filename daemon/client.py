@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aiosqlite
 import httpx
 import structlog
 
@@ -22,6 +23,7 @@ from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import AlreadyRunningError, MemorydError
 from daemon.lifecycle.recovery import Recovery, SyncReport
+from daemon.memory import MemoryBackend
 from daemon.service import ingest_once, open_memory_backend, open_store, recovery_policy
 
 log = structlog.get_logger("memoryd.client")
@@ -56,13 +58,6 @@ class DaemonClient:
                                 " been done") from None
         return _unwrap(response)
 
-    async def status(self) -> dict[str, Any]:
-        try:
-            response = await self._http.get("/v1/status")
-        except httpx.TransportError as exc:
-            raise DaemonUnreachable(f"no daemon answers ({type(exc).__name__})") from None
-        return _unwrap(response)["status"]  # type: ignore[no-any-return]
-
 
 def _unwrap(response: httpx.Response) -> dict[str, Any]:
     try:
@@ -80,7 +75,8 @@ def _unwrap(response: httpx.Response) -> dict[str, Any]:
 class DirectRuntime:
     """What the daemon would do for a hook, done in this process (no daemon runs)."""
 
-    def __init__(self, settings: Settings, clock: Clock, conn: Any, backend: Any) -> None:
+    def __init__(self, settings: Settings, clock: Clock, conn: aiosqlite.Connection,
+                 backend: MemoryBackend) -> None:
         self._settings = settings
         self._clock = clock
         self._recovery = Recovery(conn, backend, clock, recovery_policy(settings))
