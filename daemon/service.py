@@ -118,7 +118,8 @@ async def open_memory_backend(settings: Settings, clock: Clock, *,
         log.warning("embeddings_unavailable", error=str(exc))
     return await SQLiteMemoryBackend.open(
         settings.memory_path, clock=clock, embedder=embedder, chunked=True,
-        vector_weight=settings.memory.embeddings.vector_weight)
+        vector_weight=settings.memory.embeddings.vector_weight,
+        paraphrase_vector_weight=settings.memory.embeddings.paraphrase_vector_weight)
 
 
 def recovery_policy(settings: Settings) -> RecoveryPolicy:

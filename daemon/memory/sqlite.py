@@ -166,8 +166,10 @@ class SQLiteMemoryBackend:
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
                  embedder: Embedder | None = None, chunked: bool | None = None,
-                 fusion: sqlite_hybrid.Fusion = "weighted",
-                 vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT) -> None:
+                 fusion: sqlite_hybrid.Fusion = "adaptive",
+                 vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT,
+                 paraphrase_vector_weight: float = sqlite_hybrid.PARAPHRASE_VECTOR_WEIGHT,
+                 ) -> None:
         self._conn: aiosqlite.Connection | None = conn
         self._path = path
         self._clock = clock
@@ -176,6 +178,8 @@ class SQLiteMemoryBackend:
         self._chunked = embedder is not None if chunked is None else chunked
         self._fusion: sqlite_hybrid.Fusion = fusion
         self._vector_weight = _fraction("vector_weight", vector_weight)
+        self._paraphrase_vector_weight = _fraction("paraphrase_vector_weight",
+                                                   paraphrase_vector_weight)
         self._index: VectorIndex | None = None
         self._embed_lock = asyncio.Lock()
 
@@ -188,8 +192,9 @@ class SQLiteMemoryBackend:
     async def open(
         cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0,
         embedder: Embedder | None = None, chunked: bool | None = None,
-        fusion: sqlite_hybrid.Fusion = "weighted",
+        fusion: sqlite_hybrid.Fusion = "adaptive",
         vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT,
+        paraphrase_vector_weight: float = sqlite_hybrid.PARAPHRASE_VECTOR_WEIGHT,
     ) -> SQLiteMemoryBackend:
         """Open or create the memory database at `path` and bring its schema up to date.
 
@@ -198,9 +203,11 @@ class SQLiteMemoryBackend:
         for keyword-only chunk recall), recall is hybrid (sqlite_hybrid.py);
         vectors are added by `embed_pending`, never on the save path.
         `vector_weight` is the share of vector similarity in hybrid recall's
-        fused score (the rest is keyword relevance).
+        fused score (the rest is keyword relevance) when the query's words are
+        found, `paraphrase_vector_weight` when they are not (`adaptive` fusion).
         """
         _fraction("vector_weight", vector_weight)  # before a connection exists to leak
+        _fraction("paraphrase_vector_weight", paraphrase_vector_weight)
         conn = await connect(path, busy_timeout=busy_timeout)
         try:
             await migrate(conn, to_utc_text(clock.now()))
@@ -217,7 +224,7 @@ class SQLiteMemoryBackend:
         make_private(path)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
         return cls(conn, path, clock, embedder=embedder, chunked=chunked, fusion=fusion,
-                   vector_weight=vector_weight)
+                   vector_weight=vector_weight, paraphrase_vector_weight=paraphrase_vector_weight)
 
     async def __aenter__(self) -> SQLiteMemoryBackend:
         return self
@@ -414,7 +421,8 @@ class SQLiteMemoryBackend:
             async with self._read() as conn:
                 hits = await sqlite_hybrid.hybrid_rows(
                     fetch, filters, query, query_vector, lambda: self._index, limit=limit,
-                    fusion=self._fusion, vector_weight=self._vector_weight)
+                    fusion=self._fusion, vector_weight=self._vector_weight,
+                    paraphrase_vector_weight=self._paraphrase_vector_weight)
         finally:
             if query_vector is not None and not query_vector.done():
                 query_vector.cancel()

@@ -15,8 +15,20 @@ goes through `sqlite_recall` unchanged):
    query's embedding (`vector_index`), relevance max(cos, 0). The embedding is
    computed on a worker thread while SQLite runs step 2 and the filter query
    of this step, and awaited only then.
-4. Fusion, per chunk. `weighted` (the default, it measured best on LoCoMo,
-   see benchmarks/README.md): w * vector + (1 - w) * keyword, a channel that
+4. Fusion, per chunk. `adaptive` (the default): `weighted` with a weight that
+   depends on whether the query's words were found. When the best keyword
+   chunks mention what the query asks about (`gate.coverage` of the top
+   COVERAGE_CHUNKS keyword chunks >= WORDS_FOUND), w is the vector weight
+   (0.1): keywords lead, which is what questions that name people and things
+   need. When they do not (the memory says it in other words: a paraphrase,
+   a feeling, an event told differently), the keyword channel only matched
+   incidental words, and w is the paraphrase weight (0.8): vectors lead.
+   FTS5 relevance is near-saturated for any match (s / (s + 1) ~ 0.9), so a
+   fixed small w lets incidental keyword matches beat every paraphrase; a
+   fixed large w costs named-entity questions (LoCoMo nDCG@5 0.743 -> 0.646
+   at 0.5). On LoCoMo the switch changes recall@10 by <= 0.003, since its
+   questions' words are found; see benchmarks/README.md.
+   `weighted` (fixed, for comparison): w * vector + (1 - w) * keyword, a channel that
    did not return the chunk counting 0, with w the vector weight
    (`memory.embeddings.vector_weight`, default VECTOR_WEIGHT = 0.1). The
    issue's starting point was 0.7 vector / 0.3 keyword; with all-MiniLM-L6-v2
@@ -48,16 +60,22 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.memory import fts, ranking
+from daemon.memory import fts, gate, ranking
 from daemon.memory.sqlite_recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
     from daemon.memory.vector_index import Floats, VectorIndex
 
-Fusion = Literal["weighted", "relative", "rrf", "vector"]
+Fusion = Literal["adaptive", "weighted", "relative", "rrf", "vector"]
 # Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5
 # 0.571 at the starting point 0.7 (600-char chunks), 0.703 at 0.3, 0.743 at 0.1.
 VECTOR_WEIGHT = 0.1
+# The vector weight for a query whose words the keyword channel did not find (`adaptive`).
+PARAPHRASE_VECTOR_WEIGHT = 0.8
+# `adaptive`: the query's words count as found when one of the best COVERAGE_CHUNKS
+# keyword chunks covers at least WORDS_FOUND of them (gate.coverage).
+WORDS_FOUND = 0.5
+COVERAGE_CHUNKS = 3
 RRF_K = 60
 CANDIDATES = 200
 EXCERPT_CHUNKS = 2
@@ -151,8 +169,9 @@ async def hybrid_rows(
     index_of: Callable[[], VectorIndex | None],
     *,
     limit: int,
-    fusion: Fusion = "weighted",
+    fusion: Fusion = "adaptive",
     vector_weight: float = VECTOR_WEIGHT,
+    paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
 ) -> list[Hit]:
     """The best `limit` memories for `query` under `filters` (a plan made without words).
 
@@ -215,6 +234,10 @@ async def hybrid_rows(
         await keyword_channel()  # no vectors to rank by: keywords rather than nothing
     if not candidates:
         return []
+    if fusion == "adaptive":
+        fusion = "weighted"
+        if vectors_on and not await _words_found(fetch, query, candidates):
+            vector_weight = paraphrase_vector_weight
     best: dict[int, list[_Chunk]] = {}
     scale = (max([c.vector for c in candidates.values()] + [1e-9]),
              max([c.keyword for c in candidates.values()] + [1e-9]))
@@ -264,6 +287,17 @@ async def hybrid_rows(
         if len(kept) >= limit:
             break
     return kept
+
+
+async def _words_found(fetch: Fetch, query: str, candidates: dict[int, _Chunk]) -> bool:
+    """Whether the best keyword chunks mention what `query` asks about (see `adaptive`)."""
+    top = sorted((c for c in candidates.values() if c.keyword_rank is not None),
+                 key=lambda c: c.keyword_rank or 0)[:COVERAGE_CHUNKS]
+    if not top:
+        return False
+    rows = await fetch(
+        f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.seq for c in top)})", {})
+    return any(gate.coverage(query, row["content"]) >= WORDS_FOUND for row in rows)
 
 
 def _seq_list(seqs: Iterable[int]) -> str:

@@ -16,7 +16,7 @@ from daemon.config import EmbeddingSettings
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import Provenance
-from daemon.memory.sqlite_hybrid import VECTOR_WEIGHT, _Chunk, _fuse
+from daemon.memory.sqlite_hybrid import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
 from daemon.memory.vector_index import VectorIndex
 from tests.memory.hybrid_helpers import FakeEmbedder
 
@@ -256,12 +256,34 @@ def test_the_settings_default_weight_is_the_backends() -> None:
 async def test_vector_weight_decides_between_the_channels(tmp_path: Path, clock: FakeClock,
                                                           weight: float, first: str) -> None:
     """One memory matches the query's rare word, another its meaning; the weight picks."""
-    async with await open_hybrid(tmp_path, clock, vector_weight=weight) as backend:
+    async with await open_hybrid(tmp_path, clock, vector_weight=weight,
+                                 fusion="weighted") as backend:
         by_keyword = await backend.remember("zx81 emulator notes, unrelated", project="/p")
         by_vector = await backend.remember("release to preprod before prod", project="/p")
         await embed_all(backend)
         results = await backend.recall("deployment staging production zx81", project="/p")
         assert results[0].memory_id == {"keyword": by_keyword.id, "vector": by_vector.id}[first]
+
+
+async def test_vectors_lead_when_the_querys_words_are_not_found(tmp_path: Path,
+                                                                clock: FakeClock) -> None:
+    """Default (adaptive) fusion: a query matching one incidental word of a memory finds the
+    paraphrase; a query whose words a memory holds finds that memory, as keywords rank it."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        incidental = await backend.remember("zx81 emulator notes, unrelated", project="/p")
+        paraphrase = await backend.remember("release to preprod before prod", project="/p")
+        await embed_all(backend)
+        results = await backend.recall("deployment staging production zx81", project="/p")
+        assert [r.memory_id for r in results] == [paraphrase.id, incidental.id]
+        results = await backend.recall("zx81 emulator notes", project="/p")
+        assert results[0].memory_id == incidental.id
+    async with await open_hybrid(tmp_path, clock, paraphrase_vector_weight=0.0) as backend:
+        results = await backend.recall("deployment staging production zx81", project="/p")
+        assert results[0].memory_id == incidental.id
+
+
+def test_the_settings_default_paraphrase_weight_is_the_backends() -> None:
+    assert EmbeddingSettings().paraphrase_vector_weight == PARAPHRASE_VECTOR_WEIGHT
 
 
 async def test_vector_weight_outside_0_to_1_is_refused(tmp_path: Path, clock: FakeClock) -> None:
