@@ -7,6 +7,7 @@ over the file; nested keys use `__` (`MEMORYD_MEMORY__BACKEND=sqlite`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -17,10 +18,17 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from daemon.errors import ConfigError
 
+MAX_DURATION = 10 * 365 * 86400.0
+DAY = 86400.0
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 
@@ -44,8 +52,12 @@ def parse_duration(value: object) -> float:
             seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
     else:
         raise ValueError("a duration is a number of seconds or a string like '30m'")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{value!r} is not a finite duration")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is longer than ten years")
     return seconds
 
 
@@ -53,6 +65,11 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def _expand_path(value: object) -> object:
+    if isinstance(value, str) and not value.strip():
+        # Path("") is the current directory: never what an empty setting means.
+        raise ValueError("an empty path is not allowed")
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("a path cannot hold a NUL character")
     if isinstance(value, str):
         return Path(os.path.expandvars(value)).expanduser()
     if isinstance(value, Path):
@@ -114,7 +131,7 @@ class OpenAIEmbeddingSettings(BaseModel):
     #: The name of the environment variable holding the API key (never the key itself).
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = Field(default=64, ge=1, le=2048)
-    timeout: Duration = 30.0
+    timeout: Duration = Field(default=30.0, gt=0, le=600)
 
 
 class EmbeddingSettings(BaseModel):
@@ -182,17 +199,17 @@ class Settings(BaseSettings):
     )
 
     state_dir: ExpandedPath = Field(default_factory=default_state_dir)
-    poll_interval: Duration = 2.0
+    poll_interval: Duration = Field(default=2.0, ge=0.01, le=3600)
     sources: list[SourceConfig] = Field(default_factory=default_sources)
-    read_chunk_bytes: int = Field(default=1 << 20, ge=4096)
-    shutdown_grace: Duration = 5.0
-    stale_session_timeout: Duration = 1800.0
-    lifecycle_check_interval: Duration = Field(default=60.0, gt=0)
-    sync_delay: Duration = 60.0
-    sync_max_lag: Duration = 120.0
-    sync_check_interval: Duration = Field(default=5.0, gt=0)
-    segment_max_chars: int = Field(default=6000, ge=500)
-    segment_idle_gap: Duration = 1800.0
+    read_chunk_bytes: int = Field(default=1 << 20, ge=4096, le=1 << 28)
+    shutdown_grace: Duration = Field(default=5.0, ge=0, le=600)
+    stale_session_timeout: Duration = Field(default=1800.0, ge=1, le=365 * DAY)
+    lifecycle_check_interval: Duration = Field(default=60.0, ge=0.01, le=DAY)
+    sync_delay: Duration = Field(default=60.0, ge=0, le=30 * DAY)
+    sync_max_lag: Duration = Field(default=120.0, ge=0, le=30 * DAY)
+    sync_check_interval: Duration = Field(default=5.0, ge=0.01, le=DAY)
+    segment_max_chars: int = Field(default=6000, ge=500, le=1_000_000)
+    segment_idle_gap: Duration = Field(default=1800.0, ge=0, le=365 * DAY)
     memory: MemorySettings = Field(default_factory=MemorySettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
@@ -275,6 +292,8 @@ def load_settings(
     if path.exists():
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(str(path), f"not UTF-8 text (byte {exc.start})") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark is not None else "file"
@@ -296,6 +315,11 @@ def load_settings(
         return Settings(**data)
     except ValidationError as exc:
         raise _format_validation_error(exc) from None
+    except SettingsError as exc:
+        # pydantic-settings parses complex values (MEMORYD_SOURCES, MEMORYD_MEMORY) as JSON.
+        field = re.search(r'field "(\w+)"', str(exc))
+        key = f"MEMORYD_{field.group(1).upper()}" if field else "environment"
+        raise ConfigError(key, "not valid JSON for this setting") from None
     finally:
         if saved is not None:
             os.environ["MEMORYD_CONFIG"] = saved

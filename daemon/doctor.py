@@ -13,10 +13,11 @@ from pathlib import Path
 
 from daemon.clock import Clock
 from daemon.config import Settings
-from daemon.errors import MemorydError
+from daemon.errors import MemorydError, StoreBusy
 from daemon.lock import read_lock_info
 from daemon.memory.embeddings import EmbeddingError, local, make_embedder, resolve_provider
 from daemon.service import open_memory_backend
+from daemon.store.connection import integrity_problems
 from daemon.units import ServiceManager
 
 #: RETURNING (used by the lifecycle) arrived in SQLite 3.35.
@@ -199,10 +200,36 @@ def check_api(settings: Settings) -> Check:
     return Check("local API", "ok", f"{path} answers (0600)")
 
 
+RECOVERY = {
+    "daemon database": "stop memoryd, move {path} aside, run `memoryd ingest --once`: the"
+                       " transcripts are read again from the start (README: Recovery)",
+    "memory database": "stop memoryd, `memoryd export` what still reads, move {path} aside,"
+                       " `memoryd import` the export, then `memoryd sync` (README: Recovery)",
+}
+
+
+def check_integrity(name: str, path: Path, *, full: bool = False) -> Check:
+    """SQLite's own check of one database, read-only: `quick_check`, or `integrity_check`."""
+    label = f"{name} integrity"
+    if not path.exists():
+        return Check(label, "ok", f"{path} not created yet")
+    pragma = "integrity_check" if full else "quick_check"
+    try:
+        problems = integrity_problems(path, full=full)
+    except StoreBusy:
+        return Check(label, "warn", f"{path}: locked, not checked", "run doctor again")
+    if not problems:
+        return Check(label, "ok", f"{path}: {pragma} ok")
+    return Check(label, "fail", f"{path}: {pragma}: " + "; ".join(problems[:3]),
+                 RECOVERY[name].format(path=path))
+
+
 async def run_checks(settings: Settings, clock: Clock,
-                     manager: ServiceManager | None) -> list[Check]:
+                     manager: ServiceManager | None, *, full: bool = False) -> list[Check]:
     checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
-              *check_sources(settings), check_sqlite()]
+              *check_sources(settings), check_sqlite(),
+              check_integrity("daemon database", settings.database_path, full=full),
+              check_integrity("memory database", settings.memory_path, full=full)]
     checks.append(await check_backend(settings, clock))
     checks.append(await check_embeddings(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),

@@ -3,11 +3,14 @@
     MemorydError
     ├── ConfigError          bad or unknown setting (exit status 78)
     ├── AlreadyRunningError  another memoryd holds the state directory lock
+    ├── StateDirError        the state directory cannot be created or written (exit 73)
     ├── IngestError          a transcript could not be read
     ├── StoreError           the daemon's SQLite store failed
-    │   └── StoreBusy        locked database, full disk: transient, retried
+    │   ├── StoreBusy        locked database, full disk: transient, retried
+    │   └── StoreDamaged     not a database, or malformed: never written again (exit 74)
     └── BackendError         a memory backend failed
-        └── BackendUnavailable  transient, retried
+        ├── BackendUnavailable  transient, retried
+        └── BackendDamaged   the memory database is not a database, or malformed (exit 74)
 
 Third-party exceptions are translated into these at the boundary that calls the
 library. Errors carry fields (path, offset, backend) and never secrets.
@@ -17,12 +20,26 @@ from __future__ import annotations
 
 EX_CONFIG = 78
 EX_ALREADY_RUNNING = 75
+EX_DAMAGED = 74
+EX_CANTCREAT = 73
+
+# What SQLite says of a file that is not, or no longer, a sound database.
+DAMAGE_MARKERS = ("file is not a database", "database disk image is malformed",
+                  "malformed database schema", "file is encrypted")
+
+
+def is_damage(message: str) -> bool:
+    """Whether an SQLite error message says the database file is damaged."""
+    text = message.lower()
+    return any(marker in text for marker in DAMAGE_MARKERS)
 
 
 class MemorydError(Exception):
     """Base of every error memoryd raises on purpose."""
 
     transient: bool = False
+    #: The file behind it is damaged: writing on would make it worse; repair first.
+    damaged: bool = False
 
 
 class ConfigError(MemorydError):
@@ -47,6 +64,14 @@ class AlreadyRunningError(MemorydError):
         self.pid = pid
 
 
+class StateDirError(MemorydError):
+    """The state directory (or a store's directory) cannot be created, used or written."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"state directory {path}: {problem}")
+        self.path = path
+
+
 class IngestError(MemorydError):
     """A transcript file could not be read."""
 
@@ -66,6 +91,12 @@ class StoreBusy(StoreError):
     transient = True
 
 
+class StoreDamaged(StoreError):
+    """The daemon's database is not a database or is malformed (see README: Recovery)."""
+
+    damaged = True
+
+
 class BackendError(MemorydError):
     """A memory backend failed."""
 
@@ -78,3 +109,9 @@ class BackendUnavailable(BackendError):
     """A memory backend cannot be reached right now."""
 
     transient = True
+
+
+class BackendDamaged(BackendError):
+    """The memory database is not a database or is malformed (see README: Recovery)."""
+
+    damaged = True

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
+
+
+def redact_secrets(_logger: object, _method: str,
+                   event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """Mask secrets in every string of a log event (an endpoint's URL with a password in
+    it, an error that quotes a token): logs are shared in bug reports."""
+    from daemon.memory.redaction import redact
+
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = redact(value)
+    return event
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
@@ -27,6 +40,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,7 +28,7 @@ import structlog
 from daemon.api.ops import ApiError, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
-from daemon.errors import ConfigError, MemorydError, StoreError
+from daemon.errors import ConfigError, MemorydError, StoreDamaged, StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -38,7 +39,7 @@ from daemon.memory import SQLiteMemoryBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
 from daemon.notify import Notifier
 from daemon.store import connect, migrate, queries
-from daemon.store.connection import ensure_private_dir
+from daemon.store.connection import ensure_private_dir, integrity_problems, translate
 
 log = structlog.get_logger("memoryd.service")
 
@@ -47,6 +48,8 @@ STATUS_INTERVAL = 1.0
 #: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks for at
 #: most EMBED_SLICE s (the local model embeds ~8 long chunks a second on 2 cores).
 EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 8, 2.0
+#: SQLite's quick_check of both databases: at start-up, then daily.
+INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
 MODEL_IDLE_RELEASE = 300.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
@@ -109,7 +112,7 @@ async def open_memory_backend(settings: Settings, clock: Clock, *,
     `vectors=False` opens it keyword-only (a hook without a daemon cannot afford
     to load a model).
     """
-    ensure_private_dir(settings.memory_path.parent)
+    ensure_private_dir(settings.memory_path.parent, "memory.path")
     embedder = None
     try:
         if vectors:
@@ -211,6 +214,8 @@ class Service:
         self._jobs_conn: aiosqlite.Connection | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._damaged: MemorydError | None = None
+        self._error_source: str | None = None  # what recorded status.last_error
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
         self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
@@ -238,8 +243,9 @@ class Service:
             new = self._reload()
         except ConfigError as exc:
             log.error("reload_rejected", error=str(exc))
-            self._record_error(exc)
+            self._record_error(exc, "config")
             return
+        self._clear_error("config")
         old, self.settings = self.settings, new
         needs_restart = [name for name in ("state_dir", "memory", "log_level", "log_format")
                          if getattr(old, name) != getattr(new, name)]
@@ -298,7 +304,7 @@ class Service:
                     # fall back to the stores.
                     log.error("api_unavailable", socket=str(settings.socket_path),
                               error=str(exc))
-                    self._record_error(exc)
+                    self._record_error(exc, "api")
                 else:
                     stack.push_async_callback(api.stop)
                 stack.callback(self._cancel_later)
@@ -314,6 +320,8 @@ class Service:
                     self.notifier.stopping()
                     await scheduler.stop(settings.shutdown_grace)
         log.info("stopped")
+        if self._damaged is not None:
+            raise self._damaged
 
     async def _recovery_for(self, conn: aiosqlite.Connection) -> Recovery | None:
         """The recovery worker, opening the memory backend on first use.
@@ -330,8 +338,9 @@ class Service:
                 self._backend = await open_memory_backend(self.settings, self.clock)
             except (MemorydError, OSError) as exc:
                 log.warning("memory_backend_unavailable", error=str(exc))
-                self._record_error(exc)
+                self._record_error(exc, "memory_backend")
                 return None
+            self._clear_error("memory_backend")
             self._recovery = Recovery(conn, self._backend, self.clock,
                                       recovery_policy(self.settings))
         return self._recovery
@@ -437,6 +446,20 @@ class Service:
                     log.warning("embedding_failed", error=str(exc), transient=exc.transient)
                     return
 
+        async def check_integrity() -> None:
+            # A damaged page goes unnoticed until something reads it; writing on into a
+            # damaged file can make it worse. Found: stop, say so, exit 74.
+            for name, path in (("daemon database", settings.database_path),
+                               ("memory database", settings.memory_path)):
+                if not path.exists():
+                    continue
+                problems = await asyncio.to_thread(integrity_problems, path)
+                if problems:
+                    self._record_error(StoreDamaged(
+                        f"{name} {path} is damaged: {'; '.join(problems[:3])}"
+                        " (see `memoryd doctor` and the README's Recovery)"))
+                    return
+
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
             # The jobs' connection is shared with syncs the API asks for: one at a time.
@@ -446,9 +469,12 @@ class Service:
         self._scheduler_ = LifecycleScheduler(
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
              PeriodicJob("recover_unsynced", settings.sync_check_interval, recover),
-             PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False)],
+             PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False),
+             PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
+                         exclusive=False)],
             now=clock.now,
-            on_error=lambda _job, exc: self._record_error(exc),
+            on_error=lambda job, exc: self._record_error(exc, job),
+            on_success=self._clear_error,
         )
         return self._scheduler_
 
@@ -476,9 +502,9 @@ class Service:
                 return
             except StoreError as exc:
                 if not exc.transient:
-                    self._record_error(exc)
+                    self._record_error(exc, "ingest")
                     raise
-                self._record_error(exc)
+                self._record_error(exc, "ingest")
                 log.warning("store_busy_backing_off", error=str(exc), retry_in=delay)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop_event.wait(), timeout=delay)
@@ -488,6 +514,7 @@ class Service:
         # Called by the ingest loop after every pass: a stuck loop stops the watchdog.
         self.status.passes += 1
         self.status.last_pass_at = _iso(self.clock.now())
+        self._clear_error("ingest")
         self.notifier.watchdog()
         if self._write_status():
             self.notifier.status(self._status_line())
@@ -506,9 +533,25 @@ class Service:
             line += f"; last error: {self.status.last_error[:120]}"
         return line
 
-    def _record_error(self, exc: Exception) -> None:
+    def _clear_error(self, source: str) -> None:
+        """`source` works again: its error no longer shows in `status` (damage stays)."""
+        if self._error_source == source and self._damaged is None:
+            self._error_source = None
+            self.status.last_error = self.status.last_error_at = None
+            self._write_status(force=True)
+
+    def _record_error(self, exc: Exception, source: str = "daemon") -> None:
+        if isinstance(exc, sqlite3.Error):
+            exc = translate(exc)  # an error no boundary translated, damage included
+        self._error_source = source
         self.status.last_error = str(exc)
         self.status.last_error_at = _iso(self.clock.now())
+        if isinstance(exc, MemorydError) and exc.damaged and self._damaged is None:
+            # Writing on into a damaged database can only make it worse: stop, and
+            # `run` exits with EX_DAMAGED (74), which the service units do not restart.
+            self._damaged = exc
+            log.error("database_damaged", error=str(exc))
+            self.request_stop()
         self._write_status(force=True)
 
     def _write_status(self, force: bool = False) -> bool:

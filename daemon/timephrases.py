@@ -36,6 +36,15 @@ def _local_midnight(day: date) -> datetime:
 
 def parse_when(text: str, now: datetime) -> datetime:
     """The UTC instant `text` names, relative to `now` (timezone-aware)."""
+    try:
+        return _parse_when(text, now)
+    except (OverflowError, ValueError) as exc:
+        if isinstance(exc, WhenError):
+            raise
+        raise WhenError(f"{text[:80]!r} is out of the range of dates") from None
+
+
+def _parse_when(text: str, now: datetime) -> datetime:
     phrase = " ".join(text.strip().lower().split())
     if not phrase:
         raise WhenError("empty time")

@@ -46,7 +46,7 @@ from daemon.memory import (
     memory_to_record,
 )
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
-from daemon.memory.gate import coverage
+from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
 from daemon.store import queries
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
@@ -62,6 +62,8 @@ CONTEXT_CANDIDATES = 60
 #: A prompt longer than this is recalled on its first part (a pasted log is not a query).
 PROMPT_QUERY_CHARS = 2000
 MAX_LIMIT = 200
+#: Correcting by query: the memory must cover this much of the query's words (gate.coverage).
+CORRECT_MIN_COVERAGE = 0.5
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
@@ -180,9 +182,15 @@ class MemoryOps:
             raise ApiError(400, "give memory_id or query, not both")
         if target is None:
             assert query is not None
+            # Correcting by query replaces a memory the caller has not seen: only one that
+            # clearly matches, never merely whatever ranks first.
+            if not content_words(query):
+                raise ApiError(400, f"the query {query[:80]!r} has no words to match;"
+                                    " give words, or the memory's id")
             found = await self._backend.recall(query, limit=1, all_projects=True)
-            if not found:
-                raise ApiError(404, f"no memory matches {query!r}")
+            if not found or coverage(query, found[0].content) < CORRECT_MIN_COVERAGE:
+                raise ApiError(404, f"no memory clearly matches {query[:80]!r}"
+                                    " (see `memoryd recall`; correct by id)")
             target = found[0].memory_id
         old = await self._backend.get(target)
         if old is None:

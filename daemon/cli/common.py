@@ -1,16 +1,21 @@
 """What every `memoryd` command shares: the group, settings loading, exit statuses, JSON.
 
 Exit statuses mean something, and the systemd/launchd units rely on them:
-0 done, 1 failed, 2 bad usage, 66 no such session or memory, 69 a store or
-backend is unavailable right now (locked, disk full), 75 another memoryd holds
-the state directory, 78 bad configuration.
+0 done, 1 failed, 2 bad usage, 65 bad input data (an import file), 66 no such
+session or memory, 69 a store or backend is unavailable right now (locked, disk
+full), 70 an internal error (a bug: please report it), 73 the state directory
+cannot be created or written, 74 a database is damaged (see the README's
+Recovery), 75 another memoryd holds the state directory, 78 bad configuration.
+Every failure prints one line, never a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
@@ -23,21 +28,30 @@ from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings
 from daemon.errors import (
     EX_ALREADY_RUNNING,
+    EX_CANTCREAT,
     EX_CONFIG,
+    EX_DAMAGED,
     AlreadyRunningError,
     ConfigError,
     MemorydError,
+    StateDirError,
 )
 from daemon.logging import configure_logging
 from daemon.memory import RecallResult
 from daemon.memory.records import result_to_record
 from daemon.timephrases import WhenError, parse_when
 
+_FULL = {errno.ENOSPC, errno.EDQUOT}
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+__all__ = ["EX_CANTCREAT", "EX_DAMAGED", "EX_DATAERR", "EX_NOT_FOUND", "EX_SOFTWARE",
+           "EX_UNAVAILABLE", "fail", "main", "settings_for"]
+
+EX_DATAERR = 65
 EX_NOT_FOUND = 66
 EX_UNAVAILABLE = 69
+EX_SOFTWARE = 70
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -94,8 +108,25 @@ class _Group(click.Group):
             fail(str(exc), EX_CONFIG)
         except AlreadyRunningError as exc:
             fail(str(exc), EX_ALREADY_RUNNING)
+        except StateDirError as exc:
+            fail(str(exc), EX_CANTCREAT)
         except MemorydError as exc:
-            fail(str(exc), EX_UNAVAILABLE if exc.transient else 1)
+            fail(str(exc), EX_DAMAGED if exc.damaged else EX_UNAVAILABLE if exc.transient else 1)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except sqlite3.Error as exc:
+            # An SQLite error no boundary translated: still one line and a status.
+            from daemon.store.connection import translate
+
+            error = translate(exc)
+            fail(f"database: {error}",
+                 EX_DAMAGED if error.damaged else EX_UNAVAILABLE if error.transient else 1)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", EX_UNAVAILABLE if exc.errno in _FULL else 1)
+        except Exception as exc:
+            fail(f"internal error: {type(exc).__name__}: {exc} (please report this)",
+                 EX_SOFTWARE)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -123,6 +154,10 @@ def when_option(ctx: click.Context, param: click.Parameter, value: str | None) -
 def project_path(value: str | None) -> str | None:
     if value is None:
         return None
+    if not value.strip():
+        # An empty --project must not quietly become the current directory.
+        raise click.BadParameter("an empty project is not a project; leave --project out",
+                                 param_hint="--project")
     return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
 
 

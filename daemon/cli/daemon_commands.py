@@ -211,7 +211,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int,
 
     found = run_async(_load())
     if found is None:
-        fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        fail(f"no session matches {session[:80]!r} (see `memoryd sessions`)", EX_NOT_FOUND)
         return
     if as_json:
         print_json(found)
@@ -269,7 +269,8 @@ def sync(ctx: click.Context, session: str | None) -> None:
 
     report = run_async(sync_now(settings, clock, session))
     if report is None:
-        fail(f"no session matches {session!r} (see `memoryd sessions`)", EX_NOT_FOUND)
+        fail(f"no session matches {(session or '')[:80]!r} (see `memoryd sessions`)",
+             EX_NOT_FOUND)
         return
     click.echo(f"saved {report.segments_saved} segments ({report.messages_synced} messages) "
                f"from {report.sessions} sessions, {report.summaries_saved} summaries")
@@ -282,8 +283,10 @@ def sync(ctx: click.Context, session: str | None) -> None:
 
 @main.command()
 @config_option
+@click.option("--full", is_flag=True,
+              help="SQLite's full integrity_check (slower) instead of quick_check.")
 @click.pass_context
-def doctor(ctx: click.Context) -> None:
+def doctor(ctx: click.Context, full: bool) -> None:
     """Check the installation: each check prints ok, warn or fail, with a fix."""
     obj: dict[str, Any] = ctx.ensure_object(dict)
     try:
@@ -299,7 +302,7 @@ def doctor(ctx: click.Context) -> None:
         config_path, _ = resolve_config_path(obj.get("config"))
         manager = ServiceManager(settings, platform=platform, home=Path.home(),
                                  config=config_path.resolve() if config_path.exists() else None)
-    checks = run_async(run_checks(settings, SystemClock(), manager))
+    checks = run_async(run_checks(settings, SystemClock(), manager, full=full))
     for check in checks:
         click.echo(f"{check.level:<5} {check.name}: {check.detail}")
         if check.fix and check.level != "ok":

@@ -9,9 +9,11 @@ request may be.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +23,8 @@ import click
 
 from daemon.api.ops import ApiError
 from daemon.cli.common import (
+    EX_CANTCREAT,
+    EX_DATAERR,
     EX_NOT_FOUND,
     EX_UNAVAILABLE,
     config_option,
@@ -39,6 +43,7 @@ from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.memory import MemoryBackend
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
+from daemon.memory.records import record_to_memory
 from daemon.service import open_memory_backend
 
 T = TypeVar("T")
@@ -299,14 +304,25 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
                 sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
             return count
-        tmp = output.with_name(f".{output.name}.tmp")
-        with tmp.open("w", encoding="utf-8") as handle:
-            async for record in backend.export(project=project_path(project)):
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, output)
+        # An unpredictable name, created exclusively and 0600 whatever the umask (mkstemp):
+        # a predictable one could be a planted symlink that the export would follow.
+        try:
+            fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.",
+                                       suffix=".tmp")
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}", EX_CANTCREAT)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                async for record in backend.export(project=project_path(project)):
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    count += 1
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, output)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return count
 
     count = run_async(_with_backend(settings, work))
@@ -321,14 +337,23 @@ def import_memories(ctx: click.Context, path: Path) -> None:
     """Import an export file; memories already present (by id) are left as they are."""
     settings = settings_for(ctx)
     records: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                fail(f"{path}:{number}: not UTF-8 (byte {exc.start})", EX_DATAERR)
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except ValueError as exc:
-                fail(f"{path}:{number}: not JSON ({exc.args[0]})", 65)
+                fail(f"{path}:{number}: not JSON ({exc.args[0]})", EX_DATAERR)
+            try:
+                record_to_memory(record)  # every record checked before the store is touched
+            except ValueError as exc:
+                fail(f"{path}:{number}: {exc}", EX_DATAERR)
+            records.append(record)
     added = run_async(_with_backend(settings, lambda b: b.import_records(records)))
     click.echo(f"imported {added} new memories, {len(records) - added} already present")
 

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import structlog
+
 from daemon.config import SourceConfig, SourceKind
+
+log = structlog.get_logger("memoryd.ingest")
 
 _CODEX_ID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$", re.I)
 
@@ -59,22 +63,83 @@ def classify(path: str, source: SourceConfig) -> Candidate | None:
     return None
 
 
-def _walk(root: Path) -> Iterator[str]:
-    for directory, _dirs, files in os.walk(root, onerror=None, followlinks=False):
-        for name in files:
-            if name.endswith((".jsonl", ".json")):
-                yield os.path.join(directory, name)
+UNREADABLE = -2  # an mtime that no directory has: `discover` could not list it
 
 
-def discover(sources: Iterable[SourceConfig]) -> Iterator[Candidate]:
-    """Every transcript under the enabled sources' roots that exist, in a stable order."""
-    for source in sources:
-        if not source.enabled or not source.root.is_dir():
+def _walk(root: Path, directories: dict[str, int] | None) -> Iterator[str]:
+    """Transcript-looking paths under `root`; each directory's mtime into `directories`."""
+    real_root = os.path.realpath(root)
+    pending = [str(root)]
+    while pending:
+        directory = pending.pop()
+        try:
+            if directories is not None:
+                directories[directory] = os.stat(directory).st_mtime_ns
+            entries = list(os.scandir(directory))
+        except OSError:
+            if directories is not None and directory in directories:
+                directories[directory] = UNREADABLE  # its mtime still says when it changes
             continue
-        for path in sorted(_walk(source.root)):
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                    continue
+                if not entry.name.endswith((".jsonl", ".json")):
+                    continue
+                # A symlink is followed only to a file inside the same root: one planted
+                # towards /etc/passwd would otherwise copy it into the store.
+                if entry.is_symlink() and not _inside(os.path.realpath(entry.path), real_root):
+                    log.debug("transcript_symlink_outside_root", path=entry.path)
+                    continue
+            except OSError:
+                continue
+            yield entry.path
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def discover(sources: Iterable[SourceConfig],
+             directories: dict[str, int] | None = None) -> Iterator[Candidate]:
+    """Every transcript under the enabled sources' roots that exist, in a stable order.
+
+    `directories`, when given, receives every directory walked with its mtime (ns),
+    and each root that does not exist with -1: what `unchanged` compares later.
+    """
+    for source in sources:
+        if not source.enabled:
+            continue
+        if not source.root.is_dir():
+            if directories is not None:
+                directories[str(source.root)] = -1
+            continue
+        for path in sorted(_walk(source.root, directories)):
             candidate = classify(path, source)
             if candidate is not None:
                 yield candidate
+
+
+def unchanged(directories: dict[str, int], now_ns: int, settle_ns: int) -> bool:
+    """Whether no directory walked by `discover` has gained, lost or renamed an entry.
+
+    A directory's mtime moves whenever an entry is added, removed or renamed in it.
+    One modified within `settle_ns` of now counts as changed: on a file system with
+    coarse timestamps a second change in the same tick would not move it again.
+    """
+    for directory, mtime in directories.items():
+        try:
+            current = os.stat(directory).st_mtime_ns
+        except OSError:
+            current = -1
+        if mtime == UNREADABLE:
+            if not os.access(directory, os.R_OK | os.X_OK):
+                continue
+            return False  # readable again
+        if current != mtime or (current >= 0 and now_ns - current < settle_ns):
+            return False
+    return True
 
 
 def classify_any(path: str, sources: Iterable[SourceConfig]) -> Candidate | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,18 +21,23 @@ from daemon.clock import Clock
 from daemon.config import Settings, SourceConfig, SourceKind
 from daemon.errors import StoreError
 from daemon.ingest.discovery import (
+    UNREADABLE,
     Candidate,
     Mode,
     classify_any,
     classify_explicit,
     discover,
+    unchanged,
 )
-from daemon.ingest.fingerprint import digest
-from daemon.ingest.tailer import Tailer, Tracked, TurnOutcome, TurnResult
+from daemon.ingest.fingerprint import MARKER_BYTES, digest
+from daemon.ingest.tailer import Tailer, Tracked, TurnOutcome, TurnResult, open_transcript
 from daemon.store.ingest import load_states, mark_missing, move_state
 from daemon.store.records import FileState
 
 log = structlog.get_logger("memoryd.ingest")
+
+#: A directory modified this recently is scanned again whatever its mtime says.
+SETTLE_NS = 2_000_000_000
 
 ProgressCallback = Callable[[int], None]
 
@@ -43,12 +49,57 @@ class PassStats:
     messages: int = 0
 
 
-def _same_head(path: str, state: FileState) -> bool:
+def _head_of(path: str, limit: int = 1 << 22) -> str | None:
+    """The hash of the file's first line with its newline (its identity's head), or None."""
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(state.head_length)
+        fd = open_transcript(path)
+    except OSError:
+        return None
+    try:
+        data = b""
+        while len(data) < limit:
+            chunk = os.pread(fd, 65536, len(data))
+            if not chunk:
+                return None
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                return digest(data + chunk[:newline + 1])
+            data += chunk
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _same_prefix(path: str, state: FileState) -> bool:
+    """Whether the bytes just before the saved offset (the marker) are the same in `path`."""
+    if state.offset == 0 or not state.marker_hash:
+        return True
+    try:
+        fd = open_transcript(path)
     except OSError:
         return False
+    try:
+        start = max(0, state.offset - MARKER_BYTES)
+        return digest(os.pread(fd, state.offset - start, start)) == state.marker_hash
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _same_head(path: str, state: FileState) -> bool:
+    try:
+        fd = open_transcript(path)
+    except OSError:
+        return False
+    try:
+        head = os.pread(fd, state.head_length, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return len(head) == state.head_length and digest(head) == state.head_hash
 
 
@@ -60,6 +111,9 @@ class Ingester:
         self._tailer = Tailer(conn, clock, settings.read_chunk_bytes)
         self._tracked: dict[str, Tracked] = {}
         self._states: list[FileState] = []
+        # Every directory the last scan walked, with its mtime: a timed scan whose
+        # directories are all unchanged has nothing to find (idle costs ~nothing).
+        self._directories: dict[str, int] = {}
         self._rescan_requested = True
         self._hinted: set[str] = set()
         self._explicit: dict[str, Candidate] = {}
@@ -125,7 +179,13 @@ class Ingester:
         """Match what is on disk against what is stored: renames, replacements, new files."""
         self._rescan_requested = False
         found: dict[str, tuple[Candidate, os.stat_result]] = {}
-        discovered = list(discover(self.sources))
+        directories: dict[str, int] = {}
+        discovered = list(discover(self.sources, directories))
+        for directory, mtime in directories.items():
+            # Said once, when a directory becomes unreadable, not on every scan.
+            if mtime == UNREADABLE and self._directories.get(directory) != UNREADABLE:
+                log.warning("directory_unreadable", path=directory)
+        self._directories = directories
         seen = {c.path for c in discovered}
         discovered += [c for p, c in self._explicit.items() if p not in seen]
         for candidate in discovered:
@@ -171,6 +231,31 @@ class Ingester:
             claimed.update((moved.path, path))
             moved.path = path
             tracked[path] = Tracked(candidate, moved)
+        # 2b. Moved by copy (across file systems: copied, then the original deleted): a new
+        # path whose content begins as a known file's that is gone continues its session.
+        # (While the original is still there, a file beginning like it is a new session:
+        # agents replay a history into a new file when a session is resumed.)
+        by_head: dict[str, list[FileState]] = {}
+        for known_state in states.values():
+            if known_state.head_length and known_state.head_hash != "document":
+                by_head.setdefault(known_state.head_hash, []).append(known_state)
+        for path, (candidate, st) in found.items():
+            if (path in tracked or path in states or candidate.mode is Mode.DOCUMENT
+                    or not by_head or path in self._tracked):
+                continue  # (a new file already read as new in an earlier scan stays new)
+            head = _head_of(path)
+            gone = next((c for c in by_head.get(head or "", ())
+                         if c.path not in found and c.path not in claimed
+                         and st.st_size >= c.offset and _same_prefix(path, c)), None)
+            if gone is not None:
+                await move_state(self._conn, gone, path, self._clock.now(),
+                                 (st.st_dev, st.st_ino))
+                log.info("transcript_moved", old_path=gone.path, new_path=path,
+                         session_id=gone.session_id, by="content")
+                claimed.update((gone.path, path))
+                gone.path, gone.device, gone.inode = path, st.st_dev, st.st_ino
+                gone.missing = False
+                tracked[path] = Tracked(candidate, gone)
         # 3. A known path that now names another file: replaced, checked before reading.
         # 4. Anything else is new.
         for path, (candidate, _st) in found.items():
@@ -294,7 +379,10 @@ class Ingester:
         while not stop.is_set():
             now = self._clock.monotonic()
             if self._rescan_requested or now >= next_scan:
-                await self.scan()
+                # Compared with mtimes, which come from the kernel's clock, not ours.
+                if self._rescan_requested or not unchanged(
+                        self._directories, time.time_ns(), SETTLE_NS):
+                    await self.scan()
                 next_scan = now + self._settings.poll_interval
             self._hinted.clear()
             self.wake.clear()

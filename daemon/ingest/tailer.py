@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -27,6 +29,7 @@ from daemon.store.records import Batch, FileState, MessageRow, NewSession
 log = structlog.get_logger("memoryd.ingest")
 
 _BOM = b"\xef\xbb\xbf"
+SETTLE_NS = 2_000_000_000
 _READ_SIZE = 256 * 1024
 _DOCUMENT_HEAD = 512
 
@@ -49,6 +52,9 @@ class Tracked:
     # way to skip re-reading a long partial line that has not changed since.
     stalled: tuple[int, str] | None = None
     rejected_logged: bool = False
+    # (device, inode, size, mtime_ns) when a turn last found nothing new: a later turn
+    # that stats the same is idle without opening the file (an idle daemon's polls).
+    idle_stat: tuple[int, int, int, int] | None = None
 
     @property
     def path(self) -> str:
@@ -61,6 +67,33 @@ class TurnResult:
     bytes_read: int = 0
     stored: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+class NotARegularFile(OSError):
+    """A path named like a transcript is a FIFO, socket or device: never read."""
+
+
+def open_transcript(path: str) -> int:
+    """A read-only descriptor on the regular file at `path`.
+
+    Opened non-blocking so that a FIFO named like a transcript cannot block the
+    ingester (a blocking open waits for a writer forever); anything but a
+    regular file is closed again and refused with NotARegularFile.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotARegularFile(f"not a regular file: {path}")
+    return fd
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _tail_mark(fd: int, size: int) -> tuple[int, str]:
@@ -85,6 +118,9 @@ class Tailer:
         self._clock = clock
         self._read_chunk = read_chunk
         self._parsers: dict[str, RecordParser] = {}
+        # Paths that could not be read, with why: said once, not on every poll, and
+        # said again only after they were readable in between.
+        self._unreadable: dict[str, str] = {}
 
     def _parser(self, candidate: Candidate) -> RecordParser:
         parser = self._parsers.get(candidate.kind)
@@ -93,19 +129,48 @@ class Tailer:
         return parser
 
     async def turn(self, tracked: Tracked) -> TurnResult:
+        if tracked.idle_stat is not None:
+            try:
+                st = os.stat(tracked.path)
+            except FileNotFoundError:
+                self._unreadable.pop(tracked.path, None)
+                return TurnResult(TurnOutcome.GONE)
+            except OSError:
+                st = None
+            if st is not None and _signature(st) == tracked.idle_stat:
+                return TurnResult(TurnOutcome.IDLE)
+            tracked.idle_stat = None
         try:
-            fd = os.open(tracked.path, os.O_RDONLY)
+            fd = open_transcript(tracked.path)
         except FileNotFoundError:
+            self._unreadable.pop(tracked.path, None)
             return TurnResult(TurnOutcome.GONE)
-        except OSError as exc:
-            log.warning("transcript_unreadable", path=tracked.path, error=exc.strerror)
+        except NotARegularFile:
+            self._warn_once(tracked.path, "transcript_not_a_regular_file", None)
             return TurnResult(TurnOutcome.IDLE)
+        except OSError as exc:
+            self._warn_once(tracked.path, "transcript_unreadable", exc.strerror or str(exc))
+            return TurnResult(TurnOutcome.IDLE)
+        self._unreadable.pop(tracked.path, None)
         try:
+            before = os.fstat(fd)
             if tracked.candidate.mode is Mode.DOCUMENT:
-                return await self._document_turn(tracked, fd)
-            return await self._lines_turn(tracked, fd)
+                result = await self._document_turn(tracked, fd)
+            else:
+                result = await self._lines_turn(tracked, fd)
         finally:
             os.close(fd)
+        # Trusted only for a file not modified in the last SETTLE_NS: within one tick of
+        # a coarse mtime, a second write could leave size and mtime as they were.
+        if (result.outcome is TurnOutcome.IDLE
+                and time.time_ns() - before.st_mtime_ns > SETTLE_NS):
+            tracked.idle_stat = _signature(before)
+        return result
+
+    def _warn_once(self, path: str, event: str, error: str | None) -> None:
+        if self._unreadable.get(path) != event:
+            self._unreadable[path] = event
+            log.warning(event, path=path, error=error)
 
     # -- append-only JSONL -------------------------------------------------------------
 
@@ -214,6 +279,9 @@ class Tailer:
                 data = data[:-1]
             if line.offset == 0 and data.startswith(_BOM):
                 data = data[3:]
+            # NUL padding (a preallocated or crash-damaged file) between records: the
+            # next record starts after it, not inside a rejected line.
+            data = data.strip(b"\x00")
             if not data.strip():
                 continue
             batch.lines_read += 1
@@ -221,8 +289,9 @@ class Tailer:
                 record = orjson.loads(data)
             except orjson.JSONDecodeError:
                 try:
-                    # Decode what can be decoded: a stray invalid byte should not lose the line.
-                    record = json.loads(data.decode("utf-8", "replace"))
+                    # Decode what can be decoded: a stray invalid byte should not lose the
+                    # line, nor a raw control character (a NUL) inside a string.
+                    record = json.loads(data.decode("utf-8", "replace"), strict=False)
                 except ValueError:
                     batch.rejected.append((line.offset, line.data, "not JSON"))
                     continue

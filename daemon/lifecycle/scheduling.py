@@ -34,11 +34,13 @@ class PeriodicJob:
 
 class LifecycleScheduler:
     def __init__(self, jobs: list[PeriodicJob], now: Callable[[], datetime],
-                 on_error: Callable[[str, Exception], None] | None = None) -> None:
+                 on_error: Callable[[str, Exception], None] | None = None,
+                 on_success: Callable[[str], None] | None = None) -> None:
         self._scheduler = AsyncIOScheduler(timezone="UTC")
         self._jobs = jobs
         self._now = now
         self._on_error = on_error
+        self._on_success = on_success
         # Exclusive jobs share one database connection, so they take turns; the
         # others only never overlap themselves. Stopping waits for all of them.
         self._busy = asyncio.Lock()
@@ -76,9 +78,15 @@ class LifecycleScheduler:
             try:
                 async with self._busy if job.exclusive else self._own[job.name]:
                     await job.run()
+                if self._on_success is not None:
+                    self._on_success(job.name)
             except MemorydError as exc:
                 # Logged and retried on the next run: a job must never stop the daemon.
                 log.warning("job_failed", job=job.name, error=str(exc))
+                if self._on_error is not None:
+                    self._on_error(job.name, exc)
+            except Exception as exc:
+                log.error("job_failed", job=job.name, error=f"{type(exc).__name__}: {exc}")
                 if self._on_error is not None:
                     self._on_error(job.name, exc)
 

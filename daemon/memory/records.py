@@ -92,7 +92,9 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
         )
     try:
         prov = record.get("provenance") or {}
-        importance = float(record["importance"])
+        if not isinstance(prov, Mapping):
+            raise ValueError("field 'provenance' must be an object")
+        importance = _number(record["importance"], "importance")
         if not 0.0 <= importance <= 1.0:
             raise ValueError(f"importance {importance} is outside 0..1")
         memory_id = record["id"]
@@ -107,7 +109,7 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
             type=MemoryType(record["type"]),
             importance=importance,
             project=_opt(str, record.get("project"), "project"),
-            tags=tuple(str(t) for t in record.get("tags") or ()),
+            tags=_strings(record.get("tags"), "tags"),
             provenance=Provenance(
                 session_id=_opt(int, prov.get("session_id"), "provenance.session_id"),
                 session_external_id=_opt(
@@ -117,7 +119,7 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
                 project=_opt(str, prov.get("project"), "provenance.project"),
                 first_index=_opt(int, prov.get("first_index"), "provenance.first_index"),
                 last_index=_opt(int, prov.get("last_index"), "provenance.last_index"),
-                message_uuids=tuple(str(u) for u in prov.get("message_uuids") or ()),
+                message_uuids=_strings(prov.get("message_uuids"), "provenance.message_uuids"),
                 started_at=opt_from_utc_text(prov.get("started_at")),
                 ended_at=opt_from_utc_text(prov.get("ended_at")),
             ),
@@ -127,13 +129,28 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
             superseded_by=_opt(str, record.get("superseded_by"), "superseded_by"),
             reason=_opt(str, record.get("reason"), "reason"),
             deleted_at=opt_from_utc_text(record.get("deleted_at")),
-            access_count=int(record.get("access_count") or 0),
+            access_count=int(_number(record.get("access_count") or 0, "access_count")),
             last_accessed_at=opt_from_utc_text(record.get("last_accessed_at")),
         )
     except KeyError as exc:
         raise ValueError(f"missing field {exc.args[0]!r}") from exc
-    except TypeError as exc:
+    except (TypeError, AttributeError, OverflowError) as exc:
         raise ValueError(str(exc)) from exc
+
+
+def _number(value: Any, name: str) -> float:
+    # bool is an int to Python; `true` where a number belongs is a broken record.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"field {name!r} must be a number")
+    return float(value)
+
+
+def _strings(value: Any, name: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"field {name!r} must be a list of strings")
+    return tuple(value)
 
 
 def result_to_record(result: RecallResult) -> dict[str, Any]:

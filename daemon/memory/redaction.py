@@ -1,55 +1,201 @@
-"""Secrets out of memory text: keys and tokens found in conversation are masked.
+"""Secrets out of memory text: keys, tokens and passwords found in conversation are masked.
 
 Transcripts are full of credentials (a `.env` file read by a tool, a token in a
 curl command). The daemon's store keeps the transcript as written (it is the
 user's own record, mode 0600), but memory text is recalled into prompts,
-exported and maybe shared through a remote backend, so it is masked first.
-Patterns are deliberately specific (known prefixes, key=value assignments,
-PEM blocks) so that ordinary prose and hashes survive.
+exported and maybe shared through a remote backend, so it is masked first:
+by every write to memory (segments, summaries, extracted facts, `remember`,
+`correct`, `import`) and by the log renderer.
+
+Two rule sets, applied in order:
+
+1. memoryd's own rules (`_OWN`): whole blocks (PEM and PGP private keys), then
+   secrets that need context to find (NAME=value and `"name": "value"`
+   assignments, a password said in prose, `mysql -p…`, `Authorization: Basic`,
+   URL passwords, a bare AWS secret key next to an access key id), then token
+   formats detect-secrets does not know (Anthropic, Stripe test keys, npm
+   `npm_`, Slack app tokens, GitLab's newer prefixes, Google API keys, bearer
+   tokens).
+2. detect-secrets' plugin rules (Yelp's maintained list: AWS, GitHub, GitLab,
+   Stripe, Slack, Twilio, SendGrid, PyPI, npm, JWT, private key headers, ...),
+   loaded from the installed package on first use. Its keyword, entropy and
+   public-IP detectors are not used: the first is rule 1's assignment rule,
+   the others mask hashes and addresses that are not secrets.
+
+A pattern with groups masks its longest group when that is at least
+MIN_GROUP characters (the secret inside its context), else the whole match.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
 
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("private_key", re.compile(
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)")),
-    ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}")),
-    ("openai_key", re.compile(r"\bsk-(?:proj-|svcacct-)?[A-Za-z0-9_\-]{20,}")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}")),
-    ("google_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}")),
-    ("bearer_token", re.compile(r"(?i)(?<=\bbearer )[A-Za-z0-9._~+/\-]{20,}=*")),
-    ("url_password", re.compile(r"(?<=://)[^\s:/@]+:[^\s@/]{3,}(?=@)")),
-    # NAME=value where NAME says it is a secret; values of digits only (token counts) stay.
-    ("assigned_secret", re.compile(
-        r"(?i)\b([A-Za-z0-9_]*(?:api[_-]?key|secret|token|passw(?:or)?d|pwd|access[_-]?key)"
-        r"[A-Za-z0-9_]*\s*[=:]\s*)([\"']?)(?=[^\s\"',;]*[A-Za-z])([^\s\"',;]{6,})\2")),
+MIN_GROUP = 12
+LONGEST_GROUP = -1  # mask the longest group if it has MIN_GROUP characters, else all
+ANY_GROUP = -2  # mask whichever group matched
+
+_NAME = (r"[A-Za-z0-9_.\-]*(?:api[_-]?key|secret|token|passw(?:or)?d|passphrase|pwd|"
+         r"access[_-]?key|auth[_-]?key|credentials?|private[_-]?key|"
+         r"(?<![A-Za-z])pass(?![A-Za-z])|(?<![A-Za-z])pw(?![A-Za-z]))[A-Za-z0-9_.\-]*")
+
+
+# kind, markers, pattern, what to mask: None (the whole match), a group's number, or one of
+# the above. A rule runs only on text holding one of its markers (a marker with a capital
+# letter is looked for as written, others in the lower-cased text): most text holds none,
+# and a substring test costs a fraction of one regex search.
+_Rule = tuple[str, tuple[str, ...], re.Pattern[str], int | None]
+
+_OWN: list[_Rule] = [
+    ("private_key", ("PRIVATE KEY",), re.compile(
+        r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
+        r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"), None),
+    # NAME=value, NAME: value, "name": "value" (JSON, YAML, .env, shell); values of digits
+    # only (token counts) and short ones stay.
+    ("assigned_secret", ("key", "secret", "token", "pass", "pwd", "pw", "credential"), re.compile(
+        rf"(?i)(?<![A-Za-z0-9])[\"']?{_NAME}[\"']?\s*[=:]\s*"
+        r"(?:\"((?=[^\"\n]*[A-Za-z])[^\"\n]{6,})\"|'((?=[^'\n]*[A-Za-z])[^'\n]{6,})'"
+        # unquoted: not a call (`token = os.environ.get(...)` is code, not a secret)
+        r"|((?=[^\s\"',;()]*[A-Za-z])[^\s\"',;()]{6,})(?![(\w]))"), ANY_GROUP),
+    # "use the deploy password hunter2!": prose, where the value has a digit or a symbol.
+    ("password", ("passw", "passphrase", "passcode"), re.compile(
+        r"(?i)\b(?:password|passphrase|passwd|passcode)\s+(?:is\s+|was\s+|to\s+)?[`\"']?"
+        r"((?=[^\s`\"',;]*[\d!@#$%^&*()+=~?<>|\\/])[^\s`\"',;]{6,})"), 1),
+    ("mysql_password", ("mysql",),
+     re.compile(r"\bmysql(?:dump|admin|sh)?\b[^\n]*?\s-p(?!\s)([^\s\"']+)"), 1),
+    ("basic_auth", ("basic",),
+     re.compile(r"(?i)\bauthorization\s*:\s*basic\s+([A-Za-z0-9+/=._\-]{8,})"), 1),
+    ("bearer_token", ("bearer",),
+     re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{20,}=*)"), 1),
+    # scheme://user:password@host: the password may hold / or @; the last @ ends it.
+    ("url_password", ("://",), re.compile(r"://[^\s:/@\"'<>]+:(\S+)@[\w.\-]+"), 1),
+    ("anthropic_key", ("sk-ant-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}"), None),
+    ("openai_key", ("sk-",),
+     re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"), None),
+    ("stripe_key", ("k_live_", "k_test_"),
+     re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}"), None),
+    ("gitlab_token", ("gl",), re.compile(
+        r"\bgl(?:pat|dt|rt|ptt|ft|imt|agent|oas|soat|cbt)-[0-9A-Za-z_\-]{20,}"), None),
+    ("npm_token", ("npm_",), re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), None),
+    ("slack_token", ("xox", "xapp-"),
+     re.compile(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9\-]{10,}"), None),
+    ("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+     re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,})"), None),
+    ("aws_access_key", ("AKIA", "ASIA", "ABIA", "ACCA"),
+     re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"), None),
+    ("google_api_key", ("AIza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), None),
+    ("jwt", ("eyJ",),
+     re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"), None),
 ]
+# A bare AWS secret key is 40 characters of base64; alone it is indistinguishable from a
+# hash, so it is masked only in text that also holds an access key id.
+_AWS_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b|\[REDACTED:aws_access_key\]")
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
+                         r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+
+# Not used: keywords (the assignment rule above), entropy and public IPs (not secrets), the
+# provider-specific assignments (IBM, Cloudant, SoftLayer: the assignment rule covers them,
+# and their patterns cost ten times a plain one), Discord (no literal to look for) and
+# Telegram (anchored to the whole text: it never matches a message).
+_SKIPPED_PLUGINS = {"KeywordDetector", "IPPublicDetector", "Base64HighEntropyString",
+                    "HexHighEntropyString", "IbmCloudIamDetector", "IbmCosHmacDetector",
+                    "CloudantDetector", "SoftlayerDetector", "DiscordBotTokenDetector",
+                    "TelegramBotTokenDetector"}
+_PLUGIN_MARKERS: dict[str, tuple[str, ...]] = {
+    "ArtifactoryDetector": ("AKC", "AP"),
+    "AWSKeyDetector": ("AKIA", "ASIA", "ABIA", "ACCA", "A3T", "aws"),
+    "AzureStorageKeyDetector": ("accountkey",),
+    "BasicAuthDetector": ("://",),
+    "GitHubTokenDetector": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitLabTokenDetector": ("gl", "gr1348941"),
+    "JwtTokenDetector": ("eyJ",),
+    "MailchimpDetector": ("-us",),
+    "NpmDetector": ("_authtoken",),
+    "OpenAIDetector": ("T3BlbkFJ",),
+    "PrivateKeyDetector": ("PRIVATE KEY", "PuTTY"),
+    "PypiTokenDetector": ("pypi-",),
+    "SendGridDetector": ("SG.",),
+    "SlackDetector": ("xox", "hooks.slack.com"),
+    "SquareOAuthDetector": ("sq0csp-",),
+    "StripeDetector": ("k_live_",),
+    "TwilioKeyDetector": ("AC", "SK"),
+}
 
 
-def _keep_name(match: re.Match[str]) -> str:
-    return f"{match.group(1)}[REDACTED:assigned_secret]"
+@cache
+def _plugin_rules() -> tuple[_Rule, ...]:
+    """detect-secrets' regex rules (imported on first use: its plugins import requests)."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    rules: list[_Rule] = []
+    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    for secret_type, plugin in sorted(plugins.items()):
+        if plugin.__name__ in _SKIPPED_PLUGINS or not issubclass(plugin, RegexBasedDetector):
+            continue
+        kind = re.sub(r"[^a-z0-9]+", "_", secret_type.lower()).strip("_")
+        # A plugin this table does not know yet (a newer detect-secrets) always runs.
+        markers = _PLUGIN_MARKERS.get(plugin.__name__, ("",))
+        patterns: Iterable[re.Pattern[str]] = plugin.denylist
+        for pattern in patterns:
+            rules.append((kind, markers, pattern, LONGEST_GROUP if pattern.groups else None))
+    return tuple(rules)
 
 
-#: Something (lower-cased) that every pattern above needs. Most text has none of it and
-#: is returned as is: substring tests are several times cheaper than one regex search.
-_MARKERS = ("private key", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_",
-            "akia", "asia", "xox", "aiza", "eyj", "://", "bearer", "key", "secret", "token",
-            "passw", "pwd")
+def _mask(text: str, kind: str, pattern: re.Pattern[str], group: int | None) -> str:
+    if group is None:
+        return pattern.sub(f"[REDACTED:{kind}]", text)
+
+    def replace(match: re.Match[str]) -> str:
+        if group in (LONGEST_GROUP, ANY_GROUP):
+            spans = [match.span(g) for g in range(1, pattern.groups + 1)
+                     if match.group(g) is not None]
+        else:
+            spans = [match.span(group)] if match.group(group) is not None else []
+        least = MIN_GROUP if group == LONGEST_GROUP else 1
+        spans = [s for s in spans if s[1] - s[0] >= least]
+        if not spans:
+            return f"[REDACTED:{kind}]"
+        start, end = max(spans, key=lambda s: s[1] - s[0])
+        if match.group(0)[start - match.start():end - match.start()].startswith("[REDACTED:"):
+            return match.group(0)
+        return _keep_span(match, start, end, kind)
+
+    return pattern.sub(replace, text)
+
+
+def _keep_span(match: re.Match[str], start: int, end: int, kind: str) -> str:
+    text, base = match.group(0), match.start()
+    return f"{text[:start - base]}[REDACTED:{kind}]{text[end - base:]}"
+
+
+def _present(markers: tuple[str, ...], text: str, lowered: str) -> bool:
+    return any(marker in (text if marker in _CASED else lowered) for marker in markers)
 
 
 def redact(text: str) -> str:
     """`text` with every secret found replaced by `[REDACTED:<kind>]`."""
     lowered = text.lower()
-    if not any(marker in lowered for marker in _MARKERS):
-        return text
-    for kind, pattern in _PATTERNS:
-        if kind == "assigned_secret":
-            text = pattern.sub(_keep_name, text)
-        else:
-            text = pattern.sub(f"[REDACTED:{kind}]", text)
+    if not any(m in lowered for m in _LOWER) and not any(m in text for m in _CASED):
+        return text  # most text: no marker of any rule
+    for kind, markers, pattern, group in _OWN:
+        if _present(markers, text, lowered):
+            text = _mask(text, kind, pattern, group)
+            lowered = text.lower()
+    if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text) and _AWS_ID.search(text):
+        text = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
+        lowered = text.lower()
+    for kind, markers, pattern, group in _plugin_rules():
+        if _present(markers, text, lowered):
+            text = _mask(text, kind, pattern, group)
+            lowered = text.lower()
     return text
+
+
+# Markers looked for as written (they hold a capital letter).
+_CASED = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m != m.lower()) | \
+    frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m != m.lower())
+_LOWER = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m == m.lower()) | \
+    frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m == m.lower())

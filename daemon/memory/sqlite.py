@@ -73,6 +73,7 @@ from daemon.memory.records import (
     record_to_memory,
     to_utc_text,
 )
+from daemon.memory.redaction import redact
 from daemon.memory.sqlite_rows import (
     CHAIN,
     INSERT_ONCE,
@@ -321,6 +322,7 @@ class SQLiteMemoryBackend:
     ) -> Memory:
         if not content.strip():
             raise ValueError("a memory needs some content")
+        content = redact(content)  # what a person or an agent types may hold a secret too
         kind = MemoryType(type)
         prov = provenance or Provenance()
         now = self._clock.now()
@@ -635,6 +637,7 @@ class SQLiteMemoryBackend:
     ) -> Memory:
         if not new_content.strip():
             raise ValueError("a correction needs some content")
+        new_content = redact(new_content)
         now = self._clock.now()
         async with self._write() as conn:
             old = await self._fetch_memory(conn, memory_id)
@@ -808,6 +811,8 @@ class SQLiteMemoryBackend:
                 except ValueError as exc:
                     raise BackendError(f"import record {number}: {exc}",
                                        backend=BACKEND_NAME) from exc
+                # An export from elsewhere (or an older memoryd) may hold what masks now catch.
+                memory = replace(memory, content=redact(memory.content))
                 batch.append((*row_params(memory), memory.id))
                 if len(batch) >= IMPORT_BATCH_SIZE:
                     created += await self._insert_many(conn, batch)

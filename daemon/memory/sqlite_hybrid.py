@@ -74,7 +74,7 @@ VECTOR_WEIGHT = 0.1
 PARAPHRASE_VECTOR_WEIGHT = 0.8
 # `adaptive`: the query's words count as found when one of the best COVERAGE_CHUNKS
 # keyword chunks covers at least WORDS_FOUND of them (gate.coverage).
-WORDS_FOUND = 0.5
+WORDS_FOUND = 0.4
 COVERAGE_CHUNKS = 3
 RRF_K = 60
 CANDIDATES = 200

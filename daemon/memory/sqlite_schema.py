@@ -44,7 +44,7 @@ from pathlib import Path
 import aiosqlite
 import structlog
 
-from daemon.errors import BackendError, BackendUnavailable
+from daemon.errors import BackendDamaged, BackendError, BackendUnavailable, is_damage
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
@@ -224,6 +224,9 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 def translate(exc: sqlite3.Error) -> BackendError:
     """A sqlite3 error as a BackendError; locked or full databases are transient."""
     text = str(exc).lower()
+    if is_damage(text):
+        return BackendDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)",
+                              backend=BACKEND_NAME)
     if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
         return BackendUnavailable(str(exc), backend=BACKEND_NAME)
     return BackendError(str(exc), backend=BACKEND_NAME)
@@ -262,6 +265,9 @@ async def connect(path: Path, *, busy_timeout: float = 5.0) -> aiosqlite.Connect
     except sqlite3.Error as exc:
         await conn.close()
         raise translate(exc) from exc
+    except BaseException:
+        await conn.close()
+        raise
     conn.row_factory = aiosqlite.Row
     return conn
 

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import aiosqlite
 
-from daemon.errors import StoreBusy, StoreError
+from daemon.errors import (
+    ConfigError,
+    StateDirError,
+    StoreBusy,
+    StoreDamaged,
+    StoreError,
+    is_damage,
+)
 
 _TRANSIENT_MARKERS = ("database is locked", "database or disk is full", "disk i/o error",
                       "database table is locked", "unable to open database")
@@ -19,15 +26,44 @@ _TRANSIENT_MARKERS = ("database is locked", "database or disk is full", "disk i/
 
 def translate(exc: sqlite3.Error) -> StoreError:
     text = str(exc).lower()
+    if is_damage(text):
+        return StoreDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)")
     if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
         return StoreBusy(str(exc))
     return StoreError(str(exc))
 
 
-def ensure_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    if stat.S_IMODE(path.stat().st_mode) != 0o700:
-        path.chmod(0o700)
+def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
+    """`path` as a directory for memoryd's files: created 0700 when missing.
+
+    An existing directory is never chmodded (a state_dir pointed at /tmp or at
+    the current directory would otherwise lose its sticky bit or its mode). One
+    that another user owns, or that others may write to, is refused: anyone
+    who can write there can replace memoryd's databases or socket.
+    """
+    try:
+        path.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StateDirError(str(path), exc.strerror or str(exc)) from None
+    else:
+        path.chmod(0o700)  # mkdir's mode is narrowed by the umask, never widened: be exact
+        return
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise StateDirError(str(path), exc.strerror or str(exc)) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise StateDirError(str(path), "exists and is not a directory")
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.geteuid():
+        raise ConfigError(setting, f"{path} belongs to another user (uid {info.st_uid});"
+                                   " use a directory of your own")
+    if mode & 0o022:
+        raise ConfigError(setting, f"{path} is writable by others (mode {mode:o}); memoryd"
+                                   " keeps its state only in a directory of its own (a new"
+                                   " path is created 0700)")
 
 
 def _ensure_private_file(path: Path) -> None:
@@ -39,14 +75,24 @@ def _ensure_private_file(path: Path) -> None:
 
 
 async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection:
-    """A connection in WAL mode with foreign keys on; the file is created 0600."""
+    """A connection in WAL mode with foreign keys on; the file is created 0600.
+
+    On any failure the connection is closed before the error leaves: an open
+    aiosqlite connection's thread would keep the process from exiting.
+    """
     try:
         if readonly:
             conn = await aiosqlite.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
         else:
             ensure_private_dir(path.parent)
-            _ensure_private_file(path)
+            try:
+                _ensure_private_file(path)
+            except OSError as exc:
+                raise StateDirError(str(path.parent), exc.strerror or str(exc)) from None
             conn = await aiosqlite.connect(path, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    try:
         await conn.execute("PRAGMA busy_timeout = 5000")
         if not readonly:
             await conn.execute("PRAGMA journal_mode = WAL")
@@ -55,7 +101,11 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
             await conn.execute("PRAGMA synchronous = NORMAL")
         await conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as exc:
+        await conn.close()
         raise translate(exc) from exc
+    except BaseException:
+        await conn.close()
+        raise
     conn.row_factory = aiosqlite.Row
     if not readonly:
         for suffix in ("-wal", "-shm"):
@@ -63,6 +113,28 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
             if side.exists() and stat.S_IMODE(side.stat().st_mode) != 0o600:
                 side.chmod(0o600)
     return conn
+
+
+def integrity_problems(path: Path, *, full: bool = False, limit: int = 20) -> list[str]:
+    """SQLite's own check of the database at `path`, read-only: [] when it is sound.
+
+    `quick_check` (the default) verifies every page and record but not that the
+    indexes match their tables; `integrity_check` (`full`) also does. Blocking:
+    call it on a worker thread. A locked database raises StoreBusy.
+    """
+    pragma = "integrity_check" if full else "quick_check"
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        error = translate(exc)
+        if error.transient:
+            raise error from None
+        return [str(exc)]
+    return [] if rows == ["ok"] else rows
 
 
 @asynccontextmanager

@@ -222,15 +222,21 @@ async def load_states(conn: aiosqlite.Connection) -> list[FileState]:
 
 
 async def move_state(
-    conn: aiosqlite.Connection, state: FileState, new_path: str, now: datetime
+    conn: aiosqlite.Connection, state: FileState, new_path: str, now: datetime,
+    identity: tuple[int, int] | None = None,
 ) -> None:
-    """A renamed or moved transcript keeps its session and its offset."""
+    """A renamed or moved transcript keeps its session and its offset.
+
+    `identity` (device, inode) is the file's new one when it moved by copy (across
+    file systems), recognised by its content.
+    """
+    device, inode = identity or (state.device, state.inode)
     async with transaction(conn):
         await conn.execute("DELETE FROM session_message_state WHERE path = ?", (new_path,))
         await conn.execute(
-            "UPDATE session_message_state SET path = ?, missing = 0, last_processed_at = ?"
-            " WHERE path = ?",
-            (new_path, _iso(now), state.path),
+            "UPDATE session_message_state SET path = ?, missing = 0, last_processed_at = ?,"
+            " device = ?, inode = ? WHERE path = ?",
+            (new_path, _iso(now), device, inode, state.path),
         )
         await conn.execute(
             "UPDATE sessions SET transcript_path = ? WHERE id = ?", (new_path, state.session_id)

@@ -38,10 +38,18 @@ async def list_sessions(
         return [_session_dict(row) for row in await cursor.fetchall()]
 
 
+#: No agent's session id is longer; a longer reference matches nothing (and a LIKE
+#: pattern of 100 KB is more than SQLite accepts).
+MAX_SESSION_REF = 512
+MAX_ROWID = 2**63 - 1
+
+
 async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] | None:
     """A session by its numeric id, its external id, or a unique prefix of the external id."""
+    if not ref or len(ref) > MAX_SESSION_REF:
+        return None
     queries: list[tuple[str, tuple[Any, ...]]] = []
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit() and int(ref) <= MAX_ROWID:
         queries.append(("id = ?", (int(ref),)))
     queries.append(("external_id = ?", (ref,)))
     queries.append(("external_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),)))

@@ -131,7 +131,7 @@ def test_export_import_round_trip_is_idempotent(cli: Cli, tmp_path: Path) -> Non
     future = tmp_path / "future.jsonl"
     future.write_text(json.dumps({**records[0], "schema_version": 99}) + "\n")
     refused = other("import", str(future), ok=False)
-    assert refused.returncode == 1 and "schema_version 99" in refused.stderr
+    assert refused.returncode == 65 and "schema_version 99" in refused.stderr
 
 
 def test_recall_temporal_lists_in_time_order(cli: Cli, tmp_path: Path) -> None:

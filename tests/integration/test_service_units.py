@@ -36,7 +36,7 @@ def test_rendered_systemd_unit_has_the_contract(settings: Settings, tmp_path: Pa
     unit = render_systemd(settings, [sys.executable, "-m", "daemon"], config)
     d = _directives(unit)
     assert d["Type"] == "notify" and d["WatchdogSec"] and d["Restart"] == "on-failure"
-    assert d["RestartPreventExitStatus"] == "78"
+    assert d["RestartPreventExitStatus"] == "73 74 78"
     assert int(d["TimeoutStopSec"].rstrip("s")) > settings.shutdown_grace
     assert d["ExecStart"].split()[0] == sys.executable
     assert d["ExecStart"].endswith(f"run --config {config}")

@@ -77,14 +77,17 @@ def test_locked_database_backs_off_and_loses_nothing(tmp_path: Path) -> None:
                 time.sleep(0.2)
             # Longer than the daemon's busy timeout (5 s): it must give up and back off.
             time.sleep(6.5)
+            wait_for(lambda: "locked" in (json.loads(
+                (state / "status.json").read_text())["last_error"] or ""), 15, "the error shown")
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
         wait_for(lambda: _stored_uuids(state / "memoryd.db") == written, 60, "all lines")
+        # The condition has passed: `status` no longer shows the error.
+        wait_for(lambda: json.loads((state / "status.json").read_text())["last_error"] is None,
+                 20, "the error cleared from status")
     log = (tmp_path / "run.log").read_text()
-    assert "store_busy_backing_off" in log
-    status = json.loads((state / "status.json").read_text())
-    assert "locked" in (status["last_error"] or "")
+    assert "store_busy_backing_off" in log and "database is locked" in log
 
 
 def _mount_tmpfs(target: Path, size: str) -> bool:

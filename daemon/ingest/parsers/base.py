@@ -10,6 +10,7 @@ import orjson
 
 #: How much of a tool's input or output goes into a message's readable `content`.
 CONTENT_TOOL_LIMIT = 4000
+CLIP_BACKTRACK = 200  # how far back `clip` looks for a whitespace to cut at
 
 
 @dataclass(slots=True)
@@ -73,9 +74,18 @@ def json_text(value: object) -> str:
 
 
 def clip(text: str, limit: int = CONTENT_TOOL_LIMIT) -> str:
+    """`text` cut to about `limit` characters, at a whitespace: cutting inside a word
+    could leave the start of a key (`sk-ant-api03-Ab`) too short for any mask to know."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}… [{len(text) - limit} more characters]"
+    cut = limit
+    while cut > limit - CLIP_BACKTRACK and cut > 0 and not text[cut - 1].isspace():
+        cut -= 1
+    if cut <= limit - CLIP_BACKTRACK or cut == 0:
+        cut = limit  # one very long token: dropped whole below rather than cut
+        head = text[:cut].rsplit(None, 1)[0] if " " in text[:cut] else ""
+        return f"{head}… [{len(text) - len(head)} more characters]"
+    return f"{text[:cut]}… [{len(text) - cut} more characters]"
 
 
 def human_size(n_bytes: int) -> str:

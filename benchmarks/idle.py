@@ -1,0 +1,112 @@
+"""Idle cost: the CPU an idle `memoryd run` uses while it watches many transcripts.
+
+    python -m benchmarks.idle                    # 1,000 transcripts, 120 s measured
+    python -m benchmarks.idle --files 200 --seconds 30
+
+`memoryd run` with default settings (poll_interval 2 s, file notifications on)
+on a fresh state_dir and a Claude root of `--files` transcripts (12 projects,
+20 lines each, about 8 KB a file). Once every line is stored and the daemon has
+been quiet for 10 s (its start-up jobs done), the CPU time it uses (user +
+system, from /proc/<pid>/stat, every thread) is read at the start and the end
+of `--seconds`, with its RSS. Prints % of one core (target: <= 1 %) and the
+same figure per second of polling. Run `python -m benchmarks.latency` beside
+it: idle savings must not slow the append-to-row latency (p50 <= 100 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._common import isolated_env, machine, memoryd_command, write_config
+
+LINES_PER_FILE = 20
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _write_root(root: Path, files: int) -> int:
+    for n in range(files):
+        folder = root / f"-project-{n % 12}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for i in range(LINES_PER_FILE):
+            role = "user" if i % 2 == 0 else "assistant"
+            lines.append(json.dumps({
+                "type": role, "uuid": f"f{n}-m{i}", "sessionId": f"s{n}",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "message": {"role": role, "content": f"message {i} of file {n} " + "x" * 300},
+            }))
+        (folder / f"s{n}.jsonl").write_text("\n".join(lines) + "\n")
+    return files * LINES_PER_FILE
+
+
+def _stored(db: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--files", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="memoryd-idle-") as tmp:
+        work = Path(tmp)
+        root = work / "claude"
+        expected = _write_root(root, args.files)
+        config = write_config(work / "config.yaml", work / "state", root,
+                              memory={"embeddings": {"fetch_model": False}})
+        env = isolated_env(work / "xdg")
+        proc = subprocess.Popen(memoryd_command(config, "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while _stored(work / "state" / "memoryd.db") < expected:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit("the daemon did not store every line")
+                time.sleep(0.5)
+            time.sleep(10)  # start-up jobs (recovery of the new sessions) settle
+            before, began = _cpu_seconds(proc.pid), time.monotonic()
+            time.sleep(args.seconds)
+            used, wall = _cpu_seconds(proc.pid) - before, time.monotonic() - began
+            rss = _rss_mb(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    print(f"machine: {machine()}")
+    print(f"idle daemon, {args.files} transcripts, {wall:.0f} s: "
+          f"{100 * used / wall:.2f} % of one core ({used:.2f} s CPU), RSS {rss:.0f} MB "
+          f"(target: <= 1 %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

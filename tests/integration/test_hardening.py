@@ -1,0 +1,378 @@
+"""Bad luck and hostile input, as real processes: nothing hangs, nothing traces back.
+
+Every case runs the real `memoryd` command in a subprocess with a timeout; a
+hang fails the test (TimeoutExpired) instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import daemon_env, memoryd_command, wait_ready, write_config
+
+#: Every status a command may exit with (daemon/cli/common.py documents each).
+DOCUMENTED = {0, 1, 2, 65, 66, 69, 70, 73, 74, 75, 78}
+
+
+def _claude_line(text: str, key: str) -> str:
+    return json.dumps({"type": "user", "uuid": key, "sessionId": "s1",
+                       "timestamp": "2026-05-01T10:00:00Z",
+                       "message": {"role": "user", "content": text}}) + "\n"
+
+
+def _setup(tmp_path: Path, **extra: object) -> tuple[Path, Path, Path]:
+    root = tmp_path / "claude"
+    (root / "-p").mkdir(parents=True)
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "c.yaml", state, {"claude": root}, **extra)
+    return root, state, config
+
+
+def _memoryd(tmp_path: Path, config: Path, *args: str, timeout: float = 60,
+             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(memoryd_command("--config", str(config), *args),
+                          env=daemon_env(tmp_path), capture_output=True, text=True,
+                          timeout=timeout, input=stdin)
+
+
+def _one_line_failure(done: subprocess.CompletedProcess[str], status: int) -> None:
+    assert done.returncode == status, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    said = [line for line in done.stderr.splitlines() if line.startswith("memoryd: ")]
+    assert len(said) == 1, done.stderr[-2000:]
+
+
+def _stored(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_fifo_named_like_a_transcript_is_skipped_not_opened(tmp_path: Path) -> None:
+    """`ingest --once` with a FIFO among the transcripts stores the rest and exits; the FIFO
+    is never opened for reading (a writer opening it non-blocking would then succeed)."""
+    root, state, config = _setup(tmp_path)
+    fifo = root / "-p" / "a-fifo.jsonl"
+    os.mkfifo(fifo)
+    (root / "-p" / "b.jsonl").write_text(_claude_line("hello", "k1"))
+    done = _memoryd(tmp_path, config, "ingest", "--once", timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert _stored(state / "memoryd.db") == 1
+    assert done.stderr.count("transcript_not_a_regular_file") == 1
+    with pytest.raises(OSError):  # ENXIO: nobody holds the FIFO open for reading
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def test_the_daemon_with_a_fifo_keeps_ingesting_and_stops_on_sigterm(tmp_path: Path) -> None:
+    root, state, config = _setup(tmp_path, poll_interval="0.2s")
+    os.mkfifo(root / "-p" / "a-fifo.jsonl")
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        (root / "-p" / "b.jsonl").write_text(_claude_line("hello", "k1"))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _stored(state / "memoryd.db") < 1:
+            time.sleep(0.1)
+        assert _stored(state / "memoryd.db") == 1
+        time.sleep(1.0)  # several polls: the warning must not repeat
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    text = log_path.read_text()
+    assert code == 0, text[-3000:]
+    assert text.count("transcript_not_a_regular_file") == 1, text[-3000:]
+
+
+def test_a_symlink_out_of_the_root_is_not_followed(tmp_path: Path) -> None:
+    root, state, config = _setup(tmp_path)
+    secret = tmp_path / "outside.jsonl"
+    secret.write_text(_claude_line("outside the root", "k-out") + "root:x:0:0\n")
+    (root / "-p" / "link.jsonl").symlink_to(secret)
+    inside = root / "-p" / "real.jsonl"
+    inside.write_text(_claude_line("inside", "k-in"))
+    (root / "-p" / "alias.jsonl").symlink_to(inside)
+    done = _memoryd(tmp_path, config, "ingest", "--once", timeout=30)
+    assert done.returncode == 0, done.stderr
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        uuids = {r[0] for r in conn.execute("SELECT uuid FROM session_messages")}
+        rejected = conn.execute("SELECT COUNT(*) FROM rejected_lines").fetchone()[0]
+    finally:
+        conn.close()
+    assert uuids == {"k-in"}
+    assert rejected == 0
+
+
+def _garbage_header(path: Path) -> None:
+    with path.open("r+b") as handle:
+        handle.write(b"this is not an SQLite header at all")
+
+
+@pytest.mark.parametrize("command", [["run"], ["ingest", "--once"], ["sync"], ["status"],
+                                     ["sessions"], ["recall", "anything"]])
+def test_a_database_with_a_garbage_header_exits_74_with_one_line(tmp_path: Path,
+                                                                 command: list[str]) -> None:
+    root, state, config = _setup(tmp_path)
+    (root / "-p" / "s.jsonl").write_text(_claude_line("hello", "k1"))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    _garbage_header(state / "memoryd.db")
+    if command[0] == "recall":
+        _garbage_header(state / "memory.db") if (state / "memory.db").exists() else \
+            (state / "memory.db").write_bytes(b"garbage" * 1000)
+    done = _memoryd(tmp_path, config, *command, timeout=30)
+    _one_line_failure(done, 74)
+    assert "not a database" in done.stderr
+
+
+def test_a_damaged_page_stops_the_daemon_and_doctor_says_how_to_recover(
+        tmp_path: Path) -> None:
+    """A page of garbage in the middle: `run` stops writing and exits 74, status says why,
+    doctor fails its integrity check with the recovery path."""
+    root, state, config = _setup(tmp_path)
+    with (root / "-p" / "s.jsonl").open("w") as handle:
+        for i in range(400):
+            handle.write(_claude_line(f"message {i} " + "x" * 400, f"k{i}"))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    db = state / "memoryd.db"
+    pages = db.stat().st_size // 4096
+    with db.open("r+b") as handle:
+        handle.seek(4096 * (pages // 2))
+        handle.write(os.urandom(4096))
+    done = _memoryd(tmp_path, config, "doctor")
+    assert done.returncode == 1
+    assert "fail  daemon database integrity" in done.stdout
+    assert "README: Recovery" in done.stdout
+    run = _memoryd(tmp_path, config, "run", timeout=60)
+    _one_line_failure(run, 74)
+    status = _memoryd(tmp_path, config, "status")
+    assert "damaged" in status.stdout + status.stderr
+
+
+@pytest.mark.parametrize("setting", [
+    "poll_interval: 0", "poll_interval: .nan", "sync_check_interval: .inf",
+    "stale_session_timeout: -1", "lifecycle_check_interval: '99999999999 d'",
+    "shutdown_grace: 1e400", "sync_delay: .inf",
+])
+@pytest.mark.parametrize("command", ["run", "ingest --once", "sync", "status"])
+def test_durations_out_of_bounds_exit_78_at_load(tmp_path: Path, setting: str,
+                                                 command: str) -> None:
+    root, state, _ = _setup(tmp_path)
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"state_dir: {state}\nsources: [{{kind: claude, root: {root}}}]\n"
+                      f"{setting}\n")
+    done = _memoryd(tmp_path, config, *command.split(), timeout=30)
+    _one_line_failure(done, 78)
+    assert setting.split(":")[0] in done.stderr
+
+
+def test_an_unwritable_state_directory_exits_73_with_one_line(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    _root, state, config = _setup(tmp_path)
+    state.mkdir(mode=0o500)
+    for command in (["ingest", "--once"], ["sync"], ["run"]):
+        _one_line_failure(_memoryd(tmp_path, config, *command, timeout=30), 73)
+
+
+def test_a_state_directory_that_is_a_file_exits_with_one_line(tmp_path: Path) -> None:
+    """Works as root too: nothing can be created under a regular file."""
+    _root, state, config = _setup(tmp_path)
+    state.write_text("not a directory")
+    for command in (["ingest", "--once"], ["sync"], ["run"], ["status"], ["doctor"]):
+        done = _memoryd(tmp_path, config, *command, timeout=30)
+        assert "Traceback" not in done.stderr + done.stdout, (command, done.stderr[-2000:])
+        # status only reads, and says there is nothing yet; the others need the directory.
+        allowed = DOCUMENTED if command == ["status"] else DOCUMENTED - {0}
+        assert done.returncode in allowed, (command, done.returncode)
+
+
+def test_nul_padding_between_records_does_not_swallow_the_next_line(tmp_path: Path) -> None:
+    """A preallocated or crash-damaged tail of NULs, then a record appended after it; and a
+    raw NUL inside a JSON string: every message is kept, nothing rejected."""
+    root, state, config = _setup(tmp_path)
+    transcript = root / "-p" / "s.jsonl"
+    transcript.write_bytes(_claude_line("first", "k1").encode() + b"\x00" * 4096)
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    with transcript.open("ab") as handle:
+        handle.write(_claude_line("after the padding", "k2").encode())
+        raw = _claude_line("with a NUL", "k3").encode().replace(b"a NUL", b"a \x00 NUL")
+        handle.write(raw)
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        rows = dict(conn.execute("SELECT uuid, content FROM session_messages"))
+        rejected = conn.execute("SELECT COUNT(*) FROM rejected_lines").fetchone()[0]
+    finally:
+        conn.close()
+    assert set(rows) == {"k1", "k2", "k3"}
+    assert "\x00" in rows["k3"]
+    assert rejected == 0
+
+
+def test_a_transcript_moved_by_copy_continues_its_session(tmp_path: Path) -> None:
+    """Copy then delete (a move across file systems): the copy is recognised by its content,
+    its messages are not stored twice, and lines appended later join the same session."""
+    root, state, config = _setup(tmp_path)
+    old = root / "-p" / "s.jsonl"
+    old.write_text("".join(_claude_line(f"message {i}", f"k{i}") for i in range(40)))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    new_dir = root / "-q"
+    new_dir.mkdir()
+    new = new_dir / "s.jsonl"
+    new.write_bytes(old.read_bytes())  # a new inode: what `mv` across file systems makes
+    old.unlink()
+    with new.open("a") as handle:
+        handle.write(_claude_line("after the move", "k-late"))
+    done = _memoryd(tmp_path, config, "ingest", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "transcript_moved" in done.stderr
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        per_session = conn.execute(
+            "SELECT session_id, COUNT(*), COUNT(DISTINCT uuid) FROM session_messages"
+            " GROUP BY session_id").fetchall()
+    finally:
+        conn.close()
+    assert len(per_session) == 1
+    assert per_session[0][1:] == (41, 41)
+
+
+def test_remember_correct_and_import_mask_secrets(tmp_path: Path) -> None:
+    _root, _state, config = _setup(tmp_path)
+    secret = "s3cretValue9xyz"
+    done = _memoryd(tmp_path, config, "remember", f"the staging DB_PASS={secret} works")
+    assert done.returncode == 0, done.stderr
+    planted = tmp_path / "planted.jsonl"
+    exported = _memoryd(tmp_path, config, "export").stdout
+    record = json.loads(exported.splitlines()[0])
+    assert secret not in exported and "[REDACTED:assigned_secret]" in exported
+    record.update(id="imported-1", content="from now on use the deploy password hunter2!")
+    planted.write_text(json.dumps(record) + "\n")
+    assert _memoryd(tmp_path, config, "import", str(planted)).returncode == 0
+    done = _memoryd(tmp_path, config, "correct", record["id"], "token: ghp_" + "a" * 36)
+    assert done.returncode == 0, done.stderr
+    everything = _memoryd(tmp_path, config, "export").stdout
+    recalled = _memoryd(tmp_path, config, "recall", "deploy password staging").stdout
+    for text in (everything, recalled, done.stdout, done.stderr):
+        assert secret not in text and "hunter2" not in text and "ghp_aaaa" not in text
+
+
+def test_log_lines_mask_secrets() -> None:
+    import io
+
+    import structlog
+
+    from daemon.logging import configure_logging
+
+    out = io.StringIO()
+    configure_logging("info", "json", stream=out)
+    structlog.get_logger("t").warning("embeddings_unavailable",
+                                      base_url="https://user:pa55word@llm.example/v1",
+                                      error="401 for sk-ant-api03-" + "b" * 30)
+    text = out.getvalue()
+    assert "pa55word" not in text and "sk-ant-api03-bbbb" not in text
+    assert "[REDACTED:" in text
+
+
+def test_a_shared_state_directory_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    root, _state, _ = _setup(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    config = tmp_path / "shared.yaml"
+    config.write_text(f"state_dir: {shared}\nsources: [{{kind: claude, root: {root}}}]\n")
+    for command in (["ingest", "--once"], ["sync"], ["run"]):
+        _one_line_failure(_memoryd(tmp_path, config, *command, timeout=30), 78)
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+    assert list(shared.iterdir()) == []
+
+
+def test_an_empty_state_dir_never_means_the_current_directory(tmp_path: Path) -> None:
+    _root, _state, config = _setup(tmp_path)
+    env = {**daemon_env(tmp_path), "MEMORYD_STATE_DIR": ""}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(mode=0o755)
+    done = subprocess.run(memoryd_command("--config", str(config), "ingest", "--once"),
+                          env=env, cwd=cwd, capture_output=True, text=True, timeout=30)
+    _one_line_failure(done, 78)
+    assert cwd.stat().st_mode & 0o777 == 0o755 and list(cwd.iterdir()) == []
+
+
+def test_export_writes_0600_through_an_unpredictable_name(tmp_path: Path) -> None:
+    _root, _state, config = _setup(tmp_path)
+    assert _memoryd(tmp_path, config, "remember", "a fact worth keeping").returncode == 0
+    out = tmp_path / "out" / "export.jsonl"
+    out.parent.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    (out.parent / ".export.jsonl.tmp").symlink_to(victim)  # the old predictable name
+    os.umask(0o022)
+    done = _memoryd(tmp_path, config, "export", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "untouched"
+    assert out.stat().st_mode & 0o777 == 0o600
+    assert "a fact worth keeping" in out.read_text()
+    _one_line_failure(_memoryd(tmp_path, config, "export", "--output",
+                               str(tmp_path / "missing" / "x.jsonl")), 73)
+
+
+def test_surprising_corrections_refuse(tmp_path: Path) -> None:
+    _root, _state, config = _setup(tmp_path)
+    assert _memoryd(tmp_path, config, "remember", "the deploy runs on Fridays").returncode == 0
+    _one_line_failure(_memoryd(tmp_path, config, "correct", "--query", "?!", "NEW"), 2)
+    _one_line_failure(_memoryd(tmp_path, config, "correct", "--query", "banana split", "N"), 66)
+    done = _memoryd(tmp_path, config, "correct", "--query", "deploy Fridays", "on Mondays")
+    assert done.returncode == 0 and "corrected" in done.stdout
+    refused = _memoryd(tmp_path, config, "recall", "deploy", "--project", "")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["show", "99999999999999999999"], ["sync", "99999999999999999999"],
+    ["forget", "--session", "99999999999999999999"], ["show", "a" * 120_000],
+    ["recall", "x", "--since", "99999999999 years ago"], ["recall", "x", "--limit", "9" * 30],
+    ["remember", "x", "--importance", "nan"], ["sessions", "--status", "nope"],
+])
+def test_out_of_range_arguments_say_one_line(tmp_path: Path, args: list[str]) -> None:
+    _root, _state, config = _setup(tmp_path)
+    done = _memoryd(tmp_path, config, *args)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in DOCUMENTED - {70}, (done.returncode, done.stderr[-500:])
+
+
+@pytest.mark.parametrize(("content", "status"), [
+    (b"\xff\xfe not utf-8\n", 65), (b"not json\n", 65), (b"[1, 2]\n", 65),
+    (b'{"schema_version": 1, "provenance": "x"}\n', 65),
+])
+def test_bad_import_files_exit_65(tmp_path: Path, content: bytes, status: int) -> None:
+    _root, _state, config = _setup(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(content)
+    _one_line_failure(_memoryd(tmp_path, config, "import", str(bad)), status)
+
+
+@pytest.mark.parametrize(("env", "config_text"), [
+    ({"MEMORYD_SOURCES": "x"}, None), ({"MEMORYD_MEMORY": "{bad"}, None),
+    ({}, b"state_dir: /tmp/x\n\xff\xfe: 1\n"),
+])
+def test_bad_configuration_exits_78(tmp_path: Path, env: dict[str, str],
+                                    config_text: bytes | None) -> None:
+    _root, _state, config = _setup(tmp_path)
+    if config_text is not None:
+        config.write_bytes(config_text)
+    done = subprocess.run(memoryd_command("--config", str(config), "status"),
+                          env={**daemon_env(tmp_path), **env}, capture_output=True, text=True,
+                          timeout=30)
+    _one_line_failure(done, 78)
