@@ -10,6 +10,7 @@
     │   └── StoreDamaged     not a database, or malformed: never written again (exit 74)
     └── BackendError         a memory backend failed
         ├── BackendUnavailable  transient, retried
+        ├── BackendUnsupported  the backend cannot do this (its capabilities)
         └── BackendDamaged   the memory database is not a database, or malformed (exit 74)
 
 Third-party exceptions are translated into these at the boundary that calls the
@@ -115,3 +116,7 @@ class BackendDamaged(BackendError):
     """The memory database is not a database or is malformed (see README: Recovery)."""
 
     damaged = True
+
+
+class BackendUnsupported(BackendError):
+    """The backend does not offer this operation (see its `capabilities`)."""

@@ -39,6 +39,7 @@ from daemon.config import Settings, SourceKind
 from daemon.errors import MemorydError
 from daemon.lifecycle.recovery import SyncReport
 from daemon.memory import (
+    Capability,
     MemoryBackend,
     MemoryType,
     RecallOrder,
@@ -130,7 +131,13 @@ class MemoryOps:
             limit=limit, since=_when(args, "since", now), until=_when(args, "until", now),
             types=kinds, order=order)
 
+    def _require(self, capability: Capability) -> None:
+        if capability not in self._backend.capabilities:
+            raise ApiError(501, f"the {self._backend.name} memory backend cannot"
+                                f" {capability.value}")
+
     async def recall_temporal(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self._require(Capability.TEMPORAL)
         if args.get("since") is None:
             raise ApiError(400, "since is required (an ISO date, 'yesterday', 'last week')")
         results = await self._recall(_text(args, "query", default=""), args,
@@ -175,6 +182,7 @@ class MemoryOps:
         return {"memory": memory_to_record(memory)}
 
     async def correct(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self._require(Capability.CORRECT)
         content = _text(args, "content")
         target = _opt_text(args, "memory_id")
         query = _opt_text(args, "query")
@@ -202,6 +210,7 @@ class MemoryOps:
         return {"memory": memory_to_record(memory), "replaced": target}
 
     async def forget(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self._require(Capability.FORGET)
         hard = _bool(args, "hard")
         memory_id = _opt_text(args, "memory_id")
         session = _opt_text(args, "session")

@@ -41,7 +41,7 @@ from daemon.cli.common import (
 from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
-from daemon.memory import MemoryBackend
+from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.records import record_to_memory
 from daemon.service import open_memory_backend
@@ -298,6 +298,7 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
     settings = settings_for(ctx)
 
     async def work(backend: MemoryBackend) -> int:
+        require(backend, Capability.EXPORT)
         count = 0
         if output is None:
             async for record in backend.export(project=project_path(project)):
@@ -354,7 +355,11 @@ def import_memories(ctx: click.Context, path: Path) -> None:
             except ValueError as exc:
                 fail(f"{path}:{number}: {exc}", EX_DATAERR)
             records.append(record)
-    added = run_async(_with_backend(settings, lambda b: b.import_records(records)))
+    async def load(backend: MemoryBackend) -> int:
+        require(backend, Capability.EXPORT)
+        return await backend.import_records(records)
+
+    added = run_async(_with_backend(settings, load))
     click.echo(f"imported {added} new memories, {len(records) - added} already present")
 
 

@@ -1,4 +1,13 @@
-"""Memory backends: the protocol every store implements, its values, the embedded SQLite store."""
+"""Memory backends: the protocol every store implements, its values, and the backends.
+
+    protocol.py   what every backend does (MemoryBackend) and declares (Capability)
+    models.py     the values: Memory, ConversationSegment, RecallResult, ...
+    ranking.py    how recall weighs relevance, importance and age (every backend)
+    chunks.py     memories cut into search units; redaction.py secrets masked
+    records.py    export/import records; gate.py, context.py what hooks inject
+    embeddings/   the embedders (local ONNX model, OpenAI-compatible endpoints)
+    sqlite/       the embedded backend (the default)
+"""
 
 from daemon.memory.models import (
     DECAYING_TYPES,
@@ -18,7 +27,7 @@ from daemon.memory.models import (
     segment_id,
     summary_id,
 )
-from daemon.memory.protocol import MemoryBackend, RecallOrder
+from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, require
 from daemon.memory.records import SCHEMA_VERSION, memory_to_record, record_to_memory
 from daemon.memory.sqlite import SQLiteMemoryBackend
 
@@ -26,6 +35,7 @@ __all__ = [
     "DECAYING_TYPES",
     "DEFAULT_IMPORTANCE",
     "SCHEMA_VERSION",
+    "Capability",
     "ConversationSegment",
     "DeletionMode",
     "DeletionRecord",
@@ -43,6 +53,7 @@ __all__ = [
     "new_memory_id",
     "record_to_memory",
     "requested_memory_id",
+    "require",
     "segment_id",
     "summary_id",
 ]

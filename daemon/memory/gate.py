@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.memory.fts import _STOPWORDS
+from daemon.memory.words import STOPWORDS as _STOPWORDS
 
 SHORT = 6
 STEM = 5

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from daemon.errors import BackendUnsupported
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -47,9 +49,34 @@ from daemon.memory.models import (
 RecallOrder = Literal["score", "time", "recent"]
 
 
+class Capability(StrEnum):
+    """What a backend can do. Callers ask (`require`) before they call: a backend
+    that cannot forget says so instead of pretending."""
+
+    REMEMBER = "remember"
+    RECALL = "recall"
+    FORGET = "forget"
+    CORRECT = "correct"
+    EXPORT = "export"  # export and import
+    VECTORS = "vectors"  # semantic (hybrid) recall right now
+    TEMPORAL = "temporal"  # since/until filters and time order
+
+
+def require(backend: MemoryBackend, capability: Capability) -> None:
+    """Raise BackendUnsupported unless `backend` declares `capability`."""
+    if capability not in backend.capabilities:
+        raise BackendUnsupported(f"cannot {capability.value}", backend=backend.name)
+
+
 @runtime_checkable
 class MemoryBackend(Protocol):
     name: str
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What this backend can do (see Capability); fixed for the backend's lifetime,
+        but VECTORS, which follows whether an embedder is configured."""
+        ...
 
     async def is_available(self) -> bool:
         """True when the store answers right now (never raises)."""

@@ -16,8 +16,8 @@ from daemon.config import EmbeddingSettings
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import Provenance
-from daemon.memory.sqlite_hybrid import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
-from daemon.memory.vector_index import VectorIndex
+from daemon.memory.sqlite.hybrid import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
+from daemon.memory.sqlite.vector_index import VectorIndex
 from tests.memory.hybrid_helpers import FakeEmbedder
 
 START = datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
@@ -358,7 +358,7 @@ async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: F
 async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> None:
     """A store written before scopes existed (v2) is migrated: existing chunks get their
     project's scope and the rebuilt index finds them, and new ones are scoped too."""
-    from daemon.memory.sqlite_schema import MIGRATIONS, _statements
+    from daemon.memory.sqlite.schema import MIGRATIONS, _statements
 
     path = tmp_path / "memory.db"
     with sqlite3.connect(path) as raw:

@@ -13,9 +13,10 @@ import structlog
 
 from daemon.clock import FakeClock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import ConversationSegment, SQLiteMemoryBackend, sqlite_recall
-from daemon.memory import sqlite as sqlite_module
-from daemon.memory.sqlite_schema import LATEST_VERSION, translate
+from daemon.memory import ConversationSegment, SQLiteMemoryBackend
+from daemon.memory.sqlite import backend as sqlite_module
+from daemon.memory.sqlite import recall as sqlite_recall
+from daemon.memory.sqlite.schema import LATEST_VERSION, translate
 
 
 @pytest.fixture

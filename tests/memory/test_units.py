@@ -13,13 +13,13 @@ from daemon.memory import (
     MemoryType,
     Provenance,
     RequestedMemory,
-    fts,
     memory_to_record,
     ranking,
     record_to_memory,
     segment_id,
     summary_id,
 )
+from daemon.memory.sqlite import fts
 
 
 def test_segment_id_is_deterministic_and_distinct() -> None:

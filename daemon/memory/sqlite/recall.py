@@ -23,10 +23,11 @@ from typing import Any
 
 import structlog
 
-from daemon.memory import fts, ranking
+from daemon.memory import ranking
 from daemon.memory.models import MemoryType
 from daemon.memory.protocol import RecallOrder
 from daemon.memory.records import to_utc_text
+from daemon.memory.sqlite import fts
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import re
 
+from daemon.memory.words import STOPWORDS
+
 MAX_TERMS = 32
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
-    "had", "has", "have", "how", "i", "if", "in", "is", "it", "its", "me", "my", "no", "not",
-    "of", "on", "or", "our", "s", "so", "t", "that", "the", "their", "them", "then", "there",
-    "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which",
-    "who", "why", "will", "with", "you", "your",
-})
+_STOPWORDS = STOPWORDS
 
 
 def terms(text: str) -> list[str]:

@@ -48,7 +48,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import fts, ranking, sqlite_hybrid, sqlite_recall
+from daemon.memory import ranking
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
@@ -66,7 +66,7 @@ from daemon.memory.models import (
     SessionSummary,
     new_memory_id,
 )
-from daemon.memory.protocol import RecallOrder
+from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.records import (
     from_utc_text,
     memory_to_record,
@@ -74,7 +74,10 @@ from daemon.memory.records import (
     to_utc_text,
 )
 from daemon.memory.redaction import redact
-from daemon.memory.sqlite_rows import (
+from daemon.memory.sqlite import fts
+from daemon.memory.sqlite import hybrid as sqlite_hybrid
+from daemon.memory.sqlite import recall as sqlite_recall
+from daemon.memory.sqlite.rows import (
     CHAIN,
     INSERT_ONCE,
     chain_order,
@@ -82,7 +85,7 @@ from daemon.memory.sqlite_rows import (
     row_params,
     row_provenance,
 )
-from daemon.memory.sqlite_schema import (
+from daemon.memory.sqlite.schema import (
     BACKEND_NAME,
     connect,
     make_private,
@@ -92,7 +95,7 @@ from daemon.memory.sqlite_schema import (
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.embeddings.base import Embedder
-    from daemon.memory.vector_index import Floats, VectorIndex
+    from daemon.memory.sqlite.vector_index import Floats, VectorIndex
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
@@ -164,6 +167,8 @@ class SQLiteMemoryBackend:
     """The default memory backend; open it with `await SQLiteMemoryBackend.open(path, clock=c)`."""
 
     name = BACKEND_NAME
+    _ALWAYS = frozenset({Capability.REMEMBER, Capability.RECALL, Capability.FORGET,
+                         Capability.CORRECT, Capability.EXPORT, Capability.TEMPORAL})
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
                  embedder: Embedder | None = None, chunked: bool | None = None,
@@ -183,6 +188,10 @@ class SQLiteMemoryBackend:
                                                    paraphrase_vector_weight)
         self._index: VectorIndex | None = None
         self._embed_lock = asyncio.Lock()
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return self._ALWAYS | ({Capability.VECTORS} if self._embedder else frozenset())
 
     @property
     def embedder(self) -> Embedder | None:
@@ -471,7 +480,7 @@ class SQLiteMemoryBackend:
         if self._index is None:
             import numpy as np
 
-            from daemon.memory.vector_index import VectorIndex
+            from daemon.memory.sqlite.vector_index import VectorIndex
 
             model = self._embedder.name
             index = VectorIndex(self._embedder.dimensions)

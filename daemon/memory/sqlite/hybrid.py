@@ -1,7 +1,7 @@
 """Hybrid recall: FTS5 BM25 and vector similarity over chunks, fused, then weighted.
 
 Order of work for one query (with words; an empty query or `order="time"`
-goes through `sqlite_recall` unchanged):
+goes through `recall.py` unchanged):
 
 1. Filters first. The same WHERE as keyword recall (live, project, time span,
    types) selects the memories allowed; both channels only ever see chunks of
@@ -60,11 +60,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from daemon.memory import fts, gate, ranking
-from daemon.memory.sqlite_recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
+from daemon.memory import gate, ranking
+from daemon.memory.sqlite import fts
+from daemon.memory.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
-    from daemon.memory.vector_index import Floats, VectorIndex
+    from daemon.memory.sqlite.vector_index import Floats, VectorIndex
 
 Fusion = Literal["adaptive", "weighted", "relative", "rrf", "vector"]
 # Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5

@@ -1,0 +1,58 @@
+"""Backends declare what they can do; callers ask before they call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.api.ops import ApiError, MemoryOps
+from daemon.clock import FakeClock
+from daemon.errors import BackendUnsupported
+from daemon.memory import Capability, SQLiteMemoryBackend, require
+from daemon.store import connect, migrate
+from tests.helpers import write_config
+from tests.memory.hybrid_helpers import FakeEmbedder
+
+
+class ForgetlessBackend(SQLiteMemoryBackend):
+    """The embedded store declaring less: what a backend that cannot forget looks like."""
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        return super().capabilities - {Capability.FORGET, Capability.CORRECT}
+
+
+async def test_the_embedded_backend_declares_everything(tmp_path: Path) -> None:
+    clock = FakeClock()
+    async with await SQLiteMemoryBackend.open(tmp_path / "m.db", clock=clock) as backend:
+        assert backend.capabilities == frozenset(Capability) - {Capability.VECTORS}
+        require(backend, Capability.FORGET)
+    async with await SQLiteMemoryBackend.open(tmp_path / "m.db", clock=clock,
+                                              embedder=FakeEmbedder()) as backend:
+        assert Capability.VECTORS in backend.capabilities
+
+
+async def test_an_operation_the_backend_cannot_do_is_refused_not_pretended(
+        tmp_path: Path) -> None:
+    clock = FakeClock()
+    from daemon.config import load_settings
+
+    settings = load_settings(write_config(tmp_path / "c.yaml", tmp_path / "state", {}))
+    backend = await ForgetlessBackend.open(tmp_path / "m.db", clock=clock)
+    conn = await connect(tmp_path / "d.db")
+    try:
+        await migrate(conn)
+        memory = await backend.remember("kept, since this backend cannot forget")
+        with pytest.raises(BackendUnsupported, match="cannot forget"):
+            require(backend, Capability.FORGET)
+        ops = MemoryOps(settings, clock, conn, backend, runtime=None)  # type: ignore[arg-type]
+        for op, args in (("forget", {"memory_id": memory.id}),
+                         ("correct", {"memory_id": memory.id, "content": "new"})):
+            with pytest.raises(ApiError) as refused:
+                await getattr(ops, op)(args)
+            assert refused.value.status == 501
+        assert (await backend.get(memory.id)) is not None
+    finally:
+        await conn.close()
+        await backend.close()
