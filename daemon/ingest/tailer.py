@@ -23,6 +23,8 @@ from daemon.ingest.discovery import Candidate, Mode
 from daemon.ingest.fingerprint import MARKER_BYTES, digest
 from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
+from daemon.ingest.parsers.base import ParsedMessage
+from daemon.private import mask_private, mask_private_raw
 from daemon.store.ingest import commit_batch
 from daemon.store.records import Batch, FileState, MessageRow, NewSession
 
@@ -106,6 +108,18 @@ def _document_mark(fd: int, size: int) -> tuple[int, str]:
     Gemini rewrites `lastUpdated`, near the top, on every save."""
     head = os.pread(fd, _DOCUMENT_HEAD, 0)
     return size, digest(head + os.pread(fd, MARKER_BYTES, max(0, size - MARKER_BYTES)))
+
+
+def _row(message: ParsedMessage, raw: bytes, offset: int) -> MessageRow:
+    """A message to store, `<private>` spans masked in its text and its raw line (the key
+    that recognises it when read again is the unmasked line's, as before)."""
+    key = _dedupe_key(message.uuid, raw)
+    masked = mask_private_raw(raw)
+    if masked is not raw:
+        message.content = mask_private(message.content)
+        if message.tool_input is not None:
+            message.tool_input = mask_private(message.tool_input)
+    return MessageRow(message, masked, offset, key)
 
 
 def _dedupe_key(uuid: str | None, raw: bytes) -> str:
@@ -307,9 +321,7 @@ class Tailer:
             if message is None:
                 batch.lines_skipped += 1
                 continue
-            batch.messages.append(
-                MessageRow(message, line.data, line.offset, _dedupe_key(message.uuid, line.data))
-            )
+            batch.messages.append(_row(message, line.data, line.offset))
 
     def _log_rejections(self, tracked: Tracked, batch: Batch) -> None:
         if batch.rejected and not tracked.rejected_logged:
@@ -363,8 +375,7 @@ class Tailer:
             batch.summaries.append(("summary", document.summary, 0))
         for entry in document.entries:
             batch.lines_read += 1
-            batch.messages.append(MessageRow(entry.message, entry.raw, 0,
-                                             _dedupe_key(entry.message.uuid, entry.raw)))
+            batch.messages.append(_row(entry.message, entry.raw, 0))
         result = await commit_batch(self._conn, batch, self._clock.now())
         tracked.state = state
         tracked.stalled = mark

@@ -1,4 +1,4 @@
-"""Secrets out of memory text: keys, tokens and passwords found in conversation are masked.
+"""Secrets and personal data out of memory text: masked before anything reaches memory.
 
 Transcripts are full of credentials (a `.env` file read by a tool, a token in a
 curl command). The daemon's store keeps the transcript as written (it is the
@@ -22,6 +22,10 @@ Two rule sets, applied in order:
    public-IP detectors are not used: the first is rule 1's assignment rule,
    the others mask hashes and addresses that are not secrets.
 
+Then personal data (issue 16): e-mail addresses, phone numbers, payment card
+numbers (Luhn-checked), IBANs (mod-97-checked) and IP addresses (loopback and
+unspecified ones kept); and before all, `<private>…</private>` spans.
+
 A pattern with groups masks its longest group when that is at least
 MIN_GROUP characters (the secret inside its context), else the whole match.
 """
@@ -32,6 +36,8 @@ import re
 from collections.abc import Iterable
 from functools import cache
 from typing import Any
+
+from daemon.private import mask_private
 
 MIN_GROUP = 12
 LONGEST_GROUP = -1  # mask the longest group if it has MIN_GROUP characters, else all
@@ -175,8 +181,85 @@ def _present(markers: tuple[str, ...], text: str, lowered: str) -> bool:
     return any(marker in (text if marker in _CASED else lowered) for marker in markers)
 
 
+# -- private spans and personal data (issue 16) ----------------------------------------
+
+_EMAIL = re.compile(r"(?<![\w.+\-])[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9](?:[A-Za-z0-9\-]*"
+                    r"[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}\b"
+                    r"(?!:)(?![.\-]?\w)")  # not git@host:repo (SSH), not a longer name
+# +49 30 1234567, (555) 123-4567, 555-123-4567, 555.123.4567; not dates, versions or ids.
+_PHONE = re.compile(r"(?<![\w+.\-])(?:\+\d{1,3}[ .\-]?(?:\(\d{1,4}\)[ .\-]?)?\d{1,4}"
+                    r"(?:[ .\-]?\d{2,4}){2,4}|\(\d{3}\)[ .\-]?\d{3}[ .\-]\d{4}"
+                    r"|\d{3}[.\-]\d{3}[.\-]\d{4})(?![\w.\-]*\d)")
+# 13-19 digits run together, or grouped as cards print them (4-4-4-x, Amex 4-6-5).
+_CARD = re.compile(r"(?<![\d\-.])(?:\d{13,19}|\d{4}([ \-])\d{4}\1\d{4}\1\d{1,7}"
+                   r"|\d{4}([ \-])\d{6}\2\d{5})(?![\d\-]|\.\d)")
+_IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
+_IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
+                   r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.]*\d)")
+_IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])"
+                   r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}"
+                   r"[0-9A-Fa-f]{1,4}(?![\w:])")
+#: Addresses that name no one: loopback, unspecified, documentation-free local ones.
+_NO_DIGITS = str.maketrans("", "", "0123456789")
+_HARMLESS_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::1"})
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for position, char in enumerate(reversed(digits)):
+        value = int(char)
+        if position % 2:
+            value = value * 2 - 9 if value > 4 else value * 2
+        total += value
+    return total % 10 == 0
+
+
+def _iban_valid(text: str) -> bool:
+    compact = text.replace(" ", "")
+    moved = compact[4:] + compact[:4]
+    number = "".join(str(int(c, 36)) for c in moved)
+    return 15 <= len(compact) <= 34 and int(number) % 97 == 1
+
+
+def _mask_card(match: re.Match[str]) -> str:
+    digits = re.sub(r"\D", "", match.group(0))
+    real = 13 <= len(digits) <= 19 and len(set(digits)) > 1 and _luhn(digits)
+    return "[REDACTED:card]" if real else match.group(0)
+
+
+def _mask_iban(match: re.Match[str]) -> str:
+    return "[REDACTED:iban]" if _iban_valid(match.group(0)) else match.group(0)
+
+
+def _mask_ip(match: re.Match[str]) -> str:
+    return match.group(0) if match.group(0) in _HARMLESS_IPS else "[REDACTED:ip]"
+
+
+def mask_personal(text: str) -> str:
+    """E-mail addresses, phone numbers, payment cards (Luhn), IBANs (mod 97), IPs."""
+    if "@" in text:
+        text = _EMAIL.sub("[REDACTED:email]", text)
+    digits = len(text) - len(text.translate(_NO_DIGITS))  # C speed: most text has few
+    if digits < 7:
+        return text
+    if digits >= 13:
+        text = _CARD.sub(_mask_card, text)
+        text = _IBAN.sub(_mask_iban, text)
+    text = _PHONE.sub("[REDACTED:phone]", text)
+    if text.count(".") >= 3:
+        text = _IPV4.sub(_mask_ip, text)
+    if "::" in text or text.count(":") >= 7:
+        text = _IPV6.sub(_mask_ip, text)
+    return text
+
+
 def redact(text: str) -> str:
-    """`text` with every secret found replaced by `[REDACTED:<kind>]`."""
+    """`text` with `<private>` spans, secrets and personal data replaced by
+    `[REDACTED:<kind>]`: what every write to memory, and every log line, goes through."""
+    return mask_personal(_mask_secrets(mask_private(text)))
+
+
+def _mask_secrets(text: str) -> str:
     lowered = text.lower()
     if not any(m in lowered for m in _LOWER) and not any(m in text for m in _CASED):
         return text  # most text: no marker of any rule

@@ -376,3 +376,32 @@ def test_bad_configuration_exits_78(tmp_path: Path, env: dict[str, str],
                           env={**daemon_env(tmp_path), **env}, capture_output=True, text=True,
                           timeout=30)
     _one_line_failure(done, 78)
+
+
+def test_private_spans_are_masked_in_the_archive_and_never_reach_memory(
+        tmp_path: Path) -> None:
+    """`<private>` typed by a person: masked in session_messages (content and raw line) as
+    soon as it is read, so memory, recall and exports never see it."""
+    root, state, config = _setup(tmp_path)
+    (root / "-p" / "s.jsonl").write_text(
+        _claude_line("the deploy key lives in <private>vault path /kv/ops/deploy</private>,"
+                     " ask Sam", "k1")
+        + _claude_line("and my phone is 555-123-4567, mail sam@example.org", "k2"))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    assert _memoryd(tmp_path, config, "sync").returncode == 0
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        content, raw = conn.execute(
+            "SELECT content, raw FROM session_messages WHERE uuid = 'k1'").fetchone()
+    finally:
+        conn.close()
+    raw_text = raw.decode() if isinstance(raw, bytes) else raw
+    for text in (content, raw_text):
+        assert "vault path" not in text and "[REDACTED:private]" in text
+    json.loads(raw_text)  # still a valid JSON line
+    exported = _memoryd(tmp_path, config, "export").stdout
+    recalled = _memoryd(tmp_path, config, "recall", "deploy key phone mail").stdout
+    for text in (exported, recalled):
+        assert "vault path" not in text and "555-123-4567" not in text
+        assert "sam@example.org" not in text
+    assert "[REDACTED:phone]" in exported and "[REDACTED:email]" in exported

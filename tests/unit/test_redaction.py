@@ -105,3 +105,37 @@ def test_fixture_transcripts_false_positives_are_counted() -> None:
                 masked += redact(line) != line
     assert total > 100
     assert masked / total < 0.02, (masked, total)
+
+
+PERSONAL = [
+    ("write to jane.doe+work@example.co.uk today", "jane.doe", "email"),
+    ("call +49 30 1234567 tomorrow", "1234567", "phone"),
+    ("office (555) 123-4567", "123-4567", "phone"),
+    ("mobile 555-123-4567", "123-4567", "phone"),
+    ("card 4111 1111 1111 1111 exp 12/29", "4111 1111", "card"),
+    ("card 4111111111111111", "4111111111111111", "card"),
+    ("amex 3782 822463 10005", "822463", "card"),
+    ("IBAN DE89 3704 0044 0532 0130 00", "3704 0044", "iban"),
+    ("IBAN GB82WEST12345698765432", "WEST1234", "iban"),
+    ("the box is at 203.0.113.7 now", "203.0.113.7", "ip"),
+    ("and 2001:db8::8a2e:370:7334 too", "8a2e:370", "ip"),
+    ("x <private>my salary is 100k</private> y", "salary", "private"),
+    ("x <PRIVATE>never closed, all of it hidden", "never closed", "private"),
+]
+
+
+@pytest.mark.parametrize(("text", "planted", "kind"), PERSONAL)
+def test_personal_data_and_private_spans_are_masked(text: str, planted: str, kind: str) -> None:
+    masked = redact(text)
+    assert planted not in masked
+    assert f"[REDACTED:{kind}]" in masked
+
+
+@pytest.mark.parametrize("text", [
+    "card 4111 1111 1111 1112 fails Luhn", "IBAN DE00 0000 0000 0000 0000 00 fails mod 97",
+    "version 1.2.3, date 2026-11-23, commit 1234567, pid 12345, port 8080",
+    "retryInMs 1067.2587378957041", "ps: pete 35484 4.3 1.6 508969536 391728",
+    "git@github.com:org/repo.git", "listening on http://127.0.0.1:8080 and 0.0.0.0",
+])
+def test_what_is_not_personal_data_stays(text: str) -> None:
+    assert redact(text) == text
