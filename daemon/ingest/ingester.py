@@ -255,7 +255,10 @@ class Ingester:
                 claimed.update((gone.path, path))
                 gone.path, gone.device, gone.inode = path, st.st_dev, st.st_ino
                 gone.missing = False
-                tracked[path] = Tracked(candidate, gone)
+                # Read again from the start, matching what is stored (as for a file
+                # replaced in place): a copy adds only what came after, and a file that
+                # merely begins alike loses nothing.
+                tracked[path] = Tracked(candidate, gone, verify=True)
         # 3. A known path that now names another file: replaced, checked before reading.
         # 4. Anything else is new.
         for path, (candidate, _st) in found.items():

@@ -66,6 +66,8 @@ class Registration:
     device: int
     inode: int
     head: bytes
+    offset: int = 0  # end of the last complete line read
+    marker: bytes = b""  # the 64 bytes before it
 
 
 class TailerMachine(RuleBasedStateMachine):
@@ -318,6 +320,22 @@ class TailerMachine(RuleBasedStateMachine):
             self.registered.pop(path, None)
             known.path = path
             self.registered[path] = known
+        # A new path whose bytes begin as a known file's that is gone (head, and the 64 bytes
+        # before where it was read to): moved by copy, it continues, read again.
+        for path in identity:
+            if path in lineage_of or path in self.registered:
+                continue
+            with open(path, "rb") as handle:
+                data = handle.read()
+            twin = next((r for r in self.registered.values()
+                         if r.path not in identity and r.path not in claimed
+                         and data.startswith(r.head) and len(data) >= r.offset
+                         and data[max(0, r.offset - 64):r.offset] == r.marker), None)
+            if twin is None:
+                continue
+            lineage_of[path] = twin.lineage
+            claimed.update((twin.path, path))
+            self.registered.pop(twin.path)
         # A known path that now holds another file: replaced, same session, read again.
         for path in identity:
             if path in lineage_of:
@@ -336,8 +354,10 @@ class TailerMachine(RuleBasedStateMachine):
             seen = self.expected[lineage]
             seen += [u for u in dict.fromkeys(u for u, _b in live.lines) if u not in seen]
             st_ = identity[path]
+            content = b"".join(b for _u, b in live.lines)
             self.registered[path] = Registration(lineage, path, st_.st_dev, st_.st_ino,
-                                                 live.lines[0][1])
+                                                 live.lines[0][1], len(content),
+                                                 content[-64:])
             session = self._session_at(path)
             assert self.sessions.setdefault(lineage, session) == session, (
                 f"{path} was stored in session {session}, expected {self.sessions[lineage]}")
