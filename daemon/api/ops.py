@@ -224,9 +224,15 @@ class MemoryOps:
             return {"forgotten": int(await self._backend.forget(memory_id, hard=hard))}
         if session is not None:
             found = await queries.find_session(self._conn, session)
-            count = await self._backend.forget_where(
-                session_id=int(found["id"]) if found else None,
-                session_external_id=None if found else session, hard=hard)
+            if found is None:
+                count = await self._backend.forget_where(session_external_id=session, hard=hard)
+                return {"forgotten": count}
+            count = await self._backend.forget_where(session_id=int(found["id"]), hard=hard)
+            if found.get("external_id"):
+                # By the agent's own id too: it survives a re-ingest into a new store, so
+                # the session's later segments are never saved again (forgetting sticks).
+                count += await self._backend.forget_where(
+                    session_external_id=found["external_id"], hard=hard)
             return {"forgotten": count}
         return {"forgotten": await self._backend.forget_where(project=project, hard=hard)}
 

@@ -405,3 +405,25 @@ def test_private_spans_are_masked_in_the_archive_and_never_reach_memory(
         assert "vault path" not in text and "555-123-4567" not in text
         assert "sam@example.org" not in text
     assert "[REDACTED:phone]" in exported and "[REDACTED:email]" in exported
+
+
+def test_a_forgotten_session_stays_forgotten_as_it_grows(tmp_path: Path) -> None:
+    """`forget --session`, then the agent goes on writing: the later messages are stored
+    in the daemon's archive, but never saved to memory again (issue 16.2)."""
+    root, _state, config = _setup(tmp_path)
+    transcript = root / "-p" / "s1.jsonl"
+    transcript.write_text("".join(_claude_line(f"the zebra migration step {i}", f"a{i}")
+                                  for i in range(6)))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    assert _memoryd(tmp_path, config, "sync").returncode == 0
+    assert "zebra" in _memoryd(tmp_path, config, "recall", "zebra migration").stdout
+    done = _memoryd(tmp_path, config, "forget", "--session", "s1")
+    assert done.returncode == 0, done.stderr
+    with transcript.open("a") as handle:
+        handle.write("".join(_claude_line(f"the zebra migration, later {i}", f"b{i}")
+                             for i in range(6)))
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    assert _memoryd(tmp_path, config, "sync").returncode == 0
+    recalled = _memoryd(tmp_path, config, "recall", "zebra migration")
+    assert "zebra" not in recalled.stdout, recalled.stdout
+    assert "zebra" not in _memoryd(tmp_path, config, "export").stdout

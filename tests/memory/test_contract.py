@@ -475,3 +475,40 @@ async def test_a_longer_save_of_a_tail_supersedes_the_shorter_one(backend: Memor
     assert not again.created
     live = {r.memory_id for r in await backend.recall("alpha beta gamma", limit=10)}
     assert live == {longer.id, other.id, before.id}
+
+
+async def test_forgetting_a_session_sticks(backend: MemoryBackend) -> None:
+    """A later segment or summary of a forgotten session, or an old export of it, is never
+    saved again (issue 16.2); other sessions are not touched."""
+    first = segment("the staging password rotation plan", session_id=7, first=0, last=3)
+    await backend.save_conversation_segment(first)
+    exported = await export_all(backend)
+    assert await backend.forget_where(session_external_id="sess-7") == 1
+    later = segment("more on the staging password rotation", session_id=7, first=4, last=9)
+    saved = await backend.save_conversation_segment(later)
+    assert not saved.created
+    assert await backend.import_records(exported) == 0
+    other = await backend.save_conversation_segment(
+        segment("the staging password rotation, another session", session_id=8))
+    assert other.created
+    assert [r.memory_id for r in await backend.recall("staging password rotation")] == [
+        other.id]
+
+
+async def test_forgetting_a_project_sticks_for_what_it_held(backend: MemoryBackend,
+                                                           clock: FakeClock) -> None:
+    """Conversations of a forgotten project that began before the forget never come back;
+    one that begins after it is new, and is kept."""
+    start = clock.now() - timedelta(days=1)
+    await backend.save_conversation_segment(
+        segment("old talk about the parser", session_id=3, project="/p", start=start))
+    assert await backend.forget_where(project="/p") == 1
+    stale = await backend.save_conversation_segment(
+        segment("old talk about the parser, its tail", session_id=4, project="/p",
+                start=start))
+    assert not stale.created
+    clock.advance(300)
+    fresh = await backend.save_conversation_segment(
+        segment("new talk about the parser", session_id=5, project="/p",
+                start=clock.now()))
+    assert fresh.created

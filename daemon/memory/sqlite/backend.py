@@ -595,11 +595,54 @@ class SQLiteMemoryBackend:
                 params,
             )
             count = await self._delete(conn, rows, hard=hard)
+            await self._remember_forgotten(conn, rows, session_id=session_id,
+                                           session_external_id=session_external_id,
+                                           project=project)
         if count and hard:
             await self._scrub()
         log.info("memories_forgotten", count=count, hard=hard, session_id=session_id,
                  session_external_id=session_external_id, project=project, all=all)
         return count
+
+    async def _remember_forgotten(self, conn: aiosqlite.Connection,
+                                  rows: Sequence[sqlite3.Row], *, session_id: int | None,
+                                  session_external_id: str | None,
+                                  project: str | None) -> None:
+        """Forgetting sticks: what a session or project later brings (a later segment, a
+        re-ingested transcript, a re-sync, an import) is never saved (`_forgotten`)."""
+        scopes: set[tuple[str, str]] = set()
+        if project is not None:
+            scopes.add(("project", project))
+        if session_id is not None or session_external_id is not None:
+            if session_id is not None:
+                scopes.add(("session_id", str(session_id)))
+            if session_external_id is not None:
+                scopes.add(("session", session_external_id))
+            scopes.update(("session", r["session_external_id"]) for r in rows
+                          if r["session_external_id"])
+        if scopes:
+            await conn.executemany(
+                "INSERT INTO forgotten_scopes (kind, value, forgotten_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (kind, value) DO UPDATE SET forgotten_at = excluded.forgotten_at",
+                [(kind, value, to_utc_text(self._clock.now())) for kind, value in scopes])
+
+    async def _forgotten(self, conn: aiosqlite.Connection, memory: Memory) -> bool:
+        """Whether `memory` (auto-saved or imported) belongs to a forgotten session, or to a
+        conversation of a forgotten project that began before the project was forgotten."""
+        prov = memory.provenance
+        began = prov.started_at or prov.ended_at or memory.created_at
+        rows = await self._fetch_all(
+            conn,
+            "SELECT 1 FROM forgotten_scopes WHERE (kind = 'session' AND value = :external)"
+            " OR (kind = 'session_id' AND value = :session_id)"
+            " OR (kind = 'project' AND value = :project AND forgotten_at >= :began) LIMIT 1",
+            {"external": prov.session_external_id,
+             "session_id": None if prov.session_id is None else str(prov.session_id),
+             "project": memory.project, "began": to_utc_text(began)})
+        if rows:
+            log.info("memory_not_saved_forgotten", memory_id=memory.id,
+                     session_external_id=prov.session_external_id, project=memory.project)
+        return bool(rows)
 
     async def _delete(self, conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row], *,
                       hard: bool) -> int:
@@ -683,7 +726,8 @@ class SQLiteMemoryBackend:
 
     async def _save_once(self, memory: Memory) -> SaveResult:
         async with self._write() as conn:
-            created = await self._insert_once(conn, memory)
+            created = (not await self._forgotten(conn, memory)
+                       and await self._insert_once(conn, memory))
         log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
 
@@ -705,7 +749,8 @@ class SQLiteMemoryBackend:
             project=segment.project, tags=segment.tags, provenance=segment.provenance,
             created_at=now, updated_at=now)
         async with self._write() as conn:
-            created = await self._insert_once(conn, memory)
+            created = (not await self._forgotten(conn, memory)
+                       and await self._insert_once(conn, memory))
             if created:
                 await self._supersede_shorter_tails(conn, segment, to_utc_text(now))
         log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
@@ -822,6 +867,8 @@ class SQLiteMemoryBackend:
                                        backend=BACKEND_NAME) from exc
                 # An export from elsewhere (or an older memoryd) may hold what masks now catch.
                 memory = replace(memory, content=redact(memory.content))
+                if await self._forgotten(conn, memory):
+                    continue  # an old export must not bring a forgotten session back
                 batch.append((*row_params(memory), memory.id))
                 if len(batch) >= IMPORT_BATCH_SIZE:
                     created += await self._insert_many(conn, batch)

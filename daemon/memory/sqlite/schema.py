@@ -216,6 +216,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         UPDATE memories SET access_count = 0, last_accessed_at = NULL;
         """,
     ),
+    (
+        5,
+        "forgetting sticks: forgotten sessions and projects never come back",
+        """
+        CREATE TABLE forgotten_scopes (
+            kind TEXT NOT NULL CHECK (kind IN ('session', 'session_id', 'project')),
+            value TEXT NOT NULL,
+            forgotten_at TEXT NOT NULL,
+            PRIMARY KEY (kind, value)
+        );
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
