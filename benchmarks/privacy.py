@@ -105,6 +105,8 @@ def main() -> int:
             marker = f"plantedmarker{number}"
             text = f"{marker} notes: " + "; ".join(t for _k, t, _v in items)
             with target.open("a") as handle:
+                if not target.read_bytes().endswith(b"\n"):
+                    handle.write("\n")  # a fixture whose last line has no newline yet
                 handle.write(json.dumps({
                     "type": "user", "uuid": f"planted-{number}", "sessionId": target.stem,
                     "timestamp": "2026-01-01T00:00:00Z",
