@@ -414,3 +414,42 @@ async def test_backfill_holds_few_files_open_and_is_fair(small_turns: Harness) -
     with harness.db() as db:
         assert db.execute("SELECT COUNT(DISTINCT session_id) FROM session_messages"
                           ).fetchone() == (n_files,)
+
+
+async def test_unreadable_directories_and_files_warn_once(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory that cannot be listed, and a file that cannot be opened, are said once
+    across many passes (as root nothing is unreadable, so the refusals are injected), and
+    said again only after they were readable in between."""
+    import daemon.ingest.discovery as discovery
+    import daemon.ingest.tailer as tailer
+
+    locked = harness.root / "-home-user-locked"
+    locked.mkdir()
+    path = harness.project / "s.jsonl"
+    path.write_bytes(line("u-0"))
+    await harness.ingester.run_once()
+    real_scandir, real_open = os.scandir, tailer.open_transcript
+
+    def no_listing(directory: Any) -> Any:
+        if str(directory) == str(locked):
+            raise PermissionError(13, "Permission denied", str(directory))
+        return real_scandir(directory)
+
+    def no_reading(name: str) -> int:
+        if name == str(path):
+            raise PermissionError(13, "Permission denied", name)
+        return real_open(name)
+
+    monkeypatch.setattr(discovery.os, "scandir", no_listing)
+    monkeypatch.setattr(tailer, "open_transcript", no_reading)
+    append(path, line("u-1"))
+    for _ in range(4):  # every pass scans and gives the file a turn
+        await harness.ingester.run_once()
+    out = capsys.readouterr().out
+    assert out.count("directory_unreadable") == 1, out
+    assert out.count("transcript_unreadable") == 1, out
+    monkeypatch.setattr(tailer, "open_transcript", real_open)
+    await harness.ingester.run_once()
+    assert [r[0] for r in harness.rows(path)] == ["u-0", "u-1"]
