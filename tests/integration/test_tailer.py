@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
+import structlog.testing
 from helpers import local_time_zone
 
 from daemon.clock import FakeClock
@@ -417,8 +419,7 @@ async def test_backfill_holds_few_files_open_and_is_fair(small_turns: Harness) -
 
 
 async def test_unreadable_directories_and_files_warn_once(
-        harness: Harness, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     """A directory that cannot be listed, and a file that cannot be opened, are said once
     across many passes (as root nothing is unreadable, so the refusals are injected), and
     said again only after they were readable in between."""
@@ -445,11 +446,12 @@ async def test_unreadable_directories_and_files_warn_once(
     monkeypatch.setattr(discovery.os, "scandir", no_listing)
     monkeypatch.setattr(tailer, "open_transcript", no_reading)
     append(path, line("u-1"))
-    for _ in range(4):  # every pass scans and gives the file a turn
-        await harness.ingester.run_once()
-    out = capsys.readouterr().out
-    assert out.count("directory_unreadable") == 1, out
-    assert out.count("transcript_unreadable") == 1, out
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(4):  # every pass scans and gives the file a turn
+            await harness.ingester.run_once()
+    events = [entry["event"] for entry in logs]
+    assert events.count("directory_unreadable") == 1, events
+    assert events.count("transcript_unreadable") == 1, events
     monkeypatch.setattr(tailer, "open_transcript", real_open)
     await harness.ingester.run_once()
     assert [r[0] for r in harness.rows(path)] == ["u-0", "u-1"]
