@@ -52,7 +52,7 @@ class PassStats:
 def _head_of(path: str, limit: int = 1 << 22) -> str | None:
     """The hash of the file's first line with its newline (its identity's head), or None."""
     try:
-        fd = open_transcript(path)
+        fd, _st = open_transcript(path)
     except OSError:
         return None
     try:
@@ -77,7 +77,7 @@ def _same_prefix(path: str, state: FileState) -> bool:
     if state.offset == 0 or not state.marker_hash:
         return True
     try:
-        fd = open_transcript(path)
+        fd, _st = open_transcript(path)
     except OSError:
         return False
     try:
@@ -91,7 +91,7 @@ def _same_prefix(path: str, state: FileState) -> bool:
 
 def _same_head(path: str, state: FileState) -> bool:
     try:
-        fd = open_transcript(path)
+        fd, _st = open_transcript(path)
     except OSError:
         return False
     try:

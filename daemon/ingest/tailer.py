@@ -75,8 +75,8 @@ class NotARegularFile(OSError):
     """A path named like a transcript is a FIFO, socket or device: never read."""
 
 
-def open_transcript(path: str) -> int:
-    """A read-only descriptor on the regular file at `path`.
+def open_transcript(path: str) -> tuple[int, os.stat_result]:
+    """A read-only descriptor on the regular file at `path`, and its stat.
 
     Opened non-blocking so that a FIFO named like a transcript cannot block the
     ingester (a blocking open waits for a writer forever); anything but a
@@ -84,14 +84,14 @@ def open_transcript(path: str) -> int:
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
     except OSError:
         os.close(fd)
         raise
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise NotARegularFile(f"not a regular file: {path}")
-    return fd
+    return fd, st
 
 
 def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -155,7 +155,7 @@ class Tailer:
                 return TurnResult(TurnOutcome.IDLE)
             tracked.idle_stat = None
         try:
-            fd = open_transcript(tracked.path)
+            fd, before = open_transcript(tracked.path)
         except FileNotFoundError:
             self._unreadable.pop(tracked.path, None)
             return TurnResult(TurnOutcome.GONE)
@@ -167,11 +167,10 @@ class Tailer:
             return TurnResult(TurnOutcome.IDLE)
         self._unreadable.pop(tracked.path, None)
         try:
-            before = os.fstat(fd)
             if tracked.candidate.mode is Mode.DOCUMENT:
-                result = await self._document_turn(tracked, fd)
+                result = await self._document_turn(tracked, fd, before)
             else:
-                result = await self._lines_turn(tracked, fd)
+                result = await self._lines_turn(tracked, fd, before)
         finally:
             os.close(fd)
         # Trusted only for a file not modified in the last SETTLE_NS: within one tick of
@@ -188,8 +187,7 @@ class Tailer:
 
     # -- append-only JSONL -------------------------------------------------------------
 
-    async def _lines_turn(self, tracked: Tracked, fd: int) -> TurnResult:
-        st = os.fstat(fd)
+    async def _lines_turn(self, tracked: Tracked, fd: int, st: os.stat_result) -> TurnResult:
         # Work on a copy: the tracked state moves only once the commit has succeeded.
         state = dataclasses.replace(tracked.state) if tracked.state is not None else None
         if state is not None and (st.st_dev, st.st_ino) != (state.device, state.inode):
@@ -332,8 +330,8 @@ class Tailer:
 
     # -- whole documents (Gemini classic JSON) -----------------------------------------
 
-    async def _document_turn(self, tracked: Tracked, fd: int) -> TurnResult:
-        st = os.fstat(fd)
+    async def _document_turn(self, tracked: Tracked, fd: int,
+                             st: os.stat_result) -> TurnResult:
         state = dataclasses.replace(tracked.state) if tracked.state is not None else None
         mark = _document_mark(fd, st.st_size)
         if tracked.stalled == mark:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.memory.words import STOPWORDS as _STOPWORDS
+from daemon.memory.words import STOPWORDS
 
 SHORT = 6
 STEM = 5
@@ -41,7 +41,7 @@ def content_words(text: str) -> list[str]:
     """The distinct words of `text` that carry meaning, lower-cased."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(text.lower()):
-        if len(word) > 1 and word not in _STOPWORDS and word not in _FILLER:
+        if len(word) > 1 and word not in STOPWORDS and word not in _FILLER:
             seen.setdefault(word, None)
     return list(seen)
 

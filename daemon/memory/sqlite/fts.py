@@ -19,7 +19,6 @@ MAX_TERMS = 32
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-_STOPWORDS = STOPWORDS
 
 
 def terms(text: str) -> list[str]:
@@ -28,7 +27,7 @@ def terms(text: str) -> list[str]:
     for word in _WORD.findall(text.lower()):
         seen.setdefault(word, None)
     words = list(seen)
-    content = [w for w in words if w not in _STOPWORDS]
+    content = [w for w in words if w not in STOPWORDS]
     return (content or words)[:MAX_TERMS]
 
 
