@@ -66,8 +66,8 @@ from daemon.config import load_settings
 from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.embeddings.local import LocalEmbedder
+from daemon.memory.fusion import VECTOR_WEIGHT
 from daemon.memory.records import memory_to_record
-from daemon.memory.sqlite.hybrid import VECTOR_WEIGHT
 from daemon.service import ingest_once, sync_now
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"

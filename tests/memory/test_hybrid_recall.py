@@ -15,8 +15,8 @@ from daemon.clock import FakeClock
 from daemon.config import EmbeddingSettings
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from daemon.memory.chunks import chunk_memory
+from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, fuse_one
 from daemon.memory.models import Provenance
-from daemon.memory.sqlite.hybrid import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, _Chunk, _fuse
 from daemon.memory.sqlite.vector_index import VectorIndex
 from tests.memory.hybrid_helpers import FakeEmbedder
 
@@ -237,13 +237,14 @@ def test_weighted_fusion_weights() -> None:
     """Weighted fusion is w * vector + (1 - w) * keyword, w 0.1 by default; a chunk without a
     vector keeps its keyword."""
     assert VECTOR_WEIGHT == 0.1
-    both = _Chunk(1, 1, keyword=0.5, keyword_rank=1, vector=0.8, vector_rank=2, has_vector=True)
-    assert _fuse(both, "weighted", True) == pytest.approx(0.1 * 0.8 + 0.9 * 0.5)
-    assert _fuse(both, "weighted", True, vector_weight=0.6) == pytest.approx(0.6 * 0.8 + 0.4 * 0.5)
-    fresh = _Chunk(2, 2, keyword=0.5, keyword_rank=1)
-    assert _fuse(fresh, "weighted", True) == pytest.approx(0.5)
-    assert _fuse(fresh, "weighted", True, vector_weight=0.9) == pytest.approx(0.5)
-    assert _fuse(both, "rrf", True) == pytest.approx((1 / 61 + 1 / 62) / (2 / 61))
+    both = Candidate(1, 1, keyword=0.5, keyword_rank=1, vector=0.8, vector_rank=2, has_vector=True)
+    assert fuse_one(both, "weighted", True) == pytest.approx(0.1 * 0.8 + 0.9 * 0.5)
+    assert fuse_one(both, "weighted", True, vector_weight=0.6) == pytest.approx(
+        0.6 * 0.8 + 0.4 * 0.5)
+    fresh = Candidate(2, 2, keyword=0.5, keyword_rank=1)
+    assert fuse_one(fresh, "weighted", True) == pytest.approx(0.5)
+    assert fuse_one(fresh, "weighted", True, vector_weight=0.9) == pytest.approx(0.5)
+    assert fuse_one(both, "rrf", True) == pytest.approx((1 / 61 + 1 / 62) / (2 / 61))
 
 
 def test_the_settings_default_weight_is_the_backends() -> None:

@@ -50,6 +50,7 @@ from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import ranking
 from daemon.memory.chunks import chunk_memory
+from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
     REQUESTED_IMPORTANCE,
@@ -172,9 +173,9 @@ class SQLiteMemoryBackend:
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
                  embedder: Embedder | None = None, chunked: bool | None = None,
-                 fusion: sqlite_hybrid.Fusion = "adaptive",
-                 vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT,
-                 paraphrase_vector_weight: float = sqlite_hybrid.PARAPHRASE_VECTOR_WEIGHT,
+                 fusion: Fusion = "adaptive",
+                 vector_weight: float = VECTOR_WEIGHT,
+                 paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
                  ) -> None:
         self._conn: aiosqlite.Connection | None = conn
         self._path = path
@@ -182,7 +183,7 @@ class SQLiteMemoryBackend:
         self._lock = asyncio.Lock()
         self._embedder = embedder
         self._chunked = embedder is not None if chunked is None else chunked
-        self._fusion: sqlite_hybrid.Fusion = fusion
+        self._fusion: Fusion = fusion
         self._vector_weight = _fraction("vector_weight", vector_weight)
         self._paraphrase_vector_weight = _fraction("paraphrase_vector_weight",
                                                    paraphrase_vector_weight)
@@ -202,9 +203,9 @@ class SQLiteMemoryBackend:
     async def open(
         cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0,
         embedder: Embedder | None = None, chunked: bool | None = None,
-        fusion: sqlite_hybrid.Fusion = "adaptive",
-        vector_weight: float = sqlite_hybrid.VECTOR_WEIGHT,
-        paraphrase_vector_weight: float = sqlite_hybrid.PARAPHRASE_VECTOR_WEIGHT,
+        fusion: Fusion = "adaptive",
+        vector_weight: float = VECTOR_WEIGHT,
+        paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
     ) -> SQLiteMemoryBackend:
         """Open or create the memory database at `path` and bring its schema up to date.
 

@@ -15,33 +15,9 @@ goes through `recall.py` unchanged):
    query's embedding (`vector_index`), relevance max(cos, 0). The embedding is
    computed on a worker thread while SQLite runs step 2 and the filter query
    of this step, and awaited only then.
-4. Fusion, per chunk. `adaptive` (the default): `weighted` with a weight that
-   depends on whether the query's words were found. When the best keyword
-   chunks mention what the query asks about (`gate.coverage` of the top
-   COVERAGE_CHUNKS keyword chunks >= WORDS_FOUND), w is the vector weight
-   (0.1): keywords lead, which is what questions that name people and things
-   need. When they do not (the memory says it in other words: a paraphrase,
-   a feeling, an event told differently), the keyword channel only matched
-   incidental words, and w is the paraphrase weight (0.8): vectors lead.
-   FTS5 relevance is near-saturated for any match (s / (s + 1) ~ 0.9), so a
-   fixed small w lets incidental keyword matches beat every paraphrase; a
-   fixed large w costs named-entity questions (LoCoMo nDCG@5 0.743 -> 0.646
-   at 0.5). On LoCoMo the switch changes recall@10 by <= 0.003, since its
-   questions' words are found; see benchmarks/README.md.
-   `weighted` (fixed, for comparison): w * vector + (1 - w) * keyword, a channel that
-   did not return the chunk counting 0, with w the vector weight
-   (`memory.embeddings.vector_weight`, default VECTOR_WEIGHT = 0.1). The
-   issue's starting point was 0.7 vector / 0.3 keyword; with all-MiniLM-L6-v2
-   on LoCoMo (1,000-character chunks) nDCG@5 rises steadily as w falls from
-   0.7 to 0.1 (0.703 at 0.3, 0.743 at 0.1, 0.735 with keywords alone), and
-   0.1 beat 0.3 on every one of the ten conversations. A stronger embedder
-   (the `openai` provider) deserves a larger w. A chunk with no vector yet
-   (the background queue has not reached it) takes its keyword relevance
-   alone, so fresh memories are not penalised. `rrf`: reciprocal rank fusion,
-   sum of 1 / (60 + rank) over the channels, divided by its maximum 2/61.
-   `relative`: the weighted sum of each channel's score divided by that
-   channel's best score for this query (relative score fusion).
-   (`vector`, the vector channel alone, exists for the benchmark's comparison.)
+4. Fusion, per chunk (`daemon/memory/fusion.py`, shared by every backend):
+   `adaptive` by default, the vector weight (0.1) when the best keyword chunks
+   cover the query's words, the paraphrase weight (0.8) when they do not.
 5. Merge: a memory's relevance is its best chunk's; its result carries the
    best chunks' text as `excerpt` and their messages as provenance.
 6. Importance and recency: `ranking.blend(relevance, importance, type, age)`
@@ -58,26 +34,25 @@ import re
 import sqlite3
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from daemon.memory import gate, ranking
+from daemon.memory import ranking
+from daemon.memory.fusion import (
+    PARAPHRASE_VECTOR_WEIGHT,
+    VECTOR_WEIGHT,
+    Candidate,
+    Fusion,
+    best_keyword,
+    fuse,
+    words_found,
+    worth_weighting,
+)
 from daemon.memory.sqlite import fts
 from daemon.memory.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
     from daemon.memory.sqlite.vector_index import Floats, VectorIndex
 
-Fusion = Literal["adaptive", "weighted", "relative", "rrf", "vector"]
-# Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5
-# 0.571 at the starting point 0.7 (600-char chunks), 0.703 at 0.3, 0.743 at 0.1.
-VECTOR_WEIGHT = 0.1
-# The vector weight for a query whose words the keyword channel did not find (`adaptive`).
-PARAPHRASE_VECTOR_WEIGHT = 0.8
-# `adaptive`: the query's words count as found when one of the best COVERAGE_CHUNKS
-# keyword chunks covers at least WORDS_FOUND of them (gate.coverage).
-WORDS_FOUND = 0.4
-COVERAGE_CHUNKS = 3
-RRF_K = 60
 CANDIDATES = 200
 EXCERPT_CHUNKS = 2
 DUPLICATE_COSINE = 0.97
@@ -90,18 +65,6 @@ _SCOPED_MATCH = (
     """ WHERE project = :project), 0) || '" OR "p0") AND ' || :match)"""
 )
 _WORD = re.compile(r"\w+")
-
-
-@dataclass(slots=True)
-class _Chunk:
-    seq: int
-    memory_seq: int
-    keyword: float = 0.0
-    keyword_rank: int | None = None
-    vector: float = 0.0
-    vector_rank: int | None = None
-    has_vector: bool = False
-    fused: float = 0.0
 
 
 @dataclass(slots=True)
@@ -146,22 +109,6 @@ def _allowed_sql(filters: RecallPlan) -> str:
     return f"SELECT tier, group_concat(seq) AS seqs FROM ({allowed}) GROUP BY tier"
 
 
-def _fuse(chunk: _Chunk, fusion: Fusion, vectors_on: bool,
-          scale: tuple[float, float] = (1.0, 1.0), vector_weight: float = VECTOR_WEIGHT) -> float:
-    if fusion == "relative" and vectors_on and chunk.has_vector:
-        return (vector_weight * chunk.vector / scale[0]
-                + (1.0 - vector_weight) * chunk.keyword / scale[1])
-    if fusion == "vector":
-        return chunk.vector if vectors_on else chunk.keyword
-    if fusion == "rrf":
-        total = sum(1.0 / (RRF_K + r) for r in (chunk.keyword_rank, chunk.vector_rank)
-                    if r is not None)
-        return total / (2.0 / (RRF_K + 1))
-    if not vectors_on or not chunk.has_vector:
-        return chunk.keyword
-    return vector_weight * chunk.vector + (1.0 - vector_weight) * chunk.keyword
-
-
 async def hybrid_rows(
     fetch: Fetch,
     filters: RecallPlan,
@@ -180,7 +127,7 @@ async def hybrid_rows(
     embedding being computed meanwhile costs no extra wall time; `index_of`
     gives the vector index once it is loaded.
     """
-    candidates: dict[int, _Chunk] = {}
+    candidates: dict[int, Candidate] = {}
     tiers: dict[int, int] = {}
     match = fts.match_expression(query, content_only=True)
     # Confined to a project, the MATCH also requires the project's scope token or p0,
@@ -202,7 +149,7 @@ async def hybrid_rows(
             {**filters.params, "match": match, "pool": pool},
         )
         for rank, row in enumerate(rows, 1):
-            candidates[row["seq"]] = _Chunk(row["seq"], row["memory_seq"],
+            candidates[row["seq"]] = Candidate(row["seq"], row["memory_seq"],
                                             keyword=ranking.relevance(row["bm"]),
                                             keyword_rank=rank)
             tiers[row["memory_seq"]] = row["tier"]
@@ -226,32 +173,21 @@ async def hybrid_rows(
                 tier_of[members] = row["tier"]
             found = index.search(vector, pool, seqs)
             for rank, (chunk_seq, memory_seq, cosine) in enumerate(found, 1):
-                chunk = candidates.setdefault(chunk_seq, _Chunk(chunk_seq, memory_seq))
+                chunk = candidates.setdefault(chunk_seq, Candidate(chunk_seq, memory_seq))
                 chunk.vector, chunk.vector_rank = max(cosine, 0.0), rank
                 tiers[memory_seq] = int(tier_of[memory_seq])
         for chunk in candidates.values():
-            chunk.has_vector = index.has(chunk.seq)
+            chunk.has_vector = index.has(chunk.chunk)
     elif fusion == "vector":
         await keyword_channel()  # no vectors to rank by: keywords rather than nothing
     if not candidates:
         return []
-    if fusion == "adaptive":
-        fusion = "weighted"
-        if vectors_on and not await _words_found(fetch, query, candidates):
-            vector_weight = paraphrase_vector_weight
-    best: dict[int, list[_Chunk]] = {}
-    scale = (max([c.vector for c in candidates.values()] + [1e-9]),
-             max([c.keyword for c in candidates.values()] + [1e-9]))
-    for chunk in candidates.values():
-        chunk.fused = _fuse(chunk, fusion, vectors_on, scale, vector_weight)
-        best.setdefault(chunk.memory_seq, []).append(chunk)
-    for chunks in best.values():
-        chunks.sort(key=lambda c: -c.fused)
-    # Weighting can move a memory at most by a factor of 2, so only memories whose
-    # relevance is at least half the limit-th best relevance can still make it.
-    relevances = sorted((c[0].fused for c in best.values()), reverse=True)
-    floor = relevances[min(len(relevances), limit * 4) - 1] * 0.5
-    keep = {m: c for m, c in best.items() if c[0].fused >= floor}
+    covered = (await _words_found(fetch, query, candidates)
+               if fusion == "adaptive" and vectors_on else True)
+    best = fuse(candidates.values(), fusion, vectors_on=vectors_on,
+                vector_weight=vector_weight,
+                paraphrase_vector_weight=paraphrase_vector_weight, found=covered)
+    keep = worth_weighting(best, limit)
     # Scored on a few columns first; whole rows and chunk texts are read only for as
     # many memories, best first, as the results (after near-duplicates) need.
     weights = await fetch(
@@ -276,12 +212,12 @@ async def hybrid_rows(
             {})}
         chunk_rows = {r["seq"]: r for r in await fetch(
             "SELECT * FROM memory_chunks WHERE seq IN"
-            f" ({_seq_list(c.seq for p in part for c in keep[p[3]][:EXCERPT_CHUNKS])})", {})}
+            f" ({_seq_list(c.chunk for p in part for c in keep[p[3]][:EXCERPT_CHUNKS])})", {})}
         for _, negative_score, _, seq in part:
             if seq not in rows:
                 continue  # forgotten since the first read
             chunks = keep[seq]
-            top = [chunk_rows[c.seq] for c in chunks[:EXCERPT_CHUNKS] if c.seq in chunk_rows
+            top = [chunk_rows[c.chunk] for c in chunks[:EXCERPT_CHUNKS] if c.chunk in chunk_rows
                    and c.fused >= 0.8 * chunks[0].fused]
             hits.append(Hit(rows[seq], -negative_score, top, chunks[0].fused))
         kept = _dedup(hits, best, index, limit)
@@ -290,22 +226,20 @@ async def hybrid_rows(
     return kept
 
 
-async def _words_found(fetch: Fetch, query: str, candidates: dict[int, _Chunk]) -> bool:
-    """Whether the best keyword chunks mention what `query` asks about (see `adaptive`)."""
-    top = sorted((c for c in candidates.values() if c.keyword_rank is not None),
-                 key=lambda c: c.keyword_rank or 0)[:COVERAGE_CHUNKS]
+async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate]) -> bool:
+    top = best_keyword(candidates.values())
     if not top:
         return False
     rows = await fetch(
-        f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.seq for c in top)})", {})
-    return any(gate.coverage(query, row["content"]) >= WORDS_FOUND for row in rows)
+        f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.chunk for c in top)})", {})
+    return words_found(query, (row["content"] for row in rows))
 
 
 def _seq_list(seqs: Iterable[int]) -> str:
     return ", ".join(str(int(s)) for s in seqs)
 
 
-def _dedup(hits: list[Hit], best: dict[int, list[_Chunk]], index: VectorIndex | None,
+def _dedup(hits: list[Hit], best: dict[int, list[Candidate]], index: VectorIndex | None,
            limit: int) -> list[Hit]:
     kept: list[tuple[Hit, int]] = []
     words: dict[int, frozenset[str]] = {}  # a hit's excerpt words, made only when needed
@@ -319,7 +253,7 @@ def _dedup(hits: list[Hit], best: dict[int, list[_Chunk]], index: VectorIndex | 
     for hit in hits:
         if len(kept) >= limit:
             break
-        head = best[hit.row["seq"]][0].seq
+        head = best[hit.row["seq"]][0].chunk
         if not any(_duplicate(head, hit, other_head, other, index, words_of)
                    for other, other_head in kept):
             kept.append((hit, head))
