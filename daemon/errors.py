@@ -104,6 +104,7 @@ class BackendError(MemorydError):
     def __init__(self, message: str, *, backend: str) -> None:
         super().__init__(f"{backend}: {message}")
         self.backend = backend
+        self.detail = message
 
 
 class BackendUnavailable(BackendError):

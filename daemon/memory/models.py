@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -327,3 +328,16 @@ def _provenance_of(item: ConversationSegment | SessionSummary) -> Provenance:
         started_at=item.started_at,
         ended_at=item.ended_at,
     )
+
+
+def chain_order(memories: Sequence[Memory]) -> list[Memory]:
+    """Oldest version first, following `superseded_by` links."""
+    by_id = {m.id: m for m in memories}
+    roots = [m for m in memories if m.supersedes not in by_id]
+    ordered: list[Memory] = []
+    for root in sorted(roots, key=lambda m: (m.created_at, m.id)):
+        current: Memory | None = root
+        while current is not None and current not in ordered:
+            ordered.append(current)
+            current = by_id.get(current.superseded_by or "")
+    return ordered

@@ -17,9 +17,18 @@ async def _sqlite(path: Path, clock: FakeClock) -> MemoryBackend:
     return await SQLiteMemoryBackend.open(path / "memory.db", clock=clock)
 
 
-# Add Postgres, JSONL, ... here: (id, opener taking a private directory and the clock).
+async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
+    from daemon.memory.postgres import Owner, PostgresMemoryBackend
+    from tests.pg import new_database
+
+    return await PostgresMemoryBackend.open(
+        new_database(), owner=Owner(user="tester", origin="origin-a"), clock=clock)
+
+
+# (id, opener taking a private directory and the clock): every contract test runs on each.
 BACKENDS: list[tuple[str, Callable[[Path, FakeClock], Awaitable[MemoryBackend]]]] = [
     ("sqlite", _sqlite),
+    ("postgres", _postgres),
 ]
 
 

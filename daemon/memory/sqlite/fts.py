@@ -11,25 +11,9 @@ match every memory that contains "the".
 
 from __future__ import annotations
 
-import re
+from daemon.memory.words import MAX_TERMS, terms
 
-from daemon.memory.words import STOPWORDS
-
-MAX_TERMS = 32
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-
-def terms(text: str) -> list[str]:
-    """The distinct words of `text`, lower-cased, stopwords dropped unless nothing else is left."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        seen.setdefault(word, None)
-    words = list(seen)
-    content = [w for w in words if w not in STOPWORDS]
-    return (content or words)[:MAX_TERMS]
-
+__all__ = ["MAX_TERMS", "match_expression", "terms"]
 
 def match_expression(text: str, *, content_only: bool = False) -> str | None:
     """An FTS5 MATCH expression for `text`, or None when it holds no words at all.

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
-from daemon.memory.models import Memory, MemoryType, Provenance
+from daemon.memory.models import Memory, MemoryType, Provenance, chain_order
 from daemon.memory.records import from_utc_text, opt_from_utc_text, opt_utc_text, to_utc_text
 
 COLUMNS = (
@@ -23,6 +22,9 @@ INSERT_ONCE = (
     "ON CONFLICT (id) DO NOTHING"
 )
 # The versions of one correction chain, walked both ways from one id.
+__all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "row_memory", "row_params",
+           "row_provenance"]
+
 CHAIN = """
 WITH RECURSIVE
   back(id, supersedes) AS (
@@ -78,16 +80,3 @@ def row_memory(row: sqlite3.Row) -> Memory:
         access_count=row["access_count"],
         last_accessed_at=opt_from_utc_text(row["last_accessed_at"]),
     )
-
-
-def chain_order(memories: Sequence[Memory]) -> list[Memory]:
-    """Oldest version first, following `superseded_by` links."""
-    by_id = {m.id: m for m in memories}
-    roots = [m for m in memories if m.supersedes not in by_id]
-    ordered: list[Memory] = []
-    for root in sorted(roots, key=lambda m: (m.created_at, m.id)):
-        current: Memory | None = root
-        while current is not None and current not in ordered:
-            ordered.append(current)
-            current = by_id.get(current.superseded_by or "")
-    return ordered
