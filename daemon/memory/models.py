@@ -292,6 +292,8 @@ class RecallResult:
     #: How well the memory matches the query, in [0, 1], before importance and recency
     #: weigh in (1.0 without query words): what a relevance threshold compares.
     relevance: float = 1.0
+    #: The backend that answered, when recall went through a chain of them (`chain.py`).
+    layer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

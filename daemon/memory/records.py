@@ -167,4 +167,5 @@ def result_to_record(result: RecallResult) -> dict[str, Any]:
         "tags": list(result.tags),
         "created_at": to_utc_text(result.created_at),
         "provenance": provenance_to_record(result.provenance),
+        **({"layer": result.layer} if result.layer else {}),
     }

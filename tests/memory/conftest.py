@@ -25,10 +25,17 @@ async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
         new_database(), owner=Owner(user="tester", origin="origin-a"), clock=clock)
 
 
+async def _jsonl(path: Path, clock: FakeClock) -> MemoryBackend:
+    from daemon.memory.jsonl import JsonlMemoryBackend
+
+    return await JsonlMemoryBackend.open(path / "memory-jsonl", clock=clock)
+
+
 # (id, opener taking a private directory and the clock): every contract test runs on each.
 BACKENDS: list[tuple[str, Callable[[Path, FakeClock], Awaitable[MemoryBackend]]]] = [
     ("sqlite", _sqlite),
     ("postgres", _postgres),
+    ("jsonl", _jsonl),
 ]
 
 

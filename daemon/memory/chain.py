@@ -1,0 +1,465 @@
+"""The backend chain: memory layers in order, graceful fallback, nothing lost or doubled.
+
+`memory.backends` lists the layers, primary first (e.g. `[postgres, sqlite, jsonl]`
+or `[gateway, sqlite]`). The chain is itself a MemoryBackend:
+
+- **Saves** go to the primary. When it is down (BackendUnavailable, or it cannot
+  be opened), the save is first recorded in the durable outbox for the primary
+  (`outbox.py`), then stored in the first lower layer that takes it, and the
+  call returns: the sync index moves only once the segment is durably in some
+  layer. While the primary has entries waiting, new saves queue behind them the
+  same way, so the primary receives a session's segments in order (a longer
+  save of a tail supersedes the shorter one only when it comes after it).
+- **Draining** (`drain`, a daemon job) replays the primary's entries oldest first
+  with the same ids once it answers again. A layer stores an id once, so an entry
+  replayed twice (a crash between the replay and its deletion) doubles nothing.
+- **Reads** ask the layers in order and return the first that answers; every
+  result names its layer (`RecallResult.layer`).
+- **Forgetting** reaches every layer that can forget (fallback copies included);
+  a primary that is down gets it from the outbox later. A layer that cannot
+  forget (the gateway) is named in `cannot(Capability.FORGET)`, so callers can
+  say its copy remains. Corrections need the layer that holds the memory:
+  primary first, then the others.
+- Layers open lazily: a primary that is down when the daemon starts costs
+  nothing but a retry every OPEN_RETRY seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+import structlog
+
+from daemon.clock import Clock
+from daemon.errors import BackendError, BackendUnavailable, BackendUnsupported
+from daemon.memory.models import (
+    DEFAULT_IMPORTANCE,
+    ConversationSegment,
+    DeletionRecord,
+    Memory,
+    MemoryType,
+    Provenance,
+    RecallResult,
+    RequestedMemory,
+    SaveResult,
+    SessionSummary,
+    new_memory_id,
+)
+from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
+from daemon.memory.protocol import Capability, MemoryBackend
+from daemon.memory.records import memory_to_record
+from daemon.memory.redaction import redact
+
+log = structlog.get_logger("memoryd.memory.chain")
+
+OPEN_RETRY = 10.0  # seconds between attempts to open a layer that could not be opened
+DRAIN_BATCH = 100
+
+T = TypeVar("T")
+Opener = Callable[[], Awaitable[MemoryBackend]]
+
+
+class Layer:
+    """One backend of the chain, opened on first use and again after a failed open."""
+
+    def __init__(self, name: str, opener: Opener, clock: Clock) -> None:
+        self.name = name
+        self._opener = opener
+        self._clock = clock
+        self._backend: MemoryBackend | None = None
+        self._failed_at: float | None = None
+        self.last_error: str | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def backend(self) -> MemoryBackend | None:
+        """The backend when it is open (None before the first use or while it cannot open)."""
+        return self._backend
+
+    async def get(self) -> MemoryBackend:
+        if self._backend is not None:
+            return self._backend
+        async with self._lock:
+            if self._backend is not None:
+                return self._backend
+            now = self._clock.monotonic()
+            if self._failed_at is not None and now - self._failed_at < OPEN_RETRY:
+                raise BackendUnavailable(f"not reachable ({self.last_error})", backend=self.name)
+            try:
+                self._backend = await self._opener()
+            except BackendUnavailable as exc:
+                self._failed_at, self.last_error = now, exc.detail
+                log.warning("memory_layer_unavailable", layer=self.name, error=exc.detail)
+                raise
+            except BackendError as exc:
+                self._failed_at, self.last_error = now, exc.detail
+                log.error("memory_layer_failed", layer=self.name, error=exc.detail)
+                raise BackendUnavailable(exc.detail, backend=self.name) from None
+            self._failed_at = self.last_error = None
+            return self._backend
+
+    async def available(self) -> bool:
+        try:
+            backend = await self.get()
+        except BackendError:
+            return False
+        return await backend.is_available()
+
+    async def close(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            await backend.close()
+
+
+class ChainBackend:
+    """Layers in order with a durable outbox for the primary (see the module docstring)."""
+
+    name = "chain"
+
+    def __init__(self, layers: Sequence[Layer], outbox: Outbox, clock: Clock,
+                 capabilities: Mapping[str, frozenset[Capability]]) -> None:
+        if not layers:
+            raise ValueError("a chain needs at least one layer")
+        self.layers = list(layers)
+        self.outbox = outbox
+        self._clock = clock
+        # What each layer can do, known before it is opened (from its kind).
+        self._declared = dict(capabilities)
+        self._drain_lock = asyncio.Lock()
+
+    @property
+    def primary(self) -> Layer:
+        return self.layers[0]
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        caps: set[Capability] = set()
+        for layer in self.layers:
+            backend = layer.backend
+            caps |= backend.capabilities if backend is not None else self._declared[layer.name]
+        return frozenset(caps)
+
+    def cannot(self, capability: Capability) -> list[str]:
+        """The layers that cannot do `capability` (e.g. a gateway keeps what is forgotten)."""
+        return [layer.name for layer in self.layers
+                if capability not in self._declared[layer.name]]
+
+    @property
+    def embedder(self) -> Any:
+        for layer in self.layers:
+            embedder = getattr(layer.backend, "embedder", None)
+            if embedder is not None:
+                return embedder
+        return None
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def _first(self, capability: Capability,
+                     call: Callable[[MemoryBackend], Awaitable[T]],
+                     accept: Callable[[T], bool] = lambda _: True) -> tuple[T, str]:
+        """The first layer's answer that `accept`s, asking down the chain past failures."""
+        errors: list[str] = []
+        answer: tuple[T, str] | None = None
+        for layer in self.layers:
+            if capability not in self._declared[layer.name]:
+                continue
+            try:
+                result = await call(await layer.get())
+            except BackendUnavailable as exc:
+                errors.append(str(exc))
+                continue
+            if accept(result):
+                return result, layer.name
+            answer = answer or (result, layer.name)
+        if answer is not None:
+            return answer
+        if errors:
+            raise BackendUnavailable("no memory layer answered: " + "; ".join(errors),
+                                     backend=self.name)
+        raise BackendUnsupported(f"cannot {capability.value}", backend=self.name)
+
+    async def is_available(self) -> bool:
+        for layer in self.layers:
+            if await layer.available():
+                return True
+        return False
+
+    async def recall(self, query: str, **kwargs: Any) -> list[RecallResult]:
+        results, layer = await self._first(Capability.RECALL,
+                                           lambda b: b.recall(query, **kwargs))
+        return [replace(r, layer=layer) for r in results]
+
+    async def get(self, memory_id: str) -> Memory | None:
+        memory, _ = await self._first(Capability.RECALL, lambda b: b.get(memory_id),
+                                      accept=lambda m: m is not None)
+        return memory
+
+    async def history(self, memory_id: str) -> list[Memory]:
+        chain, _ = await self._first(Capability.RECALL, lambda b: b.history(memory_id),
+                                     accept=bool)
+        return chain
+
+    async def deletions(self, *, memory_id: str | None = None) -> list[DeletionRecord]:
+        records, _ = await self._first(Capability.FORGET,
+                                       lambda b: b.deletions(memory_id=memory_id))
+        return records
+
+    async def export(self, project: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        for layer in self.layers:
+            if Capability.EXPORT not in self._declared[layer.name]:
+                continue
+            try:
+                backend = await layer.get()
+                if not await backend.is_available():
+                    continue
+            except BackendUnavailable:
+                continue
+            async for record in backend.export(project):
+                yield record
+            return
+        raise BackendUnavailable("no memory layer can export right now", backend=self.name)
+
+    async def record_use(self, memory_ids: Sequence[str]) -> None:
+        for layer in self.layers:
+            try:
+                await (await layer.get()).record_use(memory_ids)
+            except BackendUnavailable:
+                continue
+            return
+
+    # -- writes -----------------------------------------------------------------------
+
+    async def _save(self, op: str, key: str, payload: dict[str, Any],
+                    call: Callable[[MemoryBackend], Awaitable[SaveResult]]) -> SaveResult:
+        primary = self.primary
+        if not await self.outbox.has_waiting(primary.name):
+            try:
+                return await call(await primary.get())
+            except BackendUnavailable as exc:
+                log.warning("memory_primary_unavailable", layer=primary.name, op=op, key=key,
+                            error=exc.detail)
+        # Recorded first: a crash after the fallback save cannot leave the primary without it.
+        await self.outbox.add(primary.name, op, key, payload)
+        return await self._fallback(op, key, call)
+
+    async def _fallback(self, op: str, key: str,
+                        call: Callable[[MemoryBackend], Awaitable[T]]) -> T:
+        errors: list[str] = []
+        for layer in self.layers[1:]:
+            try:
+                result = await call(await layer.get())
+            except BackendUnavailable as exc:
+                errors.append(str(exc))
+                continue
+            except BackendUnsupported:
+                continue
+            log.info("memory_saved_to_fallback", layer=layer.name, op=op, key=key)
+            return result
+        # The outbox holds it; the primary gets it when it is back. The caller retries
+        # too (the sync index did not move), which adds nothing: the entry exists.
+        raise BackendUnavailable("no memory layer took it (kept in the outbox): "
+                                 + "; ".join(errors or ["no other layer"]), backend=self.name)
+
+    async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
+        return await self._save("segment", segment.id, encode(segment),
+                                lambda b: b.save_conversation_segment(segment))
+
+    async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
+        return await self._save("summary", summary.id, encode(summary),
+                                lambda b: b.save_session_summary(summary))
+
+    async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        return await self._save("requested", requested.id, encode(requested),
+                                lambda b: b.save_requested_memory(requested))
+
+    async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
+                       importance: float | None = None, project: str | None = None,
+                       tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
+        primary = self.primary
+        if not await self.outbox.has_waiting(primary.name):
+            try:
+                return await (await primary.get()).remember(
+                    content, type=type, importance=importance, project=project, tags=tags,
+                    provenance=provenance)
+            except BackendUnavailable as exc:
+                log.warning("memory_primary_unavailable", layer=primary.name, op="remember",
+                            error=exc.detail)
+        if not content.strip():
+            raise ValueError("a memory needs some content")
+        if importance is not None and not 0.0 <= importance <= 1.0:
+            raise ValueError(f"importance {importance} is outside 0..1")
+        kind = MemoryType(type)
+        prov = provenance or Provenance()
+        now = self._clock.now()
+        # The id is chosen here, so the outbox and the fallback layer hold the same memory.
+        memory = Memory(
+            id=new_memory_id(), content=redact(content), type=kind,
+            importance=DEFAULT_IMPORTANCE[kind] if importance is None else importance,
+            project=project if project is not None else prov.project, tags=tuple(tags),
+            provenance=prov, created_at=now, updated_at=now)
+        record = memory_to_record(memory)
+        await self.outbox.add(primary.name, "record", memory.id, record)
+        await self._fallback("record", memory.id, lambda b: b.import_records([record]))
+        return memory
+
+    async def correct(self, memory_id: str, new_content: str, *, reason: str | None = None,
+                      provenance: Provenance | None = None) -> Memory:
+        """Corrected in the first layer that holds the memory and can correct."""
+        errors: list[str] = []
+        for layer in self.layers:
+            if Capability.CORRECT not in self._declared[layer.name]:
+                continue
+            try:
+                backend = await layer.get()
+                if await backend.get(memory_id) is None:
+                    continue
+                return await backend.correct(memory_id, new_content, reason=reason,
+                                             provenance=provenance)
+            except BackendUnavailable as exc:
+                errors.append(str(exc))
+        if errors:
+            raise BackendUnavailable("the layer holding the memory is down: "
+                                     + "; ".join(errors), backend=self.name)
+        raise BackendError(f"no memory {memory_id}", backend=self.name)
+
+    async def forget(self, memory_id: str, *, hard: bool = False) -> bool:
+        return bool(await self._forget_everywhere(
+            "forget", f"{memory_id}:{'hard' if hard else 'soft'}",
+            {"memory_id": memory_id, "hard": hard},
+            lambda b: b.forget(memory_id, hard=hard)))
+
+    async def forget_where(self, *, session_id: int | None = None,
+                           session_external_id: str | None = None, project: str | None = None,
+                           all: bool = False, hard: bool = False) -> int:
+        args: dict[str, Any] = {
+            "session_id": session_id, "session_external_id": session_external_id,
+            "project": project, "all": all, "hard": hard}
+        key = ":".join(str(args[k]) for k in sorted(args)) + f"@{self._clock.now().isoformat()}"
+        return int(await self._forget_everywhere(
+            "forget_where", key, args, lambda b: b.forget_where(**args)))
+
+    async def _forget_everywhere(self, op: str, key: str, payload: dict[str, Any],
+                                 call: Callable[[MemoryBackend], Awaitable[bool | int]]
+                                 ) -> bool | int:
+        """Every layer that can forget does; a primary that is down gets it from the outbox."""
+        total: bool | int = 0
+        for index, layer in enumerate(self.layers):
+            if Capability.FORGET not in self._declared[layer.name]:
+                continue
+            try:
+                if index == 0 and await self.outbox.has_waiting(layer.name):
+                    raise BackendUnavailable("entries still waiting", backend=layer.name)
+                total = max(total, await call(await layer.get()))
+            except BackendUnavailable:
+                if index == 0:
+                    await self.outbox.add(layer.name, op, key, payload)
+        return total
+
+    # -- the outbox ---------------------------------------------------------------------
+
+    async def drain(self, limit: int = DRAIN_BATCH) -> int:
+        """Replay up to `limit` waiting entries to the primary, oldest first; how many landed."""
+        primary = self.primary
+        async with self._drain_lock:
+            entries = await self.outbox.waiting(primary.name, limit)
+            if not entries:
+                return 0
+            try:
+                backend = await primary.get()
+            except BackendUnavailable:
+                return 0
+            if not await backend.is_available():
+                return 0
+            landed = 0
+            for entry in entries:
+                try:
+                    await self._replay(backend, entry)
+                except BackendUnavailable as exc:
+                    log.info("outbox_drain_paused", layer=primary.name, error=exc.detail)
+                    break
+                except (BackendError, ValueError) as exc:
+                    parked = await self.outbox.failed(entry.seq, str(exc))
+                    log.error("outbox_entry_failed", layer=primary.name, op=entry.op,
+                              key=entry.key, parked=parked, error=str(exc))
+                    continue
+                await self.outbox.done(entry.seq)
+                landed += 1
+        if landed:
+            log.info("outbox_drained", layer=primary.name, count=landed)
+        return landed
+
+    async def _replay(self, backend: MemoryBackend, entry: Entry) -> None:
+        payload = entry.payload
+        if entry.op == "segment":
+            value = decode("segment", payload)
+            assert isinstance(value, ConversationSegment)
+            await backend.save_conversation_segment(value)
+        elif entry.op == "summary":
+            summary = decode("summary", payload)
+            assert isinstance(summary, SessionSummary)
+            await backend.save_session_summary(summary)
+        elif entry.op == "requested":
+            requested = decode("requested", payload)
+            assert isinstance(requested, RequestedMemory)
+            await backend.save_requested_memory(requested)
+        elif entry.op == "record":
+            await backend.import_records([payload])
+        elif entry.op == "forget":
+            await backend.forget(payload["memory_id"], hard=bool(payload["hard"]))
+        elif entry.op == "forget_where":
+            await backend.forget_where(**payload)
+        else:
+            raise ValueError(f"unknown outbox operation {entry.op!r}")
+
+    async def depth(self) -> list[Depth]:
+        return await self.outbox.depth()
+
+    # -- background work of the layers --------------------------------------------------
+
+    async def pending_embeddings(self) -> int:
+        total = 0
+        for layer in self.layers:
+            backend = layer.backend
+            if backend is not None and hasattr(backend, "pending_embeddings"):
+                try:
+                    total += await backend.pending_embeddings()
+                except BackendUnavailable:
+                    continue
+        return total
+
+    async def embed_pending(self, limit: int = 256) -> int:
+        for layer in self.layers:
+            backend = layer.backend
+            if backend is not None and hasattr(backend, "embed_pending"):
+                try:
+                    done: int = await backend.embed_pending(limit=limit)
+                except BackendUnavailable:
+                    continue
+                if done:
+                    return done
+        return 0
+
+    async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        batch = list(records)
+        count, _ = await self._first(Capability.EXPORT, lambda b: b.import_records(batch))
+        return count
+
+    async def close(self) -> None:
+        for layer in self.layers:
+            try:
+                await layer.close()
+            except BackendError as exc:
+                log.warning("memory_layer_close_failed", layer=layer.name, error=str(exc))
+        await self.outbox.close()
+
+
+def describe_depth(depths: Sequence[Depth], now: datetime) -> list[dict[str, Any]]:
+    """The outbox's depth per layer for status and doctor."""
+    return [{"layer": d.layer, "waiting": d.waiting, "parked": d.parked,
+             "oldest": d.oldest.isoformat() if d.oldest else None,
+             "oldest_age_seconds": (round((now - d.oldest).total_seconds())
+                                    if d.oldest else None)} for d in depths]
