@@ -2,7 +2,7 @@
 
 Where the file is: `--config PATH`, else `$MEMORYD_CONFIG`, else
 `~/.config/memoryd/config.yaml` (absent is fine). Environment variables win
-over the file; nested keys use `__` (`MEMORYD_MEMORY__BACKEND=sqlite`).
+over the file; nested keys use `__` (`MEMORYD_MEMORY__BACKENDS='["postgres", "sqlite"]'`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -156,15 +163,75 @@ class EmbeddingSettings(BaseModel):
     openai: OpenAIEmbeddingSettings = Field(default_factory=OpenAIEmbeddingSettings)
 
 
-class MemorySettings(BaseModel):
-    """The memory backend that recovered conversation is saved to."""
+class PostgresSettings(BaseModel):
+    """The PostgreSQL + pgvector layer (`memory.backends: [postgres, ...]`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: str = Field(default="sqlite", pattern="^(sqlite)$")
+    #: The NAME of the environment variable holding the connection string (a libpq URI
+    #: or key=value string); the string itself, and its password, never go in this file,
+    #: a log line, an error, `status` or `doctor`.
+    dsn_env: str = Field(default="MEMORYD_POSTGRES_DSN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Whose memories these are (an owner column on every row, a filter on every query);
+    #: default: the login name.
+    user: str | None = Field(default=None, min_length=1, max_length=200)
+    #: Read only memories these agents wrote (claude, codex, gemini, person); default all.
+    agents: list[str] | None = None
+    connect_timeout: Duration = Field(default=10.0, gt=0, le=300)
+    max_connections: int = Field(default=4, ge=1, le=64)
+
+
+class JsonlSettings(BaseModel):
+    """The JSONL last-resort layer (`memory.backends: [..., jsonl]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Its directory, one file per project; default `<state_dir>/memory-jsonl`.
+    path: ExpandedPath | None = None
+
+
+BackendKind = Literal["sqlite", "postgres", "jsonl"]
+
+
+def _backends(value: object) -> object:
+    if isinstance(value, str):  # `backends: postgres, sqlite` in the file
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list) and len(set(value)) != len(value):
+        raise ValueError("a backend is listed twice")
+    return value
+
+
+class MemorySettings(BaseModel):
+    """The memory layers that recovered conversation is saved to, primary first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The chain, primary first: e.g. [postgres, sqlite, jsonl]. A save goes to the
+    #: first layer that answers; what the primary missed waits in the outbox.
+    backends: Annotated[list[BackendKind], BeforeValidator(_backends)] = Field(
+        default_factory=lambda: list[BackendKind](["sqlite"]), min_length=1)
     #: The embedded backend's own database; default `<state_dir>/memory.db`.
     path: ExpandedPath | None = None
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    jsonl: JsonlSettings = Field(default_factory=JsonlSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _single_backend(cls, data: Any) -> Any:
+        # `backend: sqlite`, the one-backend form of earlier configs, still reads.
+        if isinstance(data, dict) and "backend" in data:
+            data = dict(data)
+            single = data.pop("backend")
+            if "backends" in data:
+                raise ValueError("give `backends` (a list) only, not `backend` too")
+            data["backends"] = [single]
+        return data
+
+    @property
+    def backend(self) -> str:
+        """The primary layer's kind."""
+        return self.backends[0]
 
 
 class AgentSettings(BaseModel):
@@ -236,6 +303,15 @@ class Settings(BaseSettings):
         return self.memory.path or self.state_dir / "memory.db"
 
     @property
+    def outbox_path(self) -> Path:
+        """The chain's durable outbox (what a layer missed while it was down)."""
+        return self.state_dir / "outbox.db"
+
+    @property
+    def jsonl_path(self) -> Path:
+        return self.memory.jsonl.path or self.state_dir / "memory-jsonl"
+
+    @property
     def models_path(self) -> Path:
         """Where fetched model weights live (`memory.embeddings.fetch_model`)."""
         return self.state_dir / "models"
@@ -271,7 +347,8 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, 
     return default_config_path(), False
 
 
-_NOT_SETTINGS = {"config"}
+# MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN is memory.postgres.dsn_env's default.
+_NOT_SETTINGS = {"config", "postgres_dsn"}
 
 
 def _reject_unknown_environment() -> None:

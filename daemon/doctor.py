@@ -16,6 +16,7 @@ from daemon.config import Settings
 from daemon.errors import MemorydError, StoreBusy
 from daemon.lock import read_lock_info
 from daemon.memory.embeddings import EmbeddingError, local, make_embedder, resolve_provider
+from daemon.memory.protocol import vector_queue
 from daemon.service import open_memory_backend
 from daemon.store.connection import integrity_problems
 from daemon.units import ServiceManager
@@ -124,7 +125,8 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
     if settings.memory_path.exists():
         backend = await open_memory_backend(settings, clock)
         try:
-            pending = str(await backend.pending_embeddings())
+            queue = vector_queue(backend)
+            pending = str(await queue.pending_embeddings()) if queue is not None else "0"
         finally:
             await backend.close()
     model = embedder.name

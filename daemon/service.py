@@ -31,12 +31,14 @@ from daemon.config import Settings, SourceKind
 from daemon.errors import ConfigError, MemorydError, StoreDamaged, StoreError
 from daemon.ingest.ingester import Ingester, PassStats
 from daemon.ingest.watcher import watch_roots
+from daemon.layers import open_layers
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
-from daemon.memory import SQLiteMemoryBackend
+from daemon.memory import MemoryBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
+from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
 from daemon.store import connect, migrate, queries
 from daemon.store.connection import ensure_private_dir, integrity_problems, translate
@@ -104,25 +106,22 @@ async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
 
 
 async def open_memory_backend(settings: Settings, clock: Clock, *,
-                              vectors: bool = True) -> SQLiteMemoryBackend:
-    """The configured memory backend, opened (today: the embedded SQLite one).
+                              vectors: bool = True) -> MemoryBackend:
+    """The configured memory, opened: the embedded backend, or the chain of layers
+    (`daemon/layers.py`).
 
     With an embedder, recall is hybrid; an embedder that cannot be made (the
     local model not installed) leaves keyword recall working, with a warning.
     `vectors=False` opens it keyword-only (a hook without a daemon cannot afford
     to load a model).
     """
-    ensure_private_dir(settings.memory_path.parent, "memory.path")
     embedder = None
     try:
         if vectors:
             embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         log.warning("embeddings_unavailable", error=str(exc))
-    return await SQLiteMemoryBackend.open(
-        settings.memory_path, clock=clock, embedder=embedder, chunked=True,
-        vector_weight=settings.memory.embeddings.vector_weight,
-        paraphrase_vector_weight=settings.memory.embeddings.paraphrase_vector_weight)
+    return await open_layers(settings, clock, embedder)
 
 
 def recovery_policy(settings: Settings) -> RecoveryPolicy:
@@ -206,7 +205,7 @@ class Service:
         self._ingester: Ingester | None = None
         self._scheduler_: LifecycleScheduler | None = None
         self._recovery: Recovery | None = None
-        self._backend: SQLiteMemoryBackend | None = None
+        self._backend: MemoryBackend | None = None
         self._open_lock = asyncio.Lock()
         self._sync_lock = asyncio.Lock()
         self._ops: MemoryOps | None = None
@@ -432,8 +431,8 @@ class Service:
             # Vectors are computed here, off the ingest and save paths; a slow or
             # absent model only delays hybrid recall of the newest memories.
             await self._recovery_for(conn)
-            backend = self._backend
-            if backend is None or backend.embedder is None:
+            backend = vector_queue(self._backend)
+            if backend is None:
                 return
             deadline = clock.monotonic() + EMBED_SLICE
             while not self.stop_event.is_set() and clock.monotonic() < deadline:

@@ -15,6 +15,7 @@ from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
 from daemon.lock import read_lock_info
+from daemon.memory.protocol import vector_queue
 from daemon.service import open_memory_backend, read_runtime_status
 from daemon.store import queries
 from daemon.store.connection import connect
@@ -66,11 +67,12 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         return memory
     try:
         memory["available"] = await backend.is_available()
-        if backend.embedder is not None:
+        queue = vector_queue(backend)
+        if queue is not None and queue.embedder is not None:
             # The embedding backlog: how far the background queue is from hybrid recall
             # seeing every memory (until then the rest are found by keywords only).
-            memory["embedder"] = backend.embedder.name
-            if backend.embedder.name.startswith("local:"):
+            memory["embedder"] = queue.embedder.name
+            if queue.embedder.name.startswith("local:"):
                 from daemon.memory.embeddings import local
 
                 memory["model_weights"] = (
@@ -78,7 +80,7 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
                     "not fetched yet" if settings.memory.embeddings.fetch_model else "missing")
             if memory["available"]:
                 try:
-                    memory["chunks_waiting_for_vector"] = await backend.pending_embeddings()
+                    memory["chunks_waiting_for_vector"] = await queue.pending_embeddings()
                 except MemorydError as exc:  # status reports trouble, it never fails on it
                     memory["detail"] = str(exc)
     finally:

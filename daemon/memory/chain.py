@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -50,9 +50,12 @@ from daemon.memory.models import (
     new_memory_id,
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
-from daemon.memory.protocol import Capability, MemoryBackend
+from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, vector_queue
 from daemon.memory.records import memory_to_record
 from daemon.memory.redaction import redact
+
+if TYPE_CHECKING:
+    from daemon.memory.embeddings.base import Embedder
 
 log = structlog.get_logger("memoryd.memory.chain")
 
@@ -149,11 +152,12 @@ class ChainBackend:
                 if capability not in self._declared[layer.name]]
 
     @property
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder | None:
+        """The first open layer's embedder (every layer is given the same one)."""
         for layer in self.layers:
-            embedder = getattr(layer.backend, "embedder", None)
-            if embedder is not None:
-                return embedder
+            queue = vector_queue(layer.backend)
+            if queue is not None:
+                return queue.embedder
         return None
 
     # -- reads ------------------------------------------------------------------------
@@ -188,9 +192,14 @@ class ChainBackend:
                 return True
         return False
 
-    async def recall(self, query: str, **kwargs: Any) -> list[RecallResult]:
-        results, layer = await self._first(Capability.RECALL,
-                                           lambda b: b.recall(query, **kwargs))
+    async def recall(self, query: str, *, project: str | None = None, limit: int = 10,
+                     since: datetime | None = None, until: datetime | None = None,
+                     types: Iterable[MemoryType] | None = None, all_projects: bool = False,
+                     order: RecallOrder = "score") -> list[RecallResult]:
+        wanted = None if types is None else list(types)
+        results, layer = await self._first(Capability.RECALL, lambda b: b.recall(
+            query, project=project, limit=limit, since=since, until=until, types=wanted,
+            all_projects=all_projects, order=order))
         return [replace(r, layer=layer) for r in results]
 
     async def get(self, memory_id: str) -> Memory | None:
@@ -423,20 +432,20 @@ class ChainBackend:
     async def pending_embeddings(self) -> int:
         total = 0
         for layer in self.layers:
-            backend = layer.backend
-            if backend is not None and hasattr(backend, "pending_embeddings"):
+            queue = vector_queue(layer.backend)
+            if queue is not None:
                 try:
-                    total += await backend.pending_embeddings()
+                    total += await queue.pending_embeddings()
                 except BackendUnavailable:
                     continue
         return total
 
     async def embed_pending(self, limit: int = 256) -> int:
         for layer in self.layers:
-            backend = layer.backend
-            if backend is not None and hasattr(backend, "embed_pending"):
+            queue = vector_queue(layer.backend)
+            if queue is not None:
                 try:
-                    done: int = await backend.embed_pending(limit=limit)
+                    done = await queue.embed_pending(limit=limit)
                 except BackendUnavailable:
                     continue
                 if done:

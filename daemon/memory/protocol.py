@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from daemon.errors import BackendUnsupported
 from daemon.memory.models import (
@@ -45,6 +45,9 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
+
+if TYPE_CHECKING:
+    from daemon.memory.embeddings.base import Embedder
 
 RecallOrder = Literal["score", "time", "recent"]
 
@@ -66,6 +69,31 @@ def require(backend: MemoryBackend, capability: Capability) -> None:
     """Raise BackendUnsupported unless `backend` declares `capability`."""
     if capability not in backend.capabilities:
         raise BackendUnsupported(f"cannot {capability.value}", backend=backend.name)
+
+
+@runtime_checkable
+class VectorQueue(Protocol):
+    """A backend that computes vectors in the background (the embedded and Postgres ones)."""
+
+    @property
+    def embedder(self) -> Embedder | None:
+        """The embedder hybrid recall uses, or None (keyword search only)."""
+        ...
+
+    async def pending_embeddings(self) -> int:
+        """How many chunks of live memories still wait for a vector."""
+        ...
+
+    async def embed_pending(self, limit: int = 256) -> int:
+        """Embed up to `limit` waiting chunks; how many were stored."""
+        ...
+
+
+def vector_queue(backend: object) -> VectorQueue | None:
+    """`backend` as a VectorQueue when it is one and has an embedder, else None."""
+    if isinstance(backend, VectorQueue) and backend.embedder is not None:
+        return backend
+    return None
 
 
 @runtime_checkable

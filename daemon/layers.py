@@ -1,0 +1,106 @@
+"""Opening the configured memory: the embedded backend alone, or the chain of layers.
+
+`memory.backends: [sqlite]` (the default) opens the embedded backend as it
+always did. Anything longer, or another primary, opens a `ChainBackend` whose
+layers open lazily (a PostgreSQL server that is down when memoryd starts is a
+layer to fall back from, not a failure) and whose outbox is
+`<state_dir>/outbox.db`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from daemon.clock import Clock
+from daemon.config import BackendKind, Settings
+from daemon.errors import BackendError
+from daemon.memory.chain import ChainBackend, Layer
+from daemon.memory.embeddings.base import Embedder
+from daemon.memory.jsonl import JsonlMemoryBackend
+from daemon.memory.outbox import Outbox
+from daemon.memory.protocol import Capability, MemoryBackend
+from daemon.memory.sqlite import SQLiteMemoryBackend
+from daemon.store.connection import ensure_private_dir
+
+_FULL = frozenset({Capability.REMEMBER, Capability.RECALL, Capability.FORGET,
+                   Capability.CORRECT, Capability.EXPORT, Capability.TEMPORAL})
+DECLARED: dict[str, frozenset[Capability]] = {
+    "sqlite": _FULL,
+    "postgres": _FULL,
+    "jsonl": JsonlMemoryBackend.capabilities,
+}
+
+
+def origin(settings: Settings) -> str:
+    """This memoryd among several sharing one database: its host and state directory."""
+    from daemon.memory.postgres import origin_id
+
+    return origin_id(f"{socket.gethostname()}:{settings.state_dir}")
+
+
+def owner_user(settings: Settings) -> str:
+    if settings.memory.postgres.user:
+        return settings.memory.postgres.user
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid-{os.getuid()}"
+
+
+def postgres_dsn(settings: Settings) -> str:
+    name = settings.memory.postgres.dsn_env
+    dsn = os.environ.get(name, "").strip()
+    if not dsn:
+        raise BackendError(f"memory.postgres.dsn_env: the environment variable {name} is not"
+                           " set (it holds the connection string)", backend="postgres")
+    return dsn
+
+
+def opener(kind: BackendKind, settings: Settings, clock: Clock,
+           embedder: Embedder | None) -> Callable[[], Awaitable[MemoryBackend]]:
+    embeddings = settings.memory.embeddings
+
+    async def sqlite() -> MemoryBackend:
+        ensure_private_dir(settings.memory_path.parent, "memory.path")
+        return await SQLiteMemoryBackend.open(
+            settings.memory_path, clock=clock, embedder=embedder, chunked=True,
+            vector_weight=embeddings.vector_weight,
+            paraphrase_vector_weight=embeddings.paraphrase_vector_weight)
+
+    async def postgres() -> MemoryBackend:
+        from daemon.memory.postgres import Owner, PostgresMemoryBackend
+
+        pg = settings.memory.postgres
+        return await PostgresMemoryBackend.open(
+            postgres_dsn(settings),
+            owner=Owner(user=owner_user(settings), origin=origin(settings),
+                        agents=tuple(pg.agents) if pg.agents is not None else None),
+            clock=clock, embedder=embedder, vector_weight=embeddings.vector_weight,
+            paraphrase_vector_weight=embeddings.paraphrase_vector_weight,
+            connect_timeout=pg.connect_timeout, max_connections=pg.max_connections)
+
+    async def jsonl() -> MemoryBackend:
+        ensure_private_dir(settings.jsonl_path, "memory.jsonl.path")
+        return await JsonlMemoryBackend.open(settings.jsonl_path, clock=clock)
+
+    return {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl}[kind]
+
+
+def is_chain(settings: Settings) -> bool:
+    return settings.memory.backends != ["sqlite"]
+
+
+async def open_layers(settings: Settings, clock: Clock,
+                      embedder: Embedder | None) -> MemoryBackend:
+    """The configured memory: the embedded backend alone, or the chain."""
+    if not is_chain(settings):
+        return await opener("sqlite", settings, clock, embedder)()
+    ensure_private_dir(settings.state_dir)
+    outbox = await Outbox.open(settings.outbox_path, clock=clock)
+    layers = [Layer(kind, opener(kind, settings, clock, embedder), clock)
+              for kind in settings.memory.backends]
+    return ChainBackend(layers, outbox, clock,
+                        {kind: DECLARED[kind] for kind in settings.memory.backends})
