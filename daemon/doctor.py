@@ -14,10 +14,13 @@ from pathlib import Path
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError, StoreBusy
+from daemon.layers import is_chain
 from daemon.lock import read_lock_info
+from daemon.memory.chain import ChainBackend
 from daemon.memory.embeddings import EmbeddingError, local, make_embedder, resolve_provider
 from daemon.memory.protocol import vector_queue
 from daemon.service import open_memory_backend
+from daemon.status import layer_states
 from daemon.store.connection import integrity_problems
 from daemon.units import ServiceManager
 
@@ -83,6 +86,48 @@ def check_sqlite() -> Check:
         return Check("sqlite", "fail", f"SQLite {sqlite3.sqlite_version} has no FTS5",
                      "use a Python whose SQLite is built with FTS5 (most are)")
     return Check("sqlite", "ok", f"SQLite {sqlite3.sqlite_version} with FTS5")
+
+
+async def check_chain(settings: Settings, clock: Clock) -> list[Check]:
+    """Each layer of `memory.backends` and the outbox: what answers, what waits."""
+    try:
+        backend = await open_memory_backend(settings, clock, vectors=False)
+    except (MemorydError, OSError) as exc:
+        return [Check("memory chain", "fail", str(exc), "check memory settings")]
+    checks = []
+    try:
+        assert isinstance(backend, ChainBackend)
+        for number, state in enumerate(await layer_states(backend, settings)):
+            role = "primary" if number == 0 else f"fallback {number}"
+            name = f"memory layer {state['backend']} ({role})"
+            if state["available"]:
+                checks.append(Check(name, "ok", f"{state['where']} answers"))
+            else:
+                checks.append(Check(
+                    name, "fail" if number == 0 else "warn",
+                    f"{state['where']}: {state.get('detail', 'does not answer')}",
+                    "saves go to the next layer and wait in the outbox" if number == 0
+                    else "this fallback is not there if the primary goes down"))
+        for depth in await backend.depth():
+            waiting = f"{depth.waiting} waiting for {depth.layer}"
+            if depth.oldest is not None:
+                waiting += f", oldest {iso(depth.oldest)}"
+            if depth.parked:
+                checks.append(Check("outbox", "fail", f"{waiting}; {depth.parked} parked",
+                                    "`memoryd memory outbox` lists them; --retry sends again"))
+            else:
+                checks.append(Check("outbox", "warn" if depth.waiting else "ok", waiting,
+                                    "replayed when the primary answers" if depth.waiting
+                                    else None))
+        if not any(c.name == "outbox" for c in checks):
+            checks.append(Check("outbox", "ok", "empty"))
+    finally:
+        await backend.close()
+    return checks
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 async def check_backend(settings: Settings, clock: Clock) -> Check:
@@ -232,7 +277,10 @@ async def run_checks(settings: Settings, clock: Clock,
               *check_sources(settings), check_sqlite(),
               check_integrity("daemon database", settings.database_path, full=full),
               check_integrity("memory database", settings.memory_path, full=full)]
-    checks.append(await check_backend(settings, clock))
+    if is_chain(settings):
+        checks.extend(await check_chain(settings, clock))
+    else:
+        checks.append(await check_backend(settings, clock))
     checks.append(await check_embeddings(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
                    check_api(settings)])

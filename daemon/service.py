@@ -37,6 +37,7 @@ from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
 from daemon.memory import MemoryBackend
+from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
@@ -50,6 +51,8 @@ STATUS_INTERVAL = 1.0
 #: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks for at
 #: most EMBED_SLICE s (the local model embeds ~8 long chunks a second on 2 cores).
 EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 8, 2.0
+#: The chain's outbox is replayed to its primary this often (when it has entries).
+OUTBOX_INTERVAL = 5.0
 #: SQLite's quick_check of both databases: at start-up, then daily.
 INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
@@ -445,6 +448,14 @@ class Service:
                     log.warning("embedding_failed", error=str(exc), transient=exc.transient)
                     return
 
+        async def drain_outbox() -> None:
+            # What the primary layer missed while it was down, in order, same ids.
+            await self._recovery_for(conn)
+            backend = self._backend
+            if isinstance(backend, ChainBackend):
+                while not self.stop_event.is_set() and await backend.drain() == DRAIN_BATCH:
+                    pass
+
         async def check_integrity() -> None:
             # A damaged page goes unnoticed until something reads it; writing on into a
             # damaged file can make it worse. Found: stop, say so, exit 74.
@@ -469,6 +480,7 @@ class Service:
             [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
              PeriodicJob("recover_unsynced", settings.sync_check_interval, recover),
              PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False),
+             PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
              PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
                          exclusive=False)],
             now=clock.now,

@@ -14,7 +14,9 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
+from daemon.layers import is_chain
 from daemon.lock import read_lock_info
+from daemon.memory.chain import ChainBackend, describe_depth
 from daemon.memory.protocol import vector_queue
 from daemon.service import open_memory_backend, read_runtime_status
 from daemon.store import queries
@@ -53,11 +55,41 @@ def _uptime(started_at: str, now: datetime) -> float | None:
     return max(0.0, (now - started).total_seconds())
 
 
+async def layer_states(chain: ChainBackend, settings: Settings) -> list[dict[str, Any]]:
+    """Each layer of the chain: where it is, whether it answers, why not."""
+    states = []
+    for layer in chain.layers:
+        available = await layer.available()
+        state: dict[str, Any] = {"backend": layer.name, "where": where_is(layer.name, settings),
+                                 "available": available}
+        if not available and layer.last_error:
+            state["detail"] = layer.last_error
+        states.append(state)
+    return states
+
+
+def where_is(kind: str, settings: Settings) -> str:
+    """Where a layer keeps memory, as status and doctor may show it (never a password)."""
+    if kind == "sqlite":
+        return str(settings.memory_path)
+    if kind == "jsonl":
+        return str(settings.jsonl_path)
+    if kind == "postgres":
+        from daemon.memory.postgres.schema import describe
+
+        dsn = os.environ.get(settings.memory.postgres.dsn_env, "")
+        return (describe(dsn) if dsn else f"${settings.memory.postgres.dsn_env} not set")
+    return kind
+
+
 async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     memory: dict[str, Any] = {"backend": settings.memory.backend,
-                              "path": str(settings.memory_path), "available": False,
+                              "path": where_is(settings.memory.backend, settings),
+                              "available": False,
                               "embedder": None, "chunks_waiting_for_vector": 0}
-    if not settings.memory_path.exists():
+    if is_chain(settings):
+        memory["backends"] = list(settings.memory.backends)
+    elif not settings.memory_path.exists():
         memory["detail"] = "not created yet"
         return memory
     try:
@@ -66,6 +98,9 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         memory["detail"] = str(exc)
         return memory
     try:
+        if isinstance(backend, ChainBackend):
+            memory["layers"] = await layer_states(backend, settings)
+            memory["outbox"] = describe_depth(await backend.depth(), clock.now())
         memory["available"] = await backend.is_available()
         queue = vector_queue(backend)
         if queue is not None and queue.embedder is not None:

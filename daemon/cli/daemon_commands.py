@@ -119,6 +119,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     memory = report["memory"]
     state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
     click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
+    for layer in memory.get("layers", [])[1:]:
+        answer = "available" if layer["available"] else (
+            f"unavailable ({layer.get('detail', '?')})")
+        click.echo(f"  then: {layer['backend']} {layer['where']}: {answer}")
+    for depth in memory.get("outbox", []):
+        click.echo(f"outbox for {depth['layer']}: {depth['waiting']} waiting"
+                   + (f", {depth['parked']} parked" if depth["parked"] else "")
+                   + (f", oldest {depth['oldest']}" if depth["oldest"] else ""))
     if memory["available"] and memory["embedder"] is None:
         click.echo("vectors: none (keyword recall only)")
     elif memory["available"]:
