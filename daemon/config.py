@@ -190,7 +190,27 @@ class JsonlSettings(BaseModel):
     path: ExpandedPath | None = None
 
 
-BackendKind = Literal["sqlite", "postgres", "jsonl"]
+class GatewaySettings(BaseModel):
+    """The Memory Gateway layer (`memory.backends: [gateway, ...]`), an HTTP memory service."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str = Field(default="http://127.0.0.1:8080", pattern=r"^https?://\S+$")
+    #: The gateway's user id; default: the login name.
+    user_id: str | None = Field(default=None, min_length=1, max_length=200)
+    #: The NAME of the environment variable holding the user key (never the key itself).
+    user_key_env: str = Field(default="MEMORYD_GATEWAY_KEY",
+                              pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    app_id: str = Field(default="default", min_length=1)
+    project_id: str = Field(default="default", min_length=1)
+    #: What a search covers: a non-empty subset of current_chat, resources, all_user_memory.
+    scope: list[Literal["current_chat", "resources", "all_user_memory"]] = Field(
+        default_factory=lambda: list[Literal["current_chat", "resources", "all_user_memory"]](
+            ["all_user_memory"]), min_length=1)
+    timeout: Duration = Field(default=10.0, gt=0, le=300)
+
+
+BackendKind = Literal["sqlite", "postgres", "jsonl", "gateway"]
 
 
 def _backends(value: object) -> object:
@@ -215,6 +235,7 @@ class MemorySettings(BaseModel):
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     jsonl: JsonlSettings = Field(default_factory=JsonlSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
 
     @model_validator(mode="before")
     @classmethod
@@ -347,8 +368,9 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, 
     return default_config_path(), False
 
 
-# MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN is memory.postgres.dsn_env's default.
-_NOT_SETTINGS = {"config", "postgres_dsn"}
+# MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN and MEMORYD_GATEWAY_KEY are the
+# defaults of memory.postgres.dsn_env and memory.gateway.user_key_env.
+_NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key"}
 
 
 def _reject_unknown_environment() -> None:

@@ -11,6 +11,7 @@
     └── BackendError         a memory backend failed
         ├── BackendUnavailable  transient, retried
         ├── BackendUnsupported  the backend cannot do this (its capabilities)
+        ├── BackendOutcomeUnknown  a write may or may not have been applied (never resent)
         └── BackendDamaged   the memory database is not a database, or malformed (exit 74)
 
 Third-party exceptions are translated into these at the boundary that calls the
@@ -117,6 +118,12 @@ class BackendDamaged(BackendError):
     """The memory database is not a database or is malformed (see README: Recovery)."""
 
     damaged = True
+
+
+class BackendOutcomeUnknown(BackendError):
+    """A write was sent but its answer was lost: it may have been applied. Sending it again
+    could store it twice, so it is kept aside for a person to decide (`memoryd memory
+    outbox`), never retried by itself."""
 
 
 class BackendUnsupported(BackendError):

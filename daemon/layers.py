@@ -19,6 +19,7 @@ from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError
 from daemon.memory.chain import ChainBackend, Layer
 from daemon.memory.embeddings.base import Embedder
+from daemon.memory.gateway import GatewayConfig, GatewayMemoryBackend
 from daemon.memory.jsonl import JsonlMemoryBackend
 from daemon.memory.outbox import Outbox
 from daemon.memory.protocol import Capability, MemoryBackend
@@ -31,6 +32,7 @@ DECLARED: dict[str, frozenset[Capability]] = {
     "sqlite": _FULL,
     "postgres": _FULL,
     "jsonl": JsonlMemoryBackend.capabilities,
+    "gateway": GatewayMemoryBackend.capabilities,
 }
 
 
@@ -42,8 +44,10 @@ def origin(settings: Settings) -> str:
 
 
 def owner_user(settings: Settings) -> str:
-    if settings.memory.postgres.user:
-        return settings.memory.postgres.user
+    return settings.memory.postgres.user or login_name()
+
+
+def login_name() -> str:
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -86,7 +90,17 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock,
         ensure_private_dir(settings.jsonl_path, "memory.jsonl.path")
         return await JsonlMemoryBackend.open(settings.jsonl_path, clock=clock)
 
-    return {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl}[kind]
+    async def gateway() -> MemoryBackend:
+        gw = settings.memory.gateway
+        ensure_private_dir(settings.state_dir)
+        config = GatewayConfig(
+            base_url=gw.base_url, user_id=gw.user_id or login_name(),
+            user_key=os.environ.get(gw.user_key_env, ""), app_id=gw.app_id,
+            project_id=gw.project_id, scope=tuple(gw.scope), timeout=gw.timeout)
+        return await GatewayMemoryBackend.open(config, ledger=settings.state_dir / "gateway.db",
+                                               clock=clock)
+
+    return {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl, "gateway": gateway}[kind]
 
 
 def is_chain(settings: Settings) -> bool:

@@ -7,6 +7,7 @@ runs and never changes anything.
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,8 @@ def where_is(kind: str, settings: Settings) -> str:
 
         dsn = os.environ.get(settings.memory.postgres.dsn_env, "")
         return (describe(dsn) if dsn else f"${settings.memory.postgres.dsn_env} not set")
+    if kind == "gateway":  # without any user:password@ in it
+        return re.sub(r"//[^/@\s]*@", "//", settings.memory.gateway.base_url)
     return kind
 
 

@@ -211,6 +211,13 @@ class MemoryOps:
 
     async def forget(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self._require(Capability.FORGET)
+        answer = {"forgotten": await self._forget(args)}
+        # A layer that cannot forget (the Memory Gateway) keeps its copy: say so.
+        cannot = getattr(self._backend, "cannot", None)
+        remains = cannot(Capability.FORGET) if cannot is not None else []
+        return {**answer, "remains_in": remains} if remains else answer
+
+    async def _forget(self, args: Mapping[str, Any]) -> int:
         hard = _bool(args, "hard")
         memory_id = _opt_text(args, "memory_id")
         session = _opt_text(args, "session")
@@ -219,22 +226,22 @@ class MemoryOps:
         if sum(x is not None for x in (memory_id, session, project)) + everything != 1:
             raise ApiError(400, "give exactly one of memory_id, session, project, all")
         if everything:
-            return {"forgotten": await self._backend.forget_where(all=True, hard=hard)}
+            return await self._backend.forget_where(all=True, hard=hard)
         if memory_id is not None:
-            return {"forgotten": int(await self._backend.forget(memory_id, hard=hard))}
+            return int(await self._backend.forget(memory_id, hard=hard))
         if session is not None:
             found = await queries.find_session(self._conn, session)
             if found is None:
                 count = await self._backend.forget_where(session_external_id=session, hard=hard)
-                return {"forgotten": count}
+                return count
             count = await self._backend.forget_where(session_id=int(found["id"]), hard=hard)
             if found.get("external_id"):
                 # By the agent's own id too: it survives a re-ingest into a new store, so
                 # the session's later segments are never saved again (forgetting sticks).
                 count += await self._backend.forget_where(
                     session_external_id=found["external_id"], hard=hard)
-            return {"forgotten": count}
-        return {"forgotten": await self._backend.forget_where(project=project, hard=hard)}
+            return count
+        return await self._backend.forget_where(project=project, hard=hard)
 
     async def get_memory(self, args: Mapping[str, Any]) -> dict[str, Any]:
         memory_id = _text(args, "memory_id")

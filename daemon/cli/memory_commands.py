@@ -214,9 +214,12 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
     if everything and not yes:
         raise click.UsageError("--all forgets every memory: add --yes to confirm")
 
-    count = int(call(settings, "forget", {
+    done = call(settings, "forget", {
         "memory_id": memory_id, "session": session, "project": project_path(project),
-        "all": everything, "hard": hard})["forgotten"])
+        "all": everything, "hard": hard})
+    count = int(done["forgotten"])
+    for layer in done.get("remains_in", []):
+        click.echo(f"note: the {layer} layer cannot forget; its copy remains there", err=True)
     if memory_id is not None and count == 0:
         fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
     how = "deleted (hard)" if hard else "forgotten"

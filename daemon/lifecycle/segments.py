@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from daemon.memory.models import Turn
 from daemon.memory.redaction import redact
 from daemon.store.sessions import StoredMessage
 
@@ -76,6 +77,26 @@ def _render(message: StoredMessage) -> str:
         return f"{message.role} used {name}: {_clip(message.content.strip(), TOOL_CALL_CHARS)}"
     text = _WHITESPACE_RUNS.sub("\n\n", message.content.strip())
     return f"{message.role}: {_clip(text, MESSAGE_CHARS)}"
+
+
+#: Text that an agent or a hook put into a user's message, never the user's own words.
+_INJECTED = re.compile(
+    r"<(memory_context|system-reminder|command-[a-z]+|local-command-stdout)\b[^>]*>.*?</\1>",
+    re.DOTALL | re.IGNORECASE)
+_SPEAKERS = {"user": "user", "assistant": "assistant", "model": "assistant"}
+
+
+def turns_of(messages: Sequence[StoredMessage]) -> tuple[Turn, ...]:
+    """The person's and the agent's own words in `messages` (see `Turn`), secrets masked."""
+    turns = []
+    for message in messages:
+        role = _SPEAKERS.get(message.role)
+        if role is None or message.kind != "message" or message.is_sidechain:
+            continue
+        text = _INJECTED.sub("", message.content).strip()
+        if text:
+            turns.append(Turn(message.index, role, redact(text), message.timestamp))
+    return tuple(turns)
 
 
 def plan_segments(

@@ -35,7 +35,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from daemon.clock import Clock
-from daemon.errors import BackendError, BackendUnavailable, BackendUnsupported
+from daemon.errors import (
+    BackendError,
+    BackendOutcomeUnknown,
+    BackendUnavailable,
+    BackendUnsupported,
+)
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
     ConversationSegment,
@@ -165,25 +170,31 @@ class ChainBackend:
     async def _first(self, capability: Capability,
                      call: Callable[[MemoryBackend], Awaitable[T]],
                      accept: Callable[[T], bool] = lambda _: True) -> tuple[T, str]:
-        """The first layer's answer that `accept`s, asking down the chain past failures."""
-        errors: list[str] = []
+        """The first layer's answer that `accept`s, asking down the chain past failures
+        (a read falls back on any failure of a layer, not only on one that is down)."""
+        errors: list[BackendError] = []
         answer: tuple[T, str] | None = None
         for layer in self.layers:
             if capability not in self._declared[layer.name]:
                 continue
             try:
                 result = await call(await layer.get())
-            except BackendUnavailable as exc:
-                errors.append(str(exc))
+            except BackendUnsupported:
+                continue
+            except BackendError as exc:
+                log.warning("memory_layer_read_failed", layer=layer.name, error=str(exc))
+                errors.append(exc)
                 continue
             if accept(result):
                 return result, layer.name
             answer = answer or (result, layer.name)
         if answer is not None:
             return answer
+        if errors and all(isinstance(e, BackendUnavailable) for e in errors):
+            raise BackendUnavailable("no memory layer answered: "
+                                     + "; ".join(str(e) for e in errors), backend=self.name)
         if errors:
-            raise BackendUnavailable("no memory layer answered: " + "; ".join(errors),
-                                     backend=self.name)
+            raise errors[0]
         raise BackendUnsupported(f"cannot {capability.value}", backend=self.name)
 
     async def is_available(self) -> bool:
@@ -197,7 +208,10 @@ class ChainBackend:
                      types: Iterable[MemoryType] | None = None, all_projects: bool = False,
                      order: RecallOrder = "score") -> list[RecallResult]:
         wanted = None if types is None else list(types)
-        results, layer = await self._first(Capability.RECALL, lambda b: b.recall(
+        # A layer without time filters (the gateway) would answer a temporal question wrongly.
+        needs = (Capability.TEMPORAL if since is not None or until is not None
+                 or order != "score" else Capability.RECALL)
+        results, layer = await self._first(needs, lambda b: b.recall(
             query, project=project, limit=limit, since=since, until=until, types=wanted,
             all_projects=all_projects, order=order))
         return [replace(r, layer=layer) for r in results]
@@ -243,16 +257,27 @@ class ChainBackend:
     # -- writes -----------------------------------------------------------------------
 
     async def _save(self, op: str, key: str, payload: dict[str, Any],
-                    call: Callable[[MemoryBackend], Awaitable[SaveResult]]) -> SaveResult:
+                    call: Callable[[MemoryBackend], Awaitable[SaveResult]],
+                    needs: Capability | None = None) -> SaveResult:
         primary = self.primary
+        if needs is not None and needs not in self._declared[primary.name]:
+            # The primary never stores this kind (a gateway keeps no single facts): it goes
+            # to the first layer that does, and nothing waits for the primary.
+            return await self._fallback(op, key, call)
+        parked_because = None
         if not await self.outbox.has_waiting(primary.name):
             try:
                 return await call(await primary.get())
+            except BackendOutcomeUnknown as exc:
+                # Maybe applied, maybe not: kept for a person, never resent by itself.
+                log.error("memory_save_outcome_unknown", layer=primary.name, op=op, key=key,
+                          error=str(exc))
+                parked_because = str(exc)
             except BackendUnavailable as exc:
                 log.warning("memory_primary_unavailable", layer=primary.name, op=op, key=key,
                             error=exc.detail)
         # Recorded first: a crash after the fallback save cannot leave the primary without it.
-        await self.outbox.add(primary.name, op, key, payload)
+        await self.outbox.add(primary.name, op, key, payload, parked_because=parked_because)
         return await self._fallback(op, key, call)
 
     async def _fallback(self, op: str, key: str,
@@ -279,17 +304,19 @@ class ChainBackend:
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._save("summary", summary.id, encode(summary),
-                                lambda b: b.save_session_summary(summary))
+                                lambda b: b.save_session_summary(summary), Capability.REMEMBER)
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         return await self._save("requested", requested.id, encode(requested),
-                                lambda b: b.save_requested_memory(requested))
+                                lambda b: b.save_requested_memory(requested),
+                                Capability.REMEMBER)
 
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
                        tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
         primary = self.primary
-        if not await self.outbox.has_waiting(primary.name):
+        remembers = Capability.REMEMBER in self._declared[primary.name]
+        if remembers and not await self.outbox.has_waiting(primary.name):
             try:
                 return await (await primary.get()).remember(
                     content, type=type, importance=importance, project=project, tags=tags,
@@ -311,7 +338,8 @@ class ChainBackend:
             project=project if project is not None else prov.project, tags=tuple(tags),
             provenance=prov, created_at=now, updated_at=now)
         record = memory_to_record(memory)
-        await self.outbox.add(primary.name, "record", memory.id, record)
+        if remembers:
+            await self.outbox.add(primary.name, "record", memory.id, record)
         await self._fallback("record", memory.id, lambda b: b.import_records([record]))
         return memory
 
@@ -387,6 +415,11 @@ class ChainBackend:
             for entry in entries:
                 try:
                     await self._replay(backend, entry)
+                except BackendOutcomeUnknown as exc:
+                    await self.outbox.failed(entry.seq, str(exc), park=True)
+                    log.error("outbox_entry_outcome_unknown", layer=primary.name,
+                              op=entry.op, key=entry.key, error=str(exc))
+                    continue
                 except BackendUnavailable as exc:
                     log.info("outbox_drain_paused", layer=primary.name, error=exc.detail)
                     break
@@ -426,6 +459,17 @@ class ChainBackend:
 
     async def depth(self) -> list[Depth]:
         return await self.outbox.depth()
+
+    async def resolve_parked(self, *, applied: bool) -> int:
+        """A person decided about the parked entries: `applied` (the lost answers were
+        successes: drop them) or not (send them again at the next drain)."""
+        for layer in self.layers:
+            resolve = getattr(layer.backend, "resolve_unknown", None)
+            if resolve is not None:
+                await resolve(applied=applied)
+        if applied:
+            return await self.outbox.drop_parked(self.primary.name)
+        return await self.outbox.unpark(self.primary.name)
 
     # -- background work of the layers --------------------------------------------------
 

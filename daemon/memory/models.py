@@ -162,6 +162,18 @@ class Memory:
 
 
 @dataclass(frozen=True, slots=True)
+class Turn:
+    """Words the person or the agent said in a segment's message: no tool call or result,
+    no reasoning, no system or injected text. What a conversational memory service
+    (the Memory Gateway) is given instead of the rendered segment."""
+
+    index: int  # the message's index in its session
+    role: str  # "user" or "assistant"
+    text: str
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ConversationSegment:
     """A run of consecutive messages of one session, rendered to text by the caller.
 
@@ -180,6 +192,8 @@ class ConversationSegment:
     ended_at: datetime | None = None
     tags: tuple[str, ...] = ()
     importance: float | None = None
+    #: The person's and the agent's words, message by message (see Turn); not part of the id.
+    turns: tuple[Turn, ...] = ()
     id: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory.models import ConversationSegment, RequestedMemory, SessionSummary
+from daemon.memory.models import ConversationSegment, RequestedMemory, SessionSummary, Turn
 from daemon.memory.records import from_utc_text, to_utc_text
 
 log = structlog.get_logger("memoryd.memory.outbox")
@@ -66,6 +66,9 @@ def encode(value: ConversationSegment | SessionSummary | RequestedMemory) -> dic
         item = getattr(value, f.name)
         if isinstance(item, datetime):
             item = to_utc_text(item)
+        elif f.name == "turns":
+            item = [{"index": t.index, "role": t.role, "text": t.text,
+                     "at": to_utc_text(t.at) if t.at else None} for t in item]
         elif isinstance(item, tuple):
             item = list(item)
         out[f.name] = item
@@ -81,6 +84,10 @@ def decode(op: str, payload: dict[str, Any]) -> Saved:
     args: dict[str, Any] = {
         k: (from_utc_text(v) if k in _DATETIMES and v is not None
             else tuple(v) if k in _TUPLES else v) for k, v in payload.items()}
+    if "turns" in args:
+        args["turns"] = tuple(
+            Turn(t["index"], t["role"], t["text"], from_utc_text(t["at"]) if t["at"] else None)
+            for t in args["turns"])
     return kind(**args)
 
 
@@ -162,18 +169,32 @@ class Outbox:
                 raise BackendError(f"outbox {self._path}: {exc}", backend="outbox") from exc
 
     async def add(self, layer: str, op: str, key: str, payload: dict[str, Any],
-                  stored_in: str | None = None) -> bool:
-        """Record that `layer` must get this; False when it was already waiting."""
+                  stored_in: str | None = None, *, parked_because: str | None = None) -> bool:
+        """Record that `layer` must get this; False when it was already waiting.
+
+        `parked_because`: kept but never replayed by itself (an add whose outcome is
+        unknown); a person decides (`memoryd memory outbox`).
+        """
         if op not in OPS:
             raise ValueError(f"unknown outbox operation {op!r}")
+        parked = parked_because is not None
         rows = await self._run(
-            "INSERT INTO outbox (layer, op, key, payload, stored_in, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (layer, op, key) DO NOTHING RETURNING seq",
+            "INSERT INTO outbox (layer, op, key, payload, stored_in, created_at, parked,"
+            " last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (layer, op, key) DO UPDATE"
+            " SET parked = MAX(parked, excluded.parked),"
+            " last_error = COALESCE(excluded.last_error, last_error) RETURNING seq",
             (layer, op, key, json.dumps(payload, sort_keys=True), stored_in,
-             to_utc_text(self._clock.now())))
-        if rows:
-            log.info("outbox_added", layer=layer, op=op, key=key, stored_in=stored_in)
+             to_utc_text(self._clock.now()), int(parked), parked_because))
+        log.info("outbox_added", layer=layer, op=op, key=key, stored_in=stored_in,
+                 parked=parked)
         return bool(rows)
+
+    async def drop_parked(self, layer: str | None = None) -> int:
+        """Forget parked entries (a person found them delivered after all)."""
+        sql, params = "DELETE FROM outbox WHERE parked = 1", tuple[str, ...]()
+        if layer is not None:
+            sql, params = sql + " AND layer = ?", (layer,)
+        return len(await self._run(sql + " RETURNING seq", params))
 
     async def stored_in(self, seq: int, layer: str) -> None:
         await self._run("UPDATE outbox SET stored_in = ? WHERE seq = ?", (layer, seq))
