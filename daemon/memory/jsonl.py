@@ -500,6 +500,19 @@ class JsonlMemoryBackend:
                     created += await self._add(memory)
         return created
 
+    async def import_deletions(self, records: Iterable[DeletionRecord]) -> int:
+        """Copy deletion records from another store; a hard one keeps its id out for good."""
+        known = {(d.memory_id, d.mode, d.deleted_at) for d in self._deletions}
+        fresh = [r for r in records if (r.memory_id, r.mode, r.deleted_at) not in known]
+        async with self._lock:
+            for r in fresh:
+                await self._write(_file_name(r.project), [{
+                    "op": "forget", "id": r.memory_id, "mode": r.mode.value,
+                    "type": r.type.value, "project": r.project, "session_id": r.session_id,
+                    "session_external_id": r.session_external_id,
+                    "at": to_utc_text(r.deleted_at)}])
+        return len(fresh)
+
     async def close(self) -> None:
         self._closed = True
 

@@ -924,6 +924,24 @@ class PostgresMemoryBackend:
         log.info("memories_imported", backend=BACKEND_NAME, records=number, created=created)
         return created
 
+    async def import_deletions(self, records: Iterable[DeletionRecord]) -> int:
+        """Copy deletion records from another store; a hard one keeps its id out for good."""
+        added = 0
+        async with self._write() as conn:
+            for r in records:
+                rows = await self._rows(
+                    conn,
+                    "INSERT INTO memory_deletions (owner_user, origin, memory_id, mode, type,"
+                    " project, session_id, session_external_id, deleted_at)"
+                    " SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM"
+                    " memory_deletions WHERE owner_user = %s AND memory_id = %s AND mode = %s"
+                    " AND deleted_at = %s) RETURNING seq",
+                    (self._owner.user, self._owner.origin, r.memory_id, r.mode.value,
+                     r.type.value, r.project, r.session_id, r.session_external_id,
+                     r.deleted_at, self._owner.user, r.memory_id, r.mode.value, r.deleted_at))
+                added += len(rows)
+        return added
+
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:

@@ -879,6 +879,24 @@ class SQLiteMemoryBackend:
         log.info("memories_imported", records=number, created=created)
         return created
 
+    async def import_deletions(self, records: Iterable[DeletionRecord]) -> int:
+        """Copy deletion records from another store (`memoryd memory copy`); a hard one also
+        keeps its id from ever being stored here. Returns how many were new."""
+        added = 0
+        async with self._write() as conn:
+            for r in records:
+                cur = await conn.execute(
+                    "INSERT INTO memory_deletions (memory_id, mode, type, project, session_id,"
+                    " session_external_id, deleted_at) SELECT ?, ?, ?, ?, ?, ?, ? WHERE NOT EXISTS"
+                    " (SELECT 1 FROM memory_deletions WHERE memory_id = ? AND mode = ?"
+                    " AND deleted_at = ?)",
+                    (r.memory_id, r.mode.value, r.type.value, r.project, r.session_id,
+                     r.session_external_id, to_utc_text(r.deleted_at), r.memory_id,
+                     r.mode.value, to_utc_text(r.deleted_at)))
+                added += max(cur.rowcount, 0)
+                await cur.close()
+        return added
+
     async def _insert_many(self, conn: aiosqlite.Connection, rows: list[tuple[Any, ...]]) -> int:
         if not rows:
             return 0

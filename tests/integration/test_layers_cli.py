@@ -1,0 +1,97 @@
+"""The layers through the real CLI: `memory copy` into PostgreSQL and JSONL (idempotent,
+deletions kept), `status`/`doctor` naming each layer and never the connection string's
+password, `memory outbox` while the primary is away."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from helpers import daemon_env, memoryd_command, write_config
+
+from tests.pg import new_database
+
+PASSWORD = "pg-Secret-9876"
+
+
+def _with_password(dsn: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    parts = conninfo_to_dict(dsn)
+    return make_conninfo(dsn, password=PASSWORD, user=str(parts.get("user") or "postgres"))
+
+
+def _cli(config: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(memoryd_command("--config", str(config), *args), env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_copy_to_postgres_and_jsonl_is_idempotent_and_keeps_deletions(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "c.yaml", state, {})
+    env = daemon_env(tmp_path)
+    env["MEMORYD_POSTGRES_DSN"] = _with_password(new_database())
+    ids = []
+    for text in ("the deploy runs at noon", "the cache holds 512 entries",
+                 "an old note to forget", "a secret to erase"):
+        done = _cli(config, env, "remember", text, "--json")
+        assert done.returncode == 0, done.stderr
+        ids.append(json.loads(done.stdout)["id"])
+    assert _cli(config, env, "correct", ids[1], "the cache holds 1024 entries").returncode == 0
+    assert _cli(config, env, "forget", ids[2]).returncode == 0
+    assert _cli(config, env, "forget", ids[3], "--hard").returncode == 0
+    before = _cli(config, env, "export")
+    assert before.returncode == 0, before.stderr
+
+    for target in ("postgres", "jsonl"):
+        first = _cli(config, env, "memory", "copy", "--to", target)
+        assert first.returncode == 0, first.stderr
+        assert "copied 3 memories (0 already there) and 2 deletion records" in first.stdout
+        again = _cli(config, env, "memory", "copy", "--to", target)
+        assert "copied 0 memories (3 already there) and 0 deletion records" in again.stdout
+        assert PASSWORD not in first.stdout + first.stderr + again.stdout + again.stderr
+
+    # The copies answer as the original did: same records, and recall finds the correction.
+    for backends in (["postgres"], ["jsonl"]):
+        other = write_config(tmp_path / f"{backends[0]}.yaml", state, {},
+                             memory={"backends": [*backends, "sqlite"]})
+        exported = _cli(other, env, "export")
+        assert exported.returncode == 0, exported.stderr
+        assert exported.stdout == before.stdout
+        recalled = _cli(other, env, "recall", "cache entries", "--json")
+        (hit, *_) = json.loads(recalled.stdout)
+        assert "1024" in hit["content"] and hit["layer"] == backends[0]
+
+
+def test_status_and_doctor_name_each_layer_and_never_the_password(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "c.yaml", state, {},
+                          memory={"backends": ["postgres", "sqlite", "jsonl"],
+                                  "postgres": {"connect_timeout": 1}})
+    env = daemon_env(tmp_path)
+    env["MEMORYD_POSTGRES_DSN"] = _with_password(new_database())
+    remembered = _cli(config, env, "remember", "status shows every layer")
+    assert remembered.returncode == 0, remembered.stderr
+    status = _cli(config, env, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    layers = json.loads(status.stdout)["memory"]["layers"]
+    assert [(layer["backend"], layer["available"]) for layer in layers] == [
+        ("postgres", True), ("sqlite", True), ("jsonl", True)]
+    doctor = _cli(config, env, "doctor")
+    assert "memory layer postgres (primary)" in doctor.stdout, doctor.stdout
+    assert "outbox" in doctor.stdout
+    # Unreachable: the address is shown, the password never.
+    env["MEMORYD_POSTGRES_DSN"] = f"postgresql://bob:{PASSWORD}@127.0.0.1:1/memory"
+    down = _cli(config, env, "status", "--json")
+    memory = json.loads(down.stdout)["memory"]
+    assert memory["layers"][0]["available"] is False
+    assert memory["layers"][0]["where"] == "127.0.0.1:1/memory"
+    saved = _cli(config, env, "remember", "saved while postgres is away")
+    assert saved.returncode == 0, saved.stderr
+    outbox = _cli(config, env, "memory", "outbox", "--json")
+    assert json.loads(outbox.stdout)["depth"][0]["waiting"] == 1, outbox.stdout
+    doctor = _cli(config, env, "doctor")
+    for text in (down.stdout, down.stderr, saved.stderr, outbox.stdout, doctor.stdout,
+                 doctor.stderr, status.stdout):
+        assert PASSWORD not in text
