@@ -89,6 +89,7 @@ EXCERPT_CHUNKS = 2
 DUPLICATE_COSINE = 0.97
 EXPORT_PAGE_SIZE = 500
 IMPORT_BATCH = 500
+ANALYZE_AFTER = 1000  # an import this large refreshes the planner's statistics
 # ts_rank of one matching word in a short text is about 0.06; scaled so that an ordinary
 # match lands where BM25's does in the embedded backend (relevance ~0.4-0.9).
 TS_RANK_SCALE = 10.0
@@ -108,6 +109,11 @@ _INSERT_ONCE = (
     "WHERE NOT EXISTS (SELECT 1 FROM memory_deletions WHERE owner_user = %s"
     " AND memory_id = %s AND mode = 'hard') "
     "ON CONFLICT (owner_user, id) DO NOTHING RETURNING seq"
+)
+_INSERT_CHUNK = (
+    "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content, first_index,"
+    " last_index, message_uuids, owner_user, project)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 _DECAYING = tuple(t.value for t in DECAYING_TYPES)
 # ranking.score's weight in SQL, for recall without words: importance * decay, see `ranking`.
@@ -152,6 +158,9 @@ class _Filters:
     where: str
     params: dict[str, Any]
     tier: str
+    #: The same owner and project conditions on the chunk itself (schema v2), so the
+    #: planner can intersect the full-text index with the project's chunks.
+    chunk_where: str = "TRUE"
 
 
 def _fraction(name: str, value: float) -> float:
@@ -367,11 +376,9 @@ class PostgresMemoryBackend:
         seq = rows[0]["seq"]
         chunks = chunk_memory(memory.content, memory.type, memory.provenance)
         async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-                " first_index, last_index, message_uuids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-                  list(c.message_uuids)) for c in chunks])
+            await cur.executemany(_INSERT_CHUNK, [
+                (seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+                 list(c.message_uuids), self._owner.user, memory.project) for c in chunks])
         return True
 
     @staticmethod
@@ -435,6 +442,7 @@ class PostgresMemoryBackend:
         where = [mine, "m.deleted_at IS NULL", "m.superseded_by IS NULL"]
         params.update(now=now, decaying=list(_DECAYING))
         tier = "0"
+        chunk_where = ["c.owner_user = %(user)s"]
         if project is not None:
             params["project"] = project
             in_project = "(m.project = %(project)s OR m.project IS NULL)"
@@ -442,6 +450,7 @@ class PostgresMemoryBackend:
                 tier = f"(CASE WHEN {in_project} THEN 0 ELSE 1 END)"
             else:
                 where.append(in_project)
+                chunk_where.append("(c.project = %(project)s OR c.project IS NULL)")
         if since is not None:
             where.append("COALESCE(m.ended_at, m.started_at, m.created_at) >= %(since)s")
             params["since"] = _utc(since)
@@ -454,7 +463,7 @@ class PostgresMemoryBackend:
                 return None
             where.append("m.type = ANY(%(types)s)")
             params["types"] = wanted
-        return _Filters(" AND ".join(where), params, tier)
+        return _Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where))
 
     async def recall(
         self, query: str, *, project: str | None = None, limit: int = 10,
@@ -529,7 +538,7 @@ class PostgresMemoryBackend:
                     f" {filters.tier} AS tier FROM memory_chunks c"
                     " JOIN memories m ON m.seq = c.memory_seq,"
                     " websearch_to_tsquery('english', %(words)s) q"
-                    f" WHERE c.tsv @@ q AND {filters.where}"
+                    f" WHERE c.tsv @@ q AND {filters.chunk_where} AND {filters.where}"
                     " ORDER BY tier, rank DESC, c.seq LIMIT %(pool)s", params)
                 for rank, row in enumerate(rows, 1):
                     s = TS_RANK_SCALE * float(row["rank"])
@@ -549,7 +558,7 @@ class PostgresMemoryBackend:
                 f" <=> %(vector)s::vector({dims})) AS cosine, {filters.tier} AS tier"
                 " FROM memory_chunks c JOIN memories m ON m.seq = c.memory_seq"
                 f" WHERE vector_dims(c.embedding) = {dims} AND c.model = %(model)s"
-                f" AND {filters.where}"
+                f" AND {filters.chunk_where} AND {filters.where}"
                 f" ORDER BY c.embedding::vector({dims}) <=> %(vector)s::vector({dims})"
                 " LIMIT %(pool)s",
                 {**params, "vector": vector_literal(vector), "model": self._embedder.name})
@@ -923,12 +932,10 @@ class PostgresMemoryBackend:
                     seqs.append((row["seq"], memory))
                 if not cur.nextset():
                     break
-            await cur.executemany(
-                "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-                " first_index, last_index, message_uuids) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-                  list(c.message_uuids)) for seq, m in seqs
-                 for c in chunk_memory(m.content, m.type, m.provenance)])
+            await cur.executemany(_INSERT_CHUNK, [
+                (seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+                 list(c.message_uuids), self._owner.user, m.project) for seq, m in seqs
+                for c in chunk_memory(m.content, m.type, m.provenance)])
         return len(seqs)
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
@@ -950,6 +957,12 @@ class PostgresMemoryBackend:
                     created += await self._insert_many(conn, batch)
                     batch = []
             created += await self._insert_many(conn, batch)
+        if created >= ANALYZE_AFTER:
+            # Fresh statistics now, not when autovacuum gets to it: with stale ones the
+            # planner ranks every chunk holding a word before filtering by project
+            # (100,000 memories: 277 ms a recall until the table is analyzed, 20 ms after).
+            async with self._connection() as conn:
+                await conn.execute("ANALYZE memories, memory_chunks")
         log.info("memories_imported", backend=BACKEND_NAME, records=number, created=created)
         return created
 
