@@ -41,8 +41,8 @@ from daemon.errors import (
     BackendUnavailable,
     BackendUnsupported,
 )
+from daemon.memory import writes
 from daemon.memory.models import (
-    DEFAULT_IMPORTANCE,
     ConversationSegment,
     DeletionRecord,
     Memory,
@@ -52,12 +52,10 @@ from daemon.memory.models import (
     RequestedMemory,
     SaveResult,
     SessionSummary,
-    new_memory_id,
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
 from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, vector_queue
 from daemon.memory.records import memory_to_record
-from daemon.memory.redaction import redact
 
 if TYPE_CHECKING:
     from daemon.memory.embeddings.base import Embedder
@@ -324,19 +322,9 @@ class ChainBackend:
             except BackendUnavailable as exc:
                 log.warning("memory_primary_unavailable", layer=primary.name, op="remember",
                             error=exc.detail)
-        if not content.strip():
-            raise ValueError("a memory needs some content")
-        if importance is not None and not 0.0 <= importance <= 1.0:
-            raise ValueError(f"importance {importance} is outside 0..1")
-        kind = MemoryType(type)
-        prov = provenance or Provenance()
-        now = self._clock.now()
         # The id is chosen here, so the outbox and the fallback layer hold the same memory.
-        memory = Memory(
-            id=new_memory_id(), content=redact(content), type=kind,
-            importance=DEFAULT_IMPORTANCE[kind] if importance is None else importance,
-            project=project if project is not None else prov.project, tags=tuple(tags),
-            provenance=prov, created_at=now, updated_at=now)
+        memory = writes.new_memory(content, type=type, importance=importance, project=project,
+                                   tags=tags, provenance=provenance, now=self._clock.now())
         record = memory_to_record(memory)
         if remembers:
             await self.outbox.add(primary.name, "record", memory.id, record)

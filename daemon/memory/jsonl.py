@@ -41,11 +41,8 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import gate, ranking
+from daemon.memory import gate, ranking, writes
 from daemon.memory.models import (
-    DEFAULT_IMPORTANCE,
-    REQUESTED_IMPORTANCE,
-    REQUESTED_TAG,
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
@@ -57,7 +54,6 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
     chain_order,
-    new_memory_id,
 )
 from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
@@ -77,12 +73,6 @@ def _file_name(project: str | None) -> str:
         return NO_PROJECT
     slug = _UNSAFE.sub("-", project).strip("-.")[-60:] or "project"
     return f"{slug}-{hashlib.sha256(project.encode()).hexdigest()[:8]}.jsonl"
-
-
-def _fraction(name: str, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} {value} is outside 0..1")
-    return float(value)
 
 
 class JsonlMemoryBackend:
@@ -233,17 +223,8 @@ class JsonlMemoryBackend:
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
                        tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
-        if not content.strip():
-            raise ValueError("a memory needs some content")
-        kind = MemoryType(type)
-        prov = provenance or Provenance()
-        now = self._clock.now()
-        memory = Memory(
-            id=new_memory_id(), content=redact(content), type=kind,
-            importance=(DEFAULT_IMPORTANCE[kind] if importance is None
-                        else _fraction("importance", importance)),
-            project=project if project is not None else prov.project, tags=tuple(tags),
-            provenance=prov, created_at=now, updated_at=now)
+        memory = writes.new_memory(content, type=type, importance=importance, project=project,
+                                   tags=tags, provenance=provenance, now=self._clock.now())
         async with self._lock:
             await self._add(memory)
         return memory
@@ -401,27 +382,14 @@ class JsonlMemoryBackend:
 
     async def correct(self, memory_id: str, new_content: str, *, reason: str | None = None,
                       provenance: Provenance | None = None) -> Memory:
-        if not new_content.strip():
-            raise ValueError("a correction needs some content")
         now = self._clock.now()
         async with self._lock:
-            old = self._memories.get(memory_id)
-            if old is None:
-                raise BackendError(f"no memory {memory_id}", backend=BACKEND_NAME)
-            if old.deleted_at is not None:
-                raise BackendError(f"memory {memory_id} was forgotten", backend=BACKEND_NAME)
-            if old.superseded_by is not None:
-                raise BackendError(f"memory {memory_id} was already corrected by"
-                                   f" {old.superseded_by}; correct the latest version",
-                                   backend=BACKEND_NAME)
-            new = Memory(
-                id=new_memory_id(), content=redact(new_content), type=MemoryType.CORRECTION,
-                importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
-                project=old.project, tags=old.tags, provenance=provenance or old.provenance,
-                created_at=now, updated_at=now, supersedes=old.id, reason=reason)
-            await self._write(_file_name(old.project), [
+            new = writes.correction(self._memories.get(memory_id), memory_id, new_content,
+                                    reason=reason, provenance=provenance, now=now,
+                                    backend=BACKEND_NAME)
+            await self._write(_file_name(new.project), [
                 {"op": "add", "record": memory_to_record(new)},
-                {"op": "supersede", "id": old.id, "by": new.id, "at": to_utc_text(now)}])
+                {"op": "supersede", "id": memory_id, "by": new.id, "at": to_utc_text(now)}])
         return self._memories[new.id]
 
     async def _save_once(self, memory: Memory, *, tails: bool = False) -> SaveResult:
@@ -445,29 +413,15 @@ class JsonlMemoryBackend:
                         for m in shorter])
         return SaveResult(id=memory.id, created=created)
 
-    def _auto(self, memory_id: str, content: str, kind: MemoryType, importance: float | None,
-              project: str | None, tags: tuple[str, ...], provenance: Provenance) -> Memory:
-        now = self._clock.now()
-        return Memory(id=memory_id, content=content, type=kind,
-                      importance=(DEFAULT_IMPORTANCE[kind] if importance is None
-                                  else _fraction("importance", importance)),
-                      project=project, tags=tags, provenance=provenance, created_at=now,
-                      updated_at=now)
-
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
-        return await self._save_once(self._auto(
-            segment.id, segment.text, MemoryType.CONVERSATION, segment.importance,
-            segment.project, segment.tags, segment.provenance), tails=True)
+        return await self._save_once(writes.segment_memory(segment, self._clock.now()),
+                                     tails=True)
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
-        return await self._save_once(self._auto(
-            summary.id, summary.content, MemoryType.SESSION_SUMMARY, summary.importance,
-            summary.project, (summary.kind,), summary.provenance))
+        return await self._save_once(writes.summary_memory(summary, self._clock.now()))
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
-        return await self._save_once(self._auto(
-            requested.id, requested.content, MemoryType.FACT, REQUESTED_IMPORTANCE,
-            requested.project, (REQUESTED_TAG,), requested.provenance))
+        return await self._save_once(writes.requested_memory(requested, self._clock.now()))
 
     async def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)

@@ -41,14 +41,11 @@ import structlog
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import fusion as fusion_
-from daemon.memory import ranking
+from daemon.memory import ranking, writes
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, Fusion
 from daemon.memory.models import (
     DECAYING_TYPES,
-    DEFAULT_IMPORTANCE,
-    REQUESTED_IMPORTANCE,
-    REQUESTED_TAG,
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
@@ -60,7 +57,6 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
     chain_order,
-    new_memory_id,
 )
 from daemon.memory.postgres.schema import (
     BACKEND_NAME,
@@ -163,12 +159,6 @@ class _Filters:
     chunk_where: str = "TRUE"
 
 
-def _fraction(name: str, value: float) -> float:
-    if not (0.0 <= value <= 1.0) or math.isnan(value):
-        raise ValueError(f"{name} {value} is outside 0..1")
-    return float(value)
-
-
 def _utc(value: datetime | None) -> datetime | None:
     if value is not None and (value.tzinfo is None or value.utcoffset() is None):
         raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware one")
@@ -219,8 +209,8 @@ class PostgresMemoryBackend:
         Raises BackendUnavailable when the server cannot be reached, BackendError
         otherwise; neither ever holds the connection string's password.
         """
-        _fraction("vector_weight", vector_weight)
-        _fraction("paraphrase_vector_weight", paraphrase_vector_weight)
+        writes.fraction("vector_weight", vector_weight)
+        writes.fraction("paraphrase_vector_weight", paraphrase_vector_weight)
         if not owner.user or not owner.origin:
             raise ValueError("a Postgres memory backend needs an owner user and an origin")
         try:
@@ -418,21 +408,12 @@ class PostgresMemoryBackend:
         importance: float | None = None, project: str | None = None,
         tags: Iterable[str] = (), provenance: Provenance | None = None,
     ) -> Memory:
-        if not content.strip():
-            raise ValueError("a memory needs some content")
-        kind = MemoryType(type)
-        prov = provenance or Provenance()
-        now = self._clock.now()
-        memory = Memory(
-            id=new_memory_id(), content=redact(content), type=kind,
-            importance=(DEFAULT_IMPORTANCE[kind] if importance is None
-                        else _fraction("importance", importance)),
-            project=project if project is not None else prov.project, tags=tuple(tags),
-            provenance=prov, created_at=now, updated_at=now)
+        memory = writes.new_memory(content, type=type, importance=importance, project=project,
+                                   tags=tags, provenance=provenance, now=self._clock.now())
         async with self._write() as conn:
             await self._insert_once(conn, memory)
         log.info("memory_remembered", backend=BACKEND_NAME, memory_id=memory.id,
-                 type=kind.value, project=memory.project)
+                 type=memory.type.value, project=memory.project)
         return memory
 
     def _filters(self, *, now: datetime, project: str | None, since: datetime | None,
@@ -784,45 +765,27 @@ class PostgresMemoryBackend:
         self, memory_id: str, new_content: str, *, reason: str | None = None,
         provenance: Provenance | None = None,
     ) -> Memory:
-        if not new_content.strip():
-            raise ValueError("a correction needs some content")
-        new_content = redact(new_content)
         now = self._clock.now()
         async with self._write() as conn:
             rows = await self._rows(
                 conn, "SELECT * FROM memories WHERE owner_user = %s AND id = %s FOR UPDATE",
                 (self._owner.user, memory_id))
-            if not rows:
-                raise BackendError(f"no memory {memory_id}", backend=BACKEND_NAME)
-            old = self._memory(rows[0])
-            if old.deleted_at is not None:
-                raise BackendError(f"memory {memory_id} was forgotten", backend=BACKEND_NAME)
-            if old.superseded_by is not None:
-                raise BackendError(
-                    f"memory {memory_id} was already corrected by {old.superseded_by};"
-                    " correct the latest version", backend=BACKEND_NAME)
-            new = Memory(
-                id=new_memory_id(), content=new_content, type=MemoryType.CORRECTION,
-                importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
-                project=old.project, tags=old.tags, provenance=provenance or old.provenance,
-                created_at=now, updated_at=now, supersedes=old.id, reason=reason)
+            new = writes.correction(self._memory(rows[0]) if rows else None, memory_id,
+                                    new_content, reason=reason, provenance=provenance, now=now,
+                                    backend=BACKEND_NAME)
             await self._insert_once(conn, new)
             await conn.execute(
                 "UPDATE memories SET superseded_by = %s, updated_at = %s"
-                " WHERE owner_user = %s AND id = %s", (new.id, now, self._owner.user, old.id))
-        log.info("memory_corrected", backend=BACKEND_NAME, memory_id=old.id, corrected_by=new.id)
+                " WHERE owner_user = %s AND id = %s", (new.id, now, self._owner.user, memory_id))
+        log.info("memory_corrected", backend=BACKEND_NAME, memory_id=memory_id,
+                 corrected_by=new.id)
         return new
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         """Stored once by id; a live shorter tail of the same messages is superseded (see the
         embedded backend's docstring: every message ends in exactly one live segment)."""
         now = self._clock.now()
-        memory = Memory(
-            id=segment.id, content=segment.text, type=MemoryType.CONVERSATION,
-            importance=(DEFAULT_IMPORTANCE[MemoryType.CONVERSATION] if segment.importance is None
-                        else _fraction("importance", segment.importance)),
-            project=segment.project, tags=segment.tags, provenance=segment.provenance,
-            created_at=now, updated_at=now)
+        memory = writes.segment_memory(segment, now)
         async with self._write() as conn:
             created = (not await self._forgotten(conn, memory)
                        and await self._insert_once(conn, memory))
@@ -853,29 +816,17 @@ class PostgresMemoryBackend:
         return SaveResult(id=memory.id, created=created)
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
-        return await self._save_auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY,
-                                     summary.importance, summary.project, (summary.kind,),
-                                     summary.provenance)
+        return await self._save_auto(writes.summary_memory(summary, self._clock.now()))
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
-        return await self._save_auto(requested.id, requested.content, MemoryType.FACT,
-                                     REQUESTED_IMPORTANCE, requested.project, (REQUESTED_TAG,),
-                                     requested.provenance)
+        return await self._save_auto(writes.requested_memory(requested, self._clock.now()))
 
-    async def _save_auto(self, memory_id: str, content: str, kind: MemoryType,
-                         importance: float | None, project: str | None,
-                         tags: tuple[str, ...], provenance: Provenance) -> SaveResult:
-        now = self._clock.now()
-        memory = Memory(
-            id=memory_id, content=content, type=kind,
-            importance=(DEFAULT_IMPORTANCE[kind] if importance is None
-                        else _fraction("importance", importance)),
-            project=project, tags=tags, provenance=provenance, created_at=now, updated_at=now)
+    async def _save_auto(self, memory: Memory) -> SaveResult:
         async with self._write() as conn:
             created = (not await self._forgotten(conn, memory)
                        and await self._insert_once(conn, memory))
         log.debug("memory_saved", backend=BACKEND_NAME, memory_id=memory.id,
-                  type=kind.value, created=created)
+                  type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
 
     async def get(self, memory_id: str) -> Memory | None:

@@ -48,13 +48,10 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import ranking
+from daemon.memory import ranking, writes
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from daemon.memory.models import (
-    DEFAULT_IMPORTANCE,
-    REQUESTED_IMPORTANCE,
-    REQUESTED_TAG,
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
@@ -65,7 +62,6 @@ from daemon.memory.models import (
     RequestedMemory,
     SaveResult,
     SessionSummary,
-    new_memory_id,
 )
 from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.records import (
@@ -154,16 +150,6 @@ async def _chunk_missing(conn: aiosqlite.Connection) -> int:
     return len(rows)
 
 
-def _fraction(name: str, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} {value} is outside 0..1")
-    return float(value)
-
-
-def _importance(value: float) -> float:
-    return _fraction("importance", value)
-
-
 class SQLiteMemoryBackend:
     """The default memory backend; open it with `await SQLiteMemoryBackend.open(path, clock=c)`."""
 
@@ -184,8 +170,8 @@ class SQLiteMemoryBackend:
         self._embedder = embedder
         self._chunked = embedder is not None if chunked is None else chunked
         self._fusion: Fusion = fusion
-        self._vector_weight = _fraction("vector_weight", vector_weight)
-        self._paraphrase_vector_weight = _fraction("paraphrase_vector_weight",
+        self._vector_weight = writes.fraction("vector_weight", vector_weight)
+        self._paraphrase_vector_weight = writes.fraction("paraphrase_vector_weight",
                                                    paraphrase_vector_weight)
         self._index: VectorIndex | None = None
         self._embed_lock = asyncio.Lock()
@@ -217,8 +203,8 @@ class SQLiteMemoryBackend:
         fused score (the rest is keyword relevance) when the query's words are
         found, `paraphrase_vector_weight` when they are not (`adaptive` fusion).
         """
-        _fraction("vector_weight", vector_weight)  # before a connection exists to leak
-        _fraction("paraphrase_vector_weight", paraphrase_vector_weight)
+        writes.fraction("vector_weight", vector_weight)  # before a connection exists to leak
+        writes.fraction("paraphrase_vector_weight", paraphrase_vector_weight)
         conn = await connect(path, busy_timeout=busy_timeout)
         try:
             await migrate(conn, to_utc_text(clock.now()))
@@ -330,26 +316,11 @@ class SQLiteMemoryBackend:
         tags: Iterable[str] = (),
         provenance: Provenance | None = None,
     ) -> Memory:
-        if not content.strip():
-            raise ValueError("a memory needs some content")
-        content = redact(content)  # what a person or an agent types may hold a secret too
-        kind = MemoryType(type)
-        prov = provenance or Provenance()
-        now = self._clock.now()
-        memory = Memory(
-            id=new_memory_id(),
-            content=content,
-            type=kind,
-            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
-            project=project if project is not None else prov.project,
-            tags=tuple(tags),
-            provenance=prov,
-            created_at=now,
-            updated_at=now,
-        )
+        memory = writes.new_memory(content, type=type, importance=importance, project=project,
+                                   tags=tags, provenance=provenance, now=self._clock.now())
         async with self._write() as conn:
             await self._insert_once(conn, memory)
-        log.info("memory_remembered", memory_id=memory.id, type=kind.value,
+        log.info("memory_remembered", memory_id=memory.id, type=memory.type.value,
                  project=memory.project)
         return memory
 
@@ -688,41 +659,17 @@ class SQLiteMemoryBackend:
         reason: str | None = None,
         provenance: Provenance | None = None,
     ) -> Memory:
-        if not new_content.strip():
-            raise ValueError("a correction needs some content")
-        new_content = redact(new_content)
         now = self._clock.now()
         async with self._write() as conn:
             old = await self._fetch_memory(conn, memory_id)
-            if old is None:
-                raise BackendError(f"no memory {memory_id}", backend=BACKEND_NAME)
-            if old.deleted_at is not None:
-                raise BackendError(f"memory {memory_id} was forgotten", backend=BACKEND_NAME)
-            if old.superseded_by is not None:
-                raise BackendError(
-                    f"memory {memory_id} was already corrected by {old.superseded_by};"
-                    " correct the latest version",
-                    backend=BACKEND_NAME,
-                )
-            new = Memory(
-                id=new_memory_id(),
-                content=new_content,
-                type=MemoryType.CORRECTION,
-                importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
-                project=old.project,
-                tags=old.tags,
-                provenance=provenance or old.provenance,
-                created_at=now,
-                updated_at=now,
-                supersedes=old.id,
-                reason=reason,
-            )
+            new = writes.correction(old, memory_id, new_content, reason=reason,
+                                    provenance=provenance, now=now, backend=BACKEND_NAME)
             await self._insert_once(conn, new)
             await conn.execute(
                 "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
-                (new.id, to_utc_text(now), old.id),
+                (new.id, to_utc_text(now), memory_id),
             )
-        log.info("memory_corrected", memory_id=old.id, corrected_by=new.id)
+        log.info("memory_corrected", memory_id=memory_id, corrected_by=new.id)
         return new
 
     async def _save_once(self, memory: Memory) -> SaveResult:
@@ -743,12 +690,7 @@ class SQLiteMemoryBackend:
         segment whatever the session did after the crash.
         """
         now = self._clock.now()
-        memory = Memory(
-            id=segment.id, content=segment.text, type=MemoryType.CONVERSATION,
-            importance=(DEFAULT_IMPORTANCE[MemoryType.CONVERSATION] if segment.importance is None
-                        else _importance(segment.importance)),
-            project=segment.project, tags=segment.tags, provenance=segment.provenance,
-            created_at=now, updated_at=now)
+        memory = writes.segment_memory(segment, now)
         async with self._write() as conn:
             created = (not await self._forgotten(conn, memory)
                        and await self._insert_once(conn, memory))
@@ -780,32 +722,10 @@ class SQLiteMemoryBackend:
                  superseded=[r["id"] for r in rows])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
-        return await self._save_auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY,
-                                     summary.importance, summary.project, (summary.kind,),
-                                     summary.provenance)
+        return await self._save_once(writes.summary_memory(summary, self._clock.now()))
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
-        # A notch below a fact someone stored on purpose (0.9): it was read out of prose.
-        return await self._save_auto(requested.id, requested.content, MemoryType.FACT,
-                                     REQUESTED_IMPORTANCE, requested.project, (REQUESTED_TAG,),
-                                     requested.provenance)
-
-    async def _save_auto(self, memory_id: str, content: str, kind: MemoryType,
-                         importance: float | None, project: str | None,
-                         tags: tuple[str, ...], provenance: Provenance) -> SaveResult:
-        """An auto-saved memory with a deterministic id, stored at most once."""
-        now = self._clock.now()
-        return await self._save_once(Memory(
-            id=memory_id,
-            content=content,
-            type=kind,
-            importance=DEFAULT_IMPORTANCE[kind] if importance is None else _importance(importance),
-            project=project,
-            tags=tags,
-            provenance=provenance,
-            created_at=now,
-            updated_at=now,
-        ))
+        return await self._save_once(writes.requested_memory(requested, self._clock.now()))
 
     async def get(self, memory_id: str) -> Memory | None:
         async with self._read() as conn:
