@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -67,6 +67,15 @@ DRAIN_BATCH = 100
 
 T = TypeVar("T")
 Opener = Callable[[], Awaitable[MemoryBackend]]
+
+
+@runtime_checkable
+class UnknownOutcomes(Protocol):
+    """A layer that keeps writes whose outcome is unknown for a person (the gateway)."""
+
+    async def unknown(self) -> list[tuple[str, str]]: ...
+
+    async def resolve_unknown(self, *, applied: bool) -> int: ...
 
 
 class Layer:
@@ -449,15 +458,21 @@ class ChainBackend:
         return await self.outbox.depth()
 
     async def resolve_parked(self, *, applied: bool) -> int:
-        """A person decided about the parked entries: `applied` (the lost answers were
-        successes: drop them) or not (send them again at the next drain)."""
+        """A person decided about the parked entries whose answers were lost: `applied`
+        (they arrived: drop them) or not (send them again at the next drain). Entries
+        parked behind them (later saves of the same session, never sent) go again
+        either way. Returns how many entries were resolved."""
+        lost: set[str] = set()
         for layer in self.layers:
-            resolve = getattr(layer.backend, "resolve_unknown", None)
-            if resolve is not None:
-                await resolve(applied=applied)
-        if applied:
-            return await self.outbox.drop_parked(self.primary.name)
-        return await self.outbox.unpark(self.primary.name)
+            try:
+                backend = await layer.get()
+            except BackendError:
+                continue
+            if isinstance(backend, UnknownOutcomes):
+                lost |= {segment for _, segment in await backend.unknown()}
+                await backend.resolve_unknown(applied=applied)
+        dropped = await self.outbox.drop_parked(self.primary.name, lost) if applied else 0
+        return dropped + await self.outbox.unpark(self.primary.name)
 
     # -- background work of the layers --------------------------------------------------
 

@@ -291,7 +291,10 @@ class GatewayMemoryBackend:
         return results[:limit]
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
-        session = f"chat:{segment.session_external_id or segment.session_id}"
+        # memoryd's own session: agents reuse their ids (forks, resumed histories), and a
+        # ledger keyed by theirs would hold back one session's turns as "already sent".
+        own = segment.session_id
+        session = f"chat:{own if own is not None else segment.session_external_id}"
         async with self._lock:
             row = await self._ledger_row(session)
             if row is not None and row["pending_index"] is not None:

@@ -189,12 +189,14 @@ class Outbox:
                  parked=parked)
         return bool(rows)
 
-    async def drop_parked(self, layer: str | None = None) -> int:
-        """Forget parked entries (a person found them delivered after all)."""
-        sql, params = "DELETE FROM outbox WHERE parked = 1", tuple[str, ...]()
-        if layer is not None:
-            sql, params = sql + " AND layer = ?", (layer,)
-        return len(await self._run(sql + " RETURNING seq", params))
+    async def drop_parked(self, layer: str, keys: set[str]) -> int:
+        """Forget the parked entries with these keys (a person found them delivered)."""
+        if not keys:
+            return 0
+        marks = ", ".join("?" for _ in keys)
+        return len(await self._run(
+            f"DELETE FROM outbox WHERE parked = 1 AND layer = ? AND key IN ({marks})"
+            " RETURNING seq", (layer, *sorted(keys))))
 
     async def stored_in(self, seq: int, layer: str) -> None:
         await self._run("UPDATE outbox SET stored_in = ? WHERE seq = ?", (layer, seq))

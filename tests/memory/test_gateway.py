@@ -56,14 +56,14 @@ async def test_a_segment_is_one_add_of_words_then_one_flush_and_never_sent_twice
     try:
         assert (await backend.save_conversation_segment(segment(3))).created
         (add,) = gateway.adds
-        assert add["session_id"] == "chat:sess-3" and add["user_id"] == "alice"
+        assert add["session_id"] == "chat:3" and add["user_id"] == "alice"
         assert (add["app_id"], add["project_id"]) == ("default", "default")
         assert [m["content"] for m in add["messages"]] == [f"turn {i} about the cache"
                                                            for i in range(4)]
         assert [m["role"] for m in add["messages"]] == ["user", "assistant"] * 2
         stamps = [m["timestamp"] for m in add["messages"]]
         assert stamps[0] == int(START.timestamp() * 1000) and stamps == sorted(set(stamps))
-        assert [f["session_id"] for f in gateway.flushes] == ["chat:sess-3"]
+        assert [f["session_id"] for f in gateway.flushes] == ["chat:3"]
         # Saved again (a retry, a crash before the sync index moved): nothing is sent.
         assert not (await backend.save_conversation_segment(segment(3))).created
         # A longer save of the same tail sends only the messages the gateway has not had.
