@@ -314,7 +314,7 @@ class Service:
                 self._write_status(force=True)
                 self.notifier.ready(self._status_line())
                 log.info("started", state_dir=str(settings.state_dir),
-                         memory=f"{settings.memory.backend}:{settings.memory_path}",
+                         memory=",".join(settings.memory.backends),
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
                 try:
                     await self._supervise(tasks)
