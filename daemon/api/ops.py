@@ -207,14 +207,18 @@ class MemoryOps:
             raise ApiError(409, f"memory {target} is not live (superseded or forgotten)")
         memory = await self._backend.correct(target, content,
                                              reason=_opt_text(args, "reason"))
-        return {"memory": memory_to_record(memory), "replaced": target}
+        return self._noting_copies({"memory": memory_to_record(memory), "replaced": target},
+                                   Capability.CORRECT)
 
     async def forget(self, args: Mapping[str, Any]) -> dict[str, Any]:
         self._require(Capability.FORGET)
-        answer = {"forgotten": await self._forget(args)}
-        # A layer that cannot forget (the Memory Gateway) keeps its copy: say so.
+        return self._noting_copies({"forgotten": await self._forget(args)}, Capability.FORGET)
+
+    def _noting_copies(self, answer: dict[str, Any], capability: Capability) -> dict[str, Any]:
+        """`answer`, plus the layers that cannot do `capability` and so keep their copy as it
+        was (the Memory Gateway keeps what is forgotten or corrected elsewhere)."""
         cannot = getattr(self._backend, "cannot", None)
-        remains = cannot(Capability.FORGET) if cannot is not None else []
+        remains = cannot(capability) if cannot is not None else []
         return {**answer, "remains_in": remains} if remains else answer
 
     async def _forget(self, args: Mapping[str, Any]) -> int:

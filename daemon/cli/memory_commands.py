@@ -187,6 +187,7 @@ def correct(ctx: click.Context, args: tuple[str, ...], query: str | None, reason
 
     done = call(settings, "correct", {"memory_id": memory_id, "query": query,
                                       "content": new_text, "reason": reason})
+    _note_copies(done, "correct")
     if as_json:
         print_json(done["memory"])
     else:
@@ -218,12 +219,17 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
         "memory_id": memory_id, "session": session, "project": project_path(project),
         "all": everything, "hard": hard})
     count = int(done["forgotten"])
-    for layer in done.get("remains_in", []):
-        click.echo(f"note: the {layer} layer cannot forget; its copy remains there", err=True)
+    _note_copies(done, "forget")
     if memory_id is not None and count == 0:
         fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
     how = "deleted (hard)" if hard else "forgotten"
     click.echo(f"{count} {'memory' if count == 1 else 'memories'} {how}")
+
+
+def _note_copies(done: dict[str, Any], action: str) -> None:
+    for layer in done.get("remains_in", []):
+        click.echo(f"note: the {layer} layer cannot {action}; its copy remains as it was",
+                   err=True)
 
 
 @main.command("show-memory")

@@ -95,3 +95,27 @@ def test_status_and_doctor_name_each_layer_and_never_the_password(tmp_path: Path
     for text in (down.stdout, down.stderr, saved.stderr, outbox.stdout, doctor.stdout,
                  doctor.stderr, status.stdout):
         assert PASSWORD not in text
+
+
+def test_forget_and_correct_say_the_gateway_keeps_its_copy(tmp_path: Path) -> None:
+    """With the gateway first, single facts go to SQLite; forgetting and correcting act there
+    and say that the gateway, which can do neither, keeps its copy."""
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "c.yaml", state, {},
+                          memory={"backends": ["gateway", "sqlite"],
+                                  "gateway": {"base_url": "http://127.0.0.1:1",
+                                              "timeout": "1s"}})
+    env = daemon_env(tmp_path)
+    env["MEMORYD_GATEWAY_KEY"] = "gw-key-not-shown"
+    made = _cli(config, env, "remember", "the gateway keeps no single facts", "--json")
+    assert made.returncode == 0, made.stderr
+    memory_id = json.loads(made.stdout)["id"]
+    fixed = _cli(config, env, "correct", memory_id, "the gateway keeps conversations only")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "the gateway layer cannot correct; its copy remains" in fixed.stderr
+    new_id = fixed.stdout.split()[-1]
+    gone = _cli(config, env, "forget", new_id)
+    assert gone.returncode == 0, gone.stderr
+    assert "the gateway layer cannot forget; its copy remains" in gone.stderr
+    for done in (made, fixed, gone):
+        assert "gw-key-not-shown" not in done.stdout + done.stderr

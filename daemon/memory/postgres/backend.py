@@ -243,6 +243,11 @@ class PostgresMemoryBackend:
 
         async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute("SET TIME ZONE 'UTC'")
+            # HNSW stops at ef_search candidates, before the owner and project filters:
+            # as many as recall asks for, and iterative scans (pgvector 0.8) go on until
+            # enough pass the filters. The scan's order is then approximate; recall sorts.
+            await conn.execute(f"SET hnsw.ef_search = {CANDIDATES}")
+            await conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=1, max_size=max_connections, open=False, timeout=connect_timeout,
@@ -543,6 +548,7 @@ class PostgresMemoryBackend:
                 f" ORDER BY c.embedding::vector({dims}) <=> %(vector)s::vector({dims})"
                 " LIMIT %(pool)s",
                 {**params, "vector": vector_literal(vector), "model": self._embedder.name})
+            found.sort(key=lambda row: -float(row["cosine"]))
             for rank, row in enumerate(found, 1):
                 chunk = candidates.setdefault(row["seq"], Candidate(row["seq"], row["memory_seq"]))
                 chunk.vector, chunk.vector_rank = max(float(row["cosine"]), 0.0), rank
