@@ -113,9 +113,12 @@ async def direct_ops(settings: Settings, clock: Clock, *,
 class MemoryClient:
     """One client session: asks the daemon, falls back to the stores when none answers."""
 
-    def __init__(self, settings: Settings, clock: Clock, *, timeout: float = 30.0) -> None:
+    def __init__(self, settings: Settings, clock: Clock, *, timeout: float = 30.0,
+                 interface: str = "api") -> None:
         self._settings = settings
         self._clock = clock
+        #: Who is asking (`cli`, `mcp`, ...), for the audit trail unless a call says so.
+        self._interface = interface
         self._daemon: DaemonClient | None = DaemonClient(settings, timeout)
         self._stack = contextlib.AsyncExitStack()
         self._direct: MemoryOps | None = None
@@ -137,6 +140,7 @@ class MemoryClient:
     async def call(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
         if operation not in OPERATIONS:
             raise ApiError(404, f"no operation {operation!r}")
+        args = {"interface": self._interface, **args}
         if self._daemon is not None and self._settings.socket_path.exists():
             try:
                 result = await self._daemon.call(operation, args)
@@ -146,7 +150,7 @@ class MemoryClient:
                 log.debug("daemon_unreachable_falling_back", error=str(exc))
         ops = await self._direct_ops()
         self.via = "direct"
-        return await OPERATIONS[operation](ops, args)
+        return await ops.run(operation, args)
 
     async def _direct_ops(self) -> MemoryOps:
         if self._direct is None:

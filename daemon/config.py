@@ -299,6 +299,9 @@ class Settings(BaseSettings):
     segment_max_chars: int = Field(default=6000, ge=500, le=1_000_000)
     segment_idle_gap: Duration = Field(default=1800.0, ge=0, le=365 * DAY)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    #: How long the audit trail (`memoryd audit`) keeps its events; a daily job deletes
+    #: older ones.
+    audit_retention: Duration = Field(default=365 * DAY, ge=DAY, le=10 * 365 * DAY)
     agents: AgentSettings = Field(default_factory=AgentSettings)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="auto", pattern="^(auto|console|json)$")

@@ -60,7 +60,7 @@ def build_server(settings: Settings, project_dir: str | None = None) -> MCPServe
     here = project_dir or os.getcwd()
     server = MCPServer("memoryd", instructions=INSTRUCTIONS, version=__version__,
                        log_level="WARNING")
-    client = MemoryClient(settings, SystemClock())
+    client = MemoryClient(settings, SystemClock(), interface="mcp")
 
     async def call(operation: str, args: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -41,7 +41,7 @@ from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
-from daemon.store import connect, migrate, queries
+from daemon.store import audit, connect, migrate, queries
 from daemon.store.connection import ensure_private_dir, integrity_problems, translate
 
 log = structlog.get_logger("memoryd.service")
@@ -53,6 +53,8 @@ STATUS_INTERVAL = 1.0
 EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 8, 2.0
 #: The chain's outbox is replayed to its primary this often (when it has entries).
 OUTBOX_INTERVAL = 5.0
+#: Audit events past `audit_retention` are deleted at start-up, then daily.
+AUDIT_EXPIRY_INTERVAL = 24 * 3600.0
 #: SQLite's quick_check of both databases: at start-up, then daily.
 INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
@@ -470,6 +472,13 @@ class Service:
                         " (see `memoryd doctor` and the README's Recovery)"))
                     return
 
+        async def expire_audit() -> None:
+            before = clock.now() - timedelta(seconds=settings.audit_retention)
+            async with self._sync_lock:
+                removed = await audit.expire(conn, before)
+            if removed:
+                log.info("audit_expired", events=removed, before=before.isoformat())
+
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
             # The jobs' connection is shared with syncs the API asks for: one at a time.
@@ -482,7 +491,8 @@ class Service:
              PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False),
              PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
              PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
-                         exclusive=False)],
+                         exclusive=False),
+             PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit)],
             now=clock.now,
             on_error=lambda job, exc: self._record_error(exc, job),
             on_success=self._clear_error,

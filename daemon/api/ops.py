@@ -49,7 +49,7 @@ from daemon.memory import (
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
-from daemon.store import queries
+from daemon.store import audit, queries
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -379,6 +379,41 @@ class MemoryOps:
         if not block.items:
             return None, []
         return block.text, [item.result.memory_id for item in block.items]
+
+    async def run(self, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Operation `name` with its audit record (`store/audit.py`), whatever its outcome."""
+        operation = OPERATIONS.get(name)
+        if operation is None:
+            raise ApiError(404, f"no operation {name!r}")
+        try:
+            result = await operation(self, args)
+        except (MemorydError, ValueError) as exc:
+            await self._audit(name, args, None, failure=str(exc))
+            raise
+        await self._audit(name, args, result)
+        return result
+
+    async def _audit(self, name: str, args: Mapping[str, Any], result: dict[str, Any] | None,
+                     *, failure: str | None = None) -> None:
+        def text(key: str) -> str | None:
+            value = args.get(key)
+            return value if isinstance(value, str) and value else None
+
+        ids, count = audit.ids_in(result)
+        if text("memory_id") is not None:
+            ids = (text("memory_id") or "", *ids)
+        action = name if name != "session_event" else f"session_event:{text('event')}"
+        event = audit.AuditEvent(
+            interface=text("interface") or "api", action=action,
+            outcome="failed" if failure is not None else "ok", agent=text("agent"),
+            agent_session_id=text("agent_session_id") or text("session_id"),
+            memory_ids=ids, count=count, detail=failure)
+        try:
+            async with self._writing:
+                await audit.record(self._conn, event, self.clock.now())
+        except MemorydError as exc:
+            # The operation stands; only its record is lost (said in the log).
+            log.warning("audit_not_recorded", action=action, error=str(exc))
 
     async def _record(self, injection: Injection) -> None:
         try:

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.api.ops import OPERATIONS, ApiError, MemoryOps, Operation
+from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
 from daemon.errors import MemorydError
 
 log = structlog.get_logger("memoryd.api")
@@ -70,7 +70,7 @@ def make_app(ops: OpsProvider, status: StatusProvider) -> web.Application:
         try:
             async with asyncio.timeout(TIMEOUTS.get(name, DEFAULT_TIMEOUT)):
                 # Shielded: a client that gives up must not cancel a save half-way.
-                result = await asyncio.shield(_call(operation, ops, args))
+                result = await asyncio.shield(_call(name, ops, args))
         except ApiError as exc:
             return _error(exc.status, str(exc))
         except TimeoutError:
@@ -102,9 +102,8 @@ def make_app(ops: OpsProvider, status: StatusProvider) -> web.Application:
     return app
 
 
-async def _call(operation: Operation, ops: OpsProvider,
-                args: Mapping[str, Any]) -> dict[str, Any]:
-    return await operation(await ops(), args)
+async def _call(name: str, ops: OpsProvider, args: Mapping[str, Any]) -> dict[str, Any]:
+    return await (await ops()).run(name, args)
 
 
 class ApiServer:

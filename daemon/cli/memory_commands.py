@@ -44,7 +44,8 @@ from daemon.config import Settings
 from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.records import record_to_memory
-from daemon.service import open_memory_backend
+from daemon.service import open_memory_backend, open_store
+from daemon.store import audit
 
 T = TypeVar("T")
 
@@ -92,6 +93,17 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
     with_client(settings, _recall)
 
 
+def _audit_cli(settings: Settings, action: str, count: int) -> None:
+    """An audit record for a command that opened the stores itself (export, import)."""
+
+    async def write() -> None:
+        async with open_store(settings) as conn:
+            await audit.record(conn, audit.AuditEvent(interface="cli", action=action,
+                                                      count=count), SystemClock().now())
+
+    run_async(write())
+
+
 async def _with_backend(settings: Settings, work: Callable[[MemoryBackend], Awaitable[T]]) -> T:
     backend = await open_memory_backend(settings, SystemClock())
     try:
@@ -109,7 +121,7 @@ def with_client(settings: Settings, work: Callable[[MemoryClient], Awaitable[T]]
     a refused request exits with one line and a meaningful status."""
 
     async def go() -> T:
-        async with MemoryClient(settings, SystemClock()) as client:
+        async with MemoryClient(settings, SystemClock(), interface="cli") as client:
             return await work(client)
 
     try:
@@ -336,6 +348,7 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
         return count
 
     count = run_async(_with_backend(settings, work))
+    _audit_cli(settings, "export", count)
     click.echo(f"exported {count} memories" + (f" to {output}" if output else ""), err=True)
 
 
@@ -369,6 +382,7 @@ def import_memories(ctx: click.Context, path: Path) -> None:
         return await backend.import_records(records)
 
     added = run_async(_with_backend(settings, load))
+    _audit_cli(settings, "import", added)
     click.echo(f"imported {added} new memories, {len(records) - added} already present")
 
 
@@ -389,3 +403,39 @@ def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
         # The excerpt is the matching part of a long memory (its chunk).
         text = str(r.get("excerpt") or r["content"]).strip().replace("\n", "\n    ")
         click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
+
+
+@main.command("audit")
+@click.option("--since", callback=when_option,
+              help="Only events since then (e.g. 'yesterday', '2h', an ISO date).")
+@click.option("--memory", "memory_id", help="Only events that read or changed this memory.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True,
+              help="The newest N events.")
+@json_option
+@config_option
+@click.pass_context
+def audit_command(ctx: click.Context, since: datetime | None, memory_id: str | None,
+                  limit: int, as_json: bool) -> None:
+    """The audit trail: who read or changed memory, when, through what (never content)."""
+    settings = settings_for(ctx)
+
+    async def read() -> list[dict[str, Any]]:
+        async with open_store(settings) as conn:
+            return await audit.events(conn, since=since, memory_id=memory_id, limit=limit)
+
+    found = run_async(read())
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        click.echo("no audit events" + (" for that memory" if memory_id else ""))
+    for event in found:
+        who = event["interface"] + (f" {event['agent']}" if event["agent"] else "")
+        if event["agent_session_id"]:
+            who += f" session {event['agent_session_id']}"
+        ids = event["memory_ids"]
+        shown = ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
+        count = "" if event["count"] is None else f" count {event['count']}"
+        click.echo(f"{event['at']}  {event['action']:<22} {event['outcome']:<6} {who}{count}"
+                   + (f"  [{shown}]" if shown else "")
+                   + (f"  {event['detail']}" if event["detail"] else ""))

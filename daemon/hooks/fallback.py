@@ -46,7 +46,7 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
 
         # Keyword recall: loading the model (about a second) would spend the hook's budget.
         async with direct_ops(settings, SystemClock(), vectors=False) as ops:
-            return await ops.session_event(request)
+            return await ops.run("session_event", request)
 
     answer = asyncio.run(direct())
     return {**answer, "state_dir": state_dir}

@@ -205,7 +205,7 @@ def event_request(agent: str, event: str, payload: dict[str, Any]) -> dict[str, 
 
     return {"agent": agent, "event": event, "session_id": text("session_id"),
             "transcript_path": text("transcript_path"), "cwd": text("cwd"),
-            "prompt": text("prompt") or ""}
+            "prompt": text("prompt") or "", "interface": "hook"}
 
 
 def run(argv: list[str]) -> int:

@@ -48,6 +48,7 @@ from daemon.memory import (
 )
 from daemon.memory.redaction import redact
 from daemon.store import sessions as store
+from daemon.store.audit import AuditEvent
 from daemon.store.sessions import SessionSyncState
 
 log = structlog.get_logger("memoryd.recovery")
@@ -137,10 +138,17 @@ class Recovery:
             if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
             for plan in ready:
-                await self._save(session, plan, report)
-                await self._save_requests(session, plan, report)
+                saved = await self._save(session, plan, report)
+                requested = await self._save_requests(session, plan, report)
+                # The daemon's own writes are in the audit trail too (never their text).
+                event = AuditEvent(
+                    interface="daemon", action="save_segment", agent=session.source,
+                    agent_session_id=session.external_id, memory_ids=(saved.id, *requested),
+                    count=plan.last_index + 1 - index,
+                    detail=None if saved.created else "already stored")
                 if not await store.advance_sync_index(
-                    self._conn, session.id, index, plan.last_index + 1
+                    self._conn, session.id, index, plan.last_index + 1,
+                    audit_event=event, now=self._clock.now(),
                 ):
                     log.info("sync_index_moved_elsewhere", session_id=session.id)
                     return
@@ -165,7 +173,7 @@ class Recovery:
         return last is None or now - last >= self.policy.sync_delay
 
     async def _save(self, session: SessionSyncState, plan: SegmentPlan,
-                    report: SyncReport) -> None:
+                    report: SyncReport) -> SaveResult:
         timestamps = [m.timestamp for m in plan.messages if m.timestamp is not None]
         segment = ConversationSegment(
             source=session.source,
@@ -185,9 +193,12 @@ class Recovery:
             report.segments_saved += 1
         else:
             report.segments_already_stored += 1
+        return result
 
     async def _save_requests(self, session: SessionSyncState, plan: SegmentPlan,
-                             report: SyncReport) -> None:
+                             report: SyncReport) -> list[str]:
+        """Save the facts asked for in `plan`'s messages; the ids of those newly stored."""
+        stored: list[str] = []
         for request in extract_requests(plan.messages):
             requested = RequestedMemory(
                 source=session.source, session_id=session.id,
@@ -197,9 +208,11 @@ class Recovery:
             )
             result = await self._retrying(self._backend.save_requested_memory, requested)
             if result.created:
+                stored.append(result.id)
                 report.requests_saved += 1
                 log.info("requested_memory_saved", session_id=session.id,
                          message_index=request.message.index, memory_id=result.id)
+        return stored
 
     async def _retrying(self, save: Callable[[Item], Awaitable[SaveResult]],
                         item: Item) -> SaveResult:

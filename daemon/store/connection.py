@@ -7,6 +7,7 @@ import sqlite3
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiosqlite
@@ -159,3 +160,11 @@ async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Con
             with suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
             raise translate(exc) from exc
+
+
+def iso_utc(moment: datetime) -> str:
+    """A timezone-aware time as fixed-width ISO-8601 UTC with milliseconds and `Z`."""
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: pass a timezone-aware time")
+    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")

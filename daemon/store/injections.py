@@ -17,8 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import transaction
-from daemon.store.sessions import iso_utc
+from daemon.store.connection import iso_utc, transaction
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,30 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX injections_by_session ON injections (agent_session_id, injected_at);
         """,
     ),
+    (
+        4,
+        "the audit trail: every read and write of memory, never its content",
+        """
+        CREATE TABLE audit_events (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            interface TEXT NOT NULL,
+            action TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            agent TEXT,
+            agent_session_id TEXT,
+            memory_ids TEXT NOT NULL DEFAULT '[]',
+            count INTEGER,
+            detail TEXT
+        );
+        CREATE INDEX audit_events_by_time ON audit_events (at);
+        CREATE TABLE audit_memory_ids (
+            event_id INTEGER NOT NULL REFERENCES audit_events (id) ON DELETE CASCADE,
+            memory_id TEXT NOT NULL
+        );
+        CREATE INDEX audit_memory_ids_by_memory ON audit_memory_ids (memory_id, event_id);
+        """,
+    ),
 ]
 
 

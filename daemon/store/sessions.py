@@ -11,14 +11,9 @@ from datetime import UTC, datetime
 
 import aiosqlite
 
-from daemon.store.connection import transaction
-
-
-def iso_utc(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        raise ValueError("naive datetime: pass a timezone-aware time")
-    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
+from daemon.store import audit
+from daemon.store.audit import AuditEvent
+from daemon.store.connection import iso_utc, transaction
 
 
 def parse_utc(text: str | None) -> datetime | None:
@@ -147,19 +142,24 @@ async def messages_from(
 
 
 async def advance_sync_index(
-    conn: aiosqlite.Connection, session_id: int, expected: int, new_index: int
+    conn: aiosqlite.Connection, session_id: int, expected: int, new_index: int, *,
+    audit_event: AuditEvent | None = None, now: datetime | None = None,
 ) -> bool:
     """Move `memory_sync_index` from `expected` to `new_index`; False if someone else moved it.
 
     The compare-and-set keeps two syncs (the daemon's and `memoryd sync`) from
-    ever moving the index backwards.
+    ever moving the index backwards. `audit_event` (the save that lets it move) is
+    recorded in the same transaction.
     """
     async with transaction(conn):
         cursor = await conn.execute(
             "UPDATE sessions SET memory_sync_index = ? WHERE id = ? AND memory_sync_index = ?",
             (new_index, session_id, expected),
         )
-        return cursor.rowcount > 0
+        moved = cursor.rowcount > 0
+        if moved and audit_event is not None and now is not None:
+            await audit.record(conn, audit_event, now, in_transaction=True)
+        return moved
 
 
 async def unsynced_summaries(
