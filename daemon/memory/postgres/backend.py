@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -184,6 +184,8 @@ class PostgresMemoryBackend:
         self._vector_weight = vector_weight
         self._paraphrase_vector_weight = paraphrase_vector_weight
         self._embed_lock = asyncio.Lock()
+        self._new_pool: Callable[[], Awaitable[AsyncConnectionPool[Any]]] | None = None
+        self._pool_lock = asyncio.Lock()
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -215,8 +217,7 @@ class PostgresMemoryBackend:
             raise ValueError("a Postgres memory backend needs an owner user and an origin")
         try:
             import psycopg
-            from psycopg.rows import dict_row
-            from psycopg_pool import AsyncConnectionPool
+            import psycopg_pool  # noqa: F401 - said here, before any connection, when missing
         except ImportError as exc:
             raise BackendError("the postgres backend needs psycopg: pip install"
                                " 'memoryd[postgres]'", backend=BACKEND_NAME) from exc
@@ -241,30 +242,17 @@ class PostgresMemoryBackend:
         except Exception as exc:
             raise translate(exc, secret) from None
 
-        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
-            await conn.execute("SET TIME ZONE 'UTC'")
-            # HNSW stops at ef_search candidates, before the owner and project filters:
-            # as many as recall asks for, and iterative scans (pgvector 0.8) go on until
-            # enough pass the filters. The scan's order is then approximate; recall sorts.
-            await conn.execute(f"SET hnsw.ef_search = {CANDIDATES}")
-            await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        async def new_pool() -> AsyncConnectionPool[Any]:
+            return await _open_pool(dsn, secret, connect_timeout, max_connections)
 
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn, min_size=1, max_size=max_connections, open=False, timeout=connect_timeout,
-            kwargs={"autocommit": True, "row_factory": dict_row,
-                    "connect_timeout": max(1, math.ceil(connect_timeout))},
-            configure=configure, name="memoryd-postgres")
-        try:
-            await pool.open(wait=True, timeout=connect_timeout)
-        except BaseException as exc:
-            await pool.close()
-            if isinstance(exc, Exception):
-                raise translate(exc, secret) from None
-            raise
+        pool = await new_pool()
         log.debug("memory_backend_opened", backend=BACKEND_NAME, user=owner.user,
                   origin=owner.origin)
-        return cls(pool, owner, clock, secret=secret, embedder=embedder, fusion=fusion,
-                   vector_weight=vector_weight, paraphrase_vector_weight=paraphrase_vector_weight)
+        backend = cls(pool, owner, clock, secret=secret, embedder=embedder, fusion=fusion,
+                      vector_weight=vector_weight,
+                      paraphrase_vector_weight=paraphrase_vector_weight)
+        backend._new_pool = new_pool
+        return backend
 
     @staticmethod
     async def _vector_index(conn: psycopg.AsyncConnection[Any], embedder: Embedder) -> None:
@@ -399,13 +387,33 @@ class PostgresMemoryBackend:
     # -- protocol -------------------------------------------------------------
 
     async def is_available(self) -> bool:
-        if self._pool is None:
+        """Whether the server answers now. After an outage the pool only tries to reconnect
+        with a growing back-off (1, 2, 4 ... s): when it has no connection to give but the
+        server answers a direct connection, the pool is replaced, so the chain's outbox
+        drains as soon as the server is back rather than minutes later."""
+        pool = self._pool
+        if pool is None:
             return False
         try:
-            async with self._pool.connection(timeout=2.0) as conn:
+            async with pool.connection(timeout=2.0) as conn:
                 await conn.execute("SELECT 1")
         except Exception:
+            return await self._replace_pool(pool)
+        return True
+
+    async def _replace_pool(self, stale: AsyncConnectionPool[Any]) -> bool:
+        if self._new_pool is None:
             return False
+        async with self._pool_lock:
+            if self._pool is not stale:
+                return self._pool is not None
+            try:
+                fresh = await self._new_pool()
+            except BackendError:
+                return False
+            self._pool = fresh
+        await stale.close(timeout=1.0)
+        log.info("postgres_pool_replaced", backend=BACKEND_NAME)
         return True
 
     async def remember(
@@ -949,6 +957,38 @@ class PostgresMemoryBackend:
     def describe_error(self, message: str) -> str:
         """`message` without this backend's password (for callers that format their own)."""
         return sanitize(message, self._secret)
+
+
+async def _open_pool(dsn: str, secret: str | None, connect_timeout: float,
+                     max_connections: int) -> AsyncConnectionPool[Any]:
+    """A connection pool, open, with a connection ready (BackendError when there is none)."""
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("SET TIME ZONE 'UTC'")
+        # HNSW stops at ef_search candidates, before the owner and project filters: as many
+        # as recall asks for, and iterative scans (pgvector 0.8) go on until enough pass the
+        # filters. The scan's order is then approximate; recall sorts.
+        await conn.execute(f"SET hnsw.ef_search = {CANDIDATES}")
+        await conn.execute("SET hnsw.iterative_scan = relaxed_order")
+
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=1, max_size=max_connections, open=False, timeout=connect_timeout,
+        kwargs={"autocommit": True, "row_factory": dict_row,
+                "connect_timeout": max(1, math.ceil(connect_timeout))},
+        configure=configure, name="memoryd-postgres",
+        # A server that restarted leaves every pooled connection dead: each is checked (one
+        # round trip) when taken, so a dead one is replaced instead of failing a call.
+        check=AsyncConnectionPool.check_connection)
+    try:
+        await pool.open(wait=True, timeout=connect_timeout)
+    except BaseException as exc:
+        await pool.close()
+        if isinstance(exc, Exception):
+            raise translate(exc, secret) from None
+        raise
+    return pool
 
 
 def origin_id(text: str) -> str:
