@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -33,6 +33,9 @@ from pydantic_settings import (
 )
 
 from daemon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from daemon.memory.redaction import ExtraMasks
 
 MAX_DURATION = 10 * 365 * 86400.0
 DAY = 86400.0
@@ -255,6 +258,34 @@ class MemorySettings(BaseModel):
         return self.backends[0]
 
 
+class ExtraPattern(BaseModel):
+    """One more kind of text to mask before any memory write and in every log line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The placeholder's kind: `[REDACTED:<name>]`.
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$")
+    #: A Python regular expression; every match is masked.
+    pattern: str = Field(min_length=1, max_length=2000)
+
+    @model_validator(mode="after")
+    def _compiles(self) -> ExtraPattern:
+        try:
+            re.compile(self.pattern)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression ({exc})") from None
+        return self
+
+
+class PrivacySettings(BaseModel):
+    """What memoryd masks beyond the secrets and personal data it always masks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: E.g. `{name: ticket, pattern: 'ACME-\\d{6}'}`: internal ids, customer names...
+    extra_patterns: list[ExtraPattern] = Field(default_factory=list, max_length=200)
+
+
 class AgentSettings(BaseModel):
     """What hooks and the MCP server give agents (`memoryd hook`, `memoryd mcp`)."""
 
@@ -299,6 +330,7 @@ class Settings(BaseSettings):
     segment_max_chars: int = Field(default=6000, ge=500, le=1_000_000)
     segment_idle_gap: Duration = Field(default=1800.0, ge=0, le=365 * DAY)
     memory: MemorySettings = Field(default_factory=MemorySettings)
+    privacy: PrivacySettings = Field(default_factory=PrivacySettings)
     #: How long the audit trail (`memoryd audit`) keeps its events; a daily job deletes
     #: older ones.
     audit_retention: Duration = Field(default=365 * DAY, ge=DAY, le=10 * 365 * DAY)
@@ -348,6 +380,12 @@ class Settings(BaseSettings):
     def socket_path(self) -> Path:
         """The daemon's local API (a Unix socket, mode 0600, in the 0700 state directory)."""
         return self.state_dir / "memoryd.sock"
+
+    def extra_masks(self) -> ExtraMasks:
+        """`privacy.extra_patterns`, compiled (they were checked at load time)."""
+        from daemon.memory.redaction import compile_extra
+
+        return compile_extra((p.name, p.pattern) for p in self.privacy.extra_patterns)
 
     def enabled_sources(self) -> list[SourceConfig]:
         return [s for s in self.sources if s.enabled]

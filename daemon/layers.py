@@ -13,6 +13,7 @@ import getpass
 import os
 import socket
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 from daemon.clock import Clock
 from daemon.config import BackendKind, Settings
@@ -21,6 +22,7 @@ from daemon.memory.chain import ChainBackend, Layer
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.gateway import GatewayConfig, GatewayMemoryBackend
 from daemon.memory.jsonl import JsonlMemoryBackend
+from daemon.memory.masking import MaskedBackend
 from daemon.memory.outbox import Outbox
 from daemon.memory.protocol import Capability, MemoryBackend
 from daemon.memory.sqlite import SQLiteMemoryBackend
@@ -100,7 +102,16 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock,
         return await GatewayMemoryBackend.open(config, ledger=settings.state_dir / "gateway.db",
                                                clock=clock)
 
-    return {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl, "gateway": gateway}[kind]
+    chosen = {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl, "gateway": gateway}[kind]
+    masks = settings.extra_masks()
+    if not masks:
+        return chosen
+
+    async def masked() -> MemoryBackend:
+        # `privacy.extra_patterns` masked at one boundary, before any layer stores or sends.
+        return cast(MemoryBackend, MaskedBackend(await chosen(), masks))
+
+    return masked
 
 
 def is_chain(settings: Settings) -> bool:

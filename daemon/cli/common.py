@@ -72,7 +72,7 @@ def settings_for(ctx: click.Context) -> Settings:
         except ConfigError as exc:
             fail(str(exc), EX_CONFIG)
         settings: Settings = obj["settings"]
-        configure_logging(settings.log_level, settings.log_format)
+        configure_logging(settings.log_level, settings.log_format, extra=settings.extra_masks())
     result: Settings = obj["settings"]
     return result
 

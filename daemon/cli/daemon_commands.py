@@ -303,7 +303,7 @@ def doctor(ctx: click.Context, full: bool) -> None:
         click.echo(f"fail  config: {exc}")
         fail("fix the setting named above", EX_CONFIG)
         return
-    configure_logging("warning", settings.log_format)
+    configure_logging("warning", settings.log_format, extra=settings.extra_masks())
     platform = {"linux": "linux", "darwin": "macos"}.get(sys.platform)
     manager = None
     if platform is not None:

@@ -31,7 +31,8 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
     fd = os.open(os.path.join(state_dir, "hook.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                  0o600)
     log_stream = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
-    configure_logging(settings.log_level, "json", stream=log_stream)
+    configure_logging(settings.log_level, "json", stream=log_stream,
+                      extra=settings.extra_masks())
     structlog.get_logger("memoryd.hook").info("hook_without_daemon", reason=str(reason))
     named = str(settings.socket_path)
     if socket_path != named and os.path.exists(named):

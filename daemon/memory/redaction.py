@@ -253,6 +253,29 @@ def mask_personal(text: str) -> str:
     return text
 
 
+ExtraMasks = tuple[tuple[str, re.Pattern[str]], ...]
+
+
+def compile_extra(patterns: Iterable[tuple[str, str]]) -> ExtraMasks:
+    """(kind, regular expression) pairs from the settings, compiled; ValueError names a bad one."""
+    compiled = []
+    for kind, pattern in patterns:
+        try:
+            compiled.append((kind, re.compile(pattern)))
+        except re.error as exc:
+            raise ValueError(f"pattern {kind!r} is not a valid regular expression"
+                             f" ({exc})") from None
+    return tuple(compiled)
+
+
+def mask_extra(text: str, masks: ExtraMasks) -> str:
+    """`text` with every match of the configured extra patterns replaced by
+    `[REDACTED:<kind>]` (`privacy.extra_patterns`)."""
+    for kind, pattern in masks:
+        text = pattern.sub(f"[REDACTED:{kind}]", text)
+    return text
+
+
 def redact(text: str) -> str:
     """`text` with `<private>` spans, secrets and personal data replaced by
     `[REDACTED:<kind>]`: what every write to memory, and every log line, goes through."""
