@@ -14,7 +14,9 @@ or `[gateway, sqlite]`). The chain is itself a MemoryBackend:
   with the same ids once it answers again. A layer stores an id once, so an entry
   replayed twice (a crash between the replay and its deletion) doubles nothing.
 - **Reads** ask the layers in order and return the first that answers; every
-  result names its layer (`RecallResult.layer`).
+  result names its layer (`RecallResult.layer`). When the layer that answered
+  keeps conversation only (the gateway), recall also asks the next layer that
+  keeps facts and summaries, and merges both by score.
 - **Forgetting** reaches every layer that can forget (fallback copies included);
   a primary that is down gets it from the outbox later. A layer that cannot
   forget (the gateway) is named in `cannot(Capability.FORGET)`, so callers can
@@ -218,10 +220,29 @@ class ChainBackend:
         # A layer without time filters (the gateway) would answer a temporal question wrongly.
         needs = (Capability.TEMPORAL if since is not None or until is not None
                  or order != "score" else Capability.RECALL)
-        results, layer = await self._first(needs, lambda b: b.recall(
-            query, project=project, limit=limit, since=since, until=until, types=wanted,
-            all_projects=all_projects, order=order))
-        return [replace(r, layer=layer) for r in results]
+        def ask(backend: MemoryBackend) -> Awaitable[list[RecallResult]]:
+            return backend.recall(query, project=project, limit=limit, since=since,
+                                  until=until, types=wanted, all_projects=all_projects,
+                                  order=order)
+
+        results, layer = await self._first(needs, ask)
+        answered = [replace(r, layer=layer) for r in results]
+        if Capability.REMEMBER in self._declared[layer]:
+            return answered
+        # The layer that answered keeps conversation only (the gateway): facts, corrections
+        # and summaries live in the next layer that keeps them, so it is asked too.
+        for other in self.layers:
+            if other.name == layer or not {Capability.REMEMBER, needs} <= self._declared[
+                    other.name]:
+                continue
+            try:
+                more = await ask(await other.get())
+            except BackendError as exc:
+                log.warning("memory_layer_read_failed", layer=other.name, error=str(exc))
+                continue
+            merged = answered + [replace(r, layer=other.name) for r in more]
+            return sorted(merged, key=lambda r: -min(r.score, 1.0))[:limit]
+        return answered
 
     async def get(self, memory_id: str) -> Memory | None:
         memory, _ = await self._first(Capability.RECALL, lambda b: b.get(memory_id),

@@ -194,3 +194,28 @@ async def test_a_gateway_that_is_down_then_back_gets_each_segment_once(
         assert await chain.forget(fact.id)
     finally:
         await chain.close()
+
+
+async def test_recall_behind_a_gateway_also_finds_the_facts_kept_locally(
+        gateway: FakeGateway, tmp_path: Path) -> None:
+    """The gateway keeps conversation only; facts live in SQLite. Recall asks both and says
+    which layer gave each result."""
+    clock = FakeClock()
+
+    async def gw() -> MemoryBackend:
+        return await open_gateway(gateway, tmp_path, clock)
+
+    async def sqlite() -> MemoryBackend:
+        return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock)
+
+    chain = ChainBackend([Layer("gateway", gw, clock), Layer("sqlite", sqlite, clock)],
+                         await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
+                         {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
+    try:
+        fact = await chain.remember("the cache is flushed every night")
+        gateway.results = [{"id": "g1", "text": "we talked about the cache at length",
+                            "score": 0.4}]
+        found = {(r.memory_id, r.layer) for r in await chain.recall("cache")}
+        assert found == {("g1", "gateway"), (fact.id, "sqlite")}
+    finally:
+        await chain.close()
