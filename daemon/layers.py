@@ -65,8 +65,10 @@ def postgres_dsn(settings: Settings) -> str:
     return dsn
 
 
-def opener(kind: BackendKind, settings: Settings, clock: Clock,
-           embedder: Embedder | None) -> Callable[[], Awaitable[MemoryBackend]]:
+def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedder | None, *,
+           masked: bool = True) -> Callable[[], Awaitable[MemoryBackend]]:
+    """How to open one layer; `masked`: with `privacy.extra_patterns` applied to its writes
+    (a chain applies them itself, before its outbox)."""
     embeddings = settings.memory.embeddings
 
     async def sqlite() -> MemoryBackend:
@@ -104,14 +106,14 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock,
 
     chosen = {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl, "gateway": gateway}[kind]
     masks = settings.extra_masks()
-    if not masks:
+    if not masks or not masked:
         return chosen
 
-    async def masked() -> MemoryBackend:
+    async def with_masks() -> MemoryBackend:
         # `privacy.extra_patterns` masked at one boundary, before any layer stores or sends.
         return cast(MemoryBackend, MaskedBackend(await chosen(), masks))
 
-    return masked
+    return with_masks
 
 
 def is_chain(settings: Settings) -> bool:
@@ -125,7 +127,8 @@ async def open_layers(settings: Settings, clock: Clock,
         return await opener("sqlite", settings, clock, embedder)()
     ensure_private_dir(settings.state_dir)
     outbox = await Outbox.open(settings.outbox_path, clock=clock)
-    layers = [Layer(kind, opener(kind, settings, clock, embedder), clock)
+    layers = [Layer(kind, opener(kind, settings, clock, embedder, masked=False), clock)
               for kind in settings.memory.backends]
     return ChainBackend(layers, outbox, clock,
-                        {kind: DECLARED[kind] for kind in settings.memory.backends})
+                        {kind: DECLARED[kind] for kind in settings.memory.backends},
+                        masks=settings.extra_masks())

@@ -42,8 +42,15 @@ from daemon.errors import (
     BackendOutcomeUnknown,
     BackendUnavailable,
     BackendUnsupported,
+    MemorydError,
 )
 from daemon.memory import writes
+from daemon.memory.masking import (
+    masked_record,
+    masked_requested,
+    masked_segment,
+    masked_summary,
+)
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -58,6 +65,7 @@ from daemon.memory.models import (
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
 from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, vector_queue
 from daemon.memory.records import memory_to_record
+from daemon.memory.redaction import ExtraMasks, mask_extra
 
 if TYPE_CHECKING:
     from daemon.memory.embeddings.base import Embedder
@@ -116,6 +124,11 @@ class Layer:
                 self._failed_at, self.last_error = now, exc.detail
                 log.error("memory_layer_failed", layer=self.name, error=exc.detail)
                 raise BackendUnavailable(exc.detail, backend=self.name) from None
+            except (MemorydError, OSError) as exc:
+                # A layer's directory that cannot be made, a bad setting: that layer is out.
+                self._failed_at, self.last_error = now, str(exc)
+                log.error("memory_layer_failed", layer=self.name, error=str(exc))
+                raise BackendUnavailable(str(exc), backend=self.name) from None
             self._failed_at = self.last_error = None
             return self._backend
 
@@ -138,7 +151,8 @@ class ChainBackend:
     name = "chain"
 
     def __init__(self, layers: Sequence[Layer], outbox: Outbox, clock: Clock,
-                 capabilities: Mapping[str, frozenset[Capability]]) -> None:
+                 capabilities: Mapping[str, frozenset[Capability]],
+                 masks: ExtraMasks = ()) -> None:
         if not layers:
             raise ValueError("a chain needs at least one layer")
         self.layers = list(layers)
@@ -147,6 +161,8 @@ class ChainBackend:
         # What each layer can do, known before it is opened (from its kind).
         self._declared = dict(capabilities)
         self._drain_lock = asyncio.Lock()
+        #: `privacy.extra_patterns`, masked before the outbox or any layer sees the text.
+        self._masks = masks
 
     @property
     def primary(self) -> Layer:
@@ -327,14 +343,17 @@ class ChainBackend:
                                  + "; ".join(errors or ["no other layer"]), backend=self.name)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
+        segment = masked_segment(segment, self._masks)
         return await self._save("segment", segment.id, encode(segment),
                                 lambda b: b.save_conversation_segment(segment))
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
+        summary = masked_summary(summary, self._masks)
         return await self._save("summary", summary.id, encode(summary),
                                 lambda b: b.save_session_summary(summary), Capability.REMEMBER)
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        requested = masked_requested(requested, self._masks)
         return await self._save("requested", requested.id, encode(requested),
                                 lambda b: b.save_requested_memory(requested),
                                 Capability.REMEMBER)
@@ -342,6 +361,7 @@ class ChainBackend:
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
                        tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
+        content = mask_extra(content, self._masks)
         primary = self.primary
         remembers = Capability.REMEMBER in self._declared[primary.name]
         if remembers and not await self.outbox.has_waiting(primary.name):
@@ -364,6 +384,8 @@ class ChainBackend:
     async def correct(self, memory_id: str, new_content: str, *, reason: str | None = None,
                       provenance: Provenance | None = None) -> Memory:
         """Corrected in the first layer that holds the memory and can correct."""
+        new_content = mask_extra(new_content, self._masks)
+        reason = reason and mask_extra(reason, self._masks)
         errors: list[str] = []
         for layer in self.layers:
             if Capability.CORRECT not in self._declared[layer.name]:
@@ -441,11 +463,16 @@ class ChainBackend:
                 except BackendUnavailable as exc:
                     log.info("outbox_drain_paused", layer=primary.name, error=exc.detail)
                     break
-                except (BackendError, ValueError) as exc:
-                    parked = await self.outbox.failed(entry.seq, str(exc))
+                except (BackendError, ValueError, TypeError, KeyError) as exc:
+                    # Refused for a reason of its own (or unreadable): retried at the next
+                    # drains, and parked after MAX_ATTEMPTS. The entries behind it wait, so
+                    # the primary never receives a session's saves out of order.
+                    parked = await self.outbox.failed(entry.seq, f"{type(exc).__name__}: {exc}")
                     log.error("outbox_entry_failed", layer=primary.name, op=entry.op,
                               key=entry.key, parked=parked, error=str(exc))
-                    continue
+                    if parked:
+                        continue
+                    break
                 await self.outbox.done(entry.seq)
                 landed += 1
         if landed:
@@ -521,7 +548,7 @@ class ChainBackend:
         return 0
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
-        batch = list(records)
+        batch = [masked_record(r, self._masks) for r in records]
         count, _ = await self._first(Capability.EXPORT, lambda b: b.import_records(batch))
         return count
 

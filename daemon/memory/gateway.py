@@ -186,6 +186,9 @@ class GatewayMemoryBackend:
             status = response.status_code
             if status == 401 or status == 403:
                 raise GatewayError(operation, path, "the user key was refused", status)
+            if applies and status in (502, 504):
+                # A proxy's "bad gateway" or "timeout": the add may have been applied behind it.
+                self._fail(GatewayUnknown, operation, path, "", status)
             if status == 429 or status >= 500:
                 self._fail(GatewayUnavailable, operation, path, "", status)
             if not 200 <= status < 300:
@@ -310,11 +313,14 @@ class GatewayMemoryBackend:
             body = {**self._identity(), "session_id": session, "messages": messages}
             try:
                 await self._post("add", "/memories/add", body, applies=True)
-            except GatewayUnknown:
-                raise  # the ledger keeps it pending: parked, never sent again by itself
-            except BaseException:
+            except GatewayError as exc:
+                if isinstance(exc, GatewayUnknown):
+                    raise  # the ledger keeps it pending: parked, never sent again by itself
+                # Refused with an answer (401, 400, 503...): not applied, may be sent again.
                 await self._ledger_set(session, last=None, pending=None, segment=None)
                 raise
+            # Anything else (cancelled mid-request at shutdown, say) leaves it pending: the
+            # request may have reached the gateway, so it is never resent by itself.
             await self._ledger_set(session, last=turns[-1].index, pending=None, segment=None)
         try:
             await self._post("flush", "/memories/flush",

@@ -27,6 +27,7 @@ importance and recency. No vectors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -108,8 +109,11 @@ class JsonlMemoryBackend:
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for path in sorted(self._dir.glob("*.jsonl")):
             _cut_partial_tail(path)
-            for event in self._events(path):
-                self._apply(event)
+            for number, event in enumerate(self._events(path), 1):
+                try:
+                    self._apply(event)
+                except (KeyError, ValueError, TypeError):
+                    log.warning("jsonl_bad_event_skipped", path=str(path), event=number)
 
     def _events(self, path: Path) -> Iterable[dict[str, Any]]:
         with path.open("rb") as handle:
@@ -169,10 +173,18 @@ class JsonlMemoryBackend:
                         for e in events)
         fd = os.open(self._dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                # A full disk mid-line: cut what was written, or the next append would be
+                # glued onto it and lost with it.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
         finally:
             os.close(fd)
 

@@ -1,10 +1,11 @@
-"""The configured extra patterns (`privacy.extra_patterns`), applied before a backend stores.
+"""The configured extra patterns (`privacy.extra_patterns`), applied before memory stores them.
 
 Secrets and personal data are masked by `redaction.redact` wherever text enters
 memory. What a team adds (internal ticket ids, customer names) is masked here, at
-one boundary: `MaskedBackend` wraps every configured layer and masks the text of
-every write (remember, correct, segments and their turns, summaries, facts asked
-for, imports) before the layer sees it. So nothing it matches is stored,
+one boundary: `MaskedBackend` wraps the configured backend, and the chain masks
+the same way before its outbox and its layers. The text of every write
+(remember, correct, segments and their turns, summaries, facts asked for,
+imports) is masked before any layer sees it, so nothing it matches is stored,
 embedded, or sent to a remote layer. Everything else is passed through as it is.
 """
 
@@ -25,6 +26,32 @@ from daemon.memory.models import (
 )
 from daemon.memory.protocol import MemoryBackend
 from daemon.memory.redaction import ExtraMasks, mask_extra
+
+
+def masked_segment(segment: ConversationSegment, masks: ExtraMasks) -> ConversationSegment:
+    return replace(segment, text=mask_extra(segment.text, masks),
+                   turns=tuple(replace(t, text=mask_extra(t.text, masks))
+                               for t in segment.turns))
+
+
+def masked_summary(summary: SessionSummary, masks: ExtraMasks) -> SessionSummary:
+    # The id hashes the content: it stays the one the unmasked summary had, so saving it
+    # again (masked the same way) still stores it once.
+    masked = replace(summary, content=mask_extra(summary.content, masks))
+    object.__setattr__(masked, "id", summary.id)
+    return masked
+
+
+def masked_requested(requested: RequestedMemory, masks: ExtraMasks) -> RequestedMemory:
+    masked = replace(requested, content=mask_extra(requested.content, masks))
+    object.__setattr__(masked, "id", requested.id)
+    return masked
+
+
+def masked_record(record: Mapping[str, Any], masks: ExtraMasks) -> Mapping[str, Any]:
+    if isinstance(record, Mapping) and isinstance(record.get("content"), str):
+        return {**record, "content": mask_extra(record["content"], masks)}
+    return record
 
 
 class MaskedBackend:
@@ -58,24 +85,13 @@ class MaskedBackend:
                                          provenance=provenance)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
-        return await self._inner.save_conversation_segment(replace(
-            segment, text=self._mask(segment.text),
-            turns=tuple(replace(t, text=self._mask(t.text)) for t in segment.turns)))
+        return await self._inner.save_conversation_segment(masked_segment(segment, self._masks))
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
-        # The id hashes the content: it is the one the unmasked summary would have had, so
-        # saving it again (masked the same way) still stores it once.
-        masked = replace(summary, content=self._mask(summary.content))
-        object.__setattr__(masked, "id", summary.id)
-        return await self._inner.save_session_summary(masked)
+        return await self._inner.save_session_summary(masked_summary(summary, self._masks))
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
-        masked = replace(requested, content=self._mask(requested.content))
-        object.__setattr__(masked, "id", requested.id)
-        return await self._inner.save_requested_memory(masked)
+        return await self._inner.save_requested_memory(masked_requested(requested, self._masks))
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
-        return await self._inner.import_records(
-            {**record, "content": self._mask(record["content"])}
-            if isinstance(record, Mapping) and isinstance(record.get("content"), str)
-            else record for record in records)
+        return await self._inner.import_records(masked_record(r, self._masks) for r in records)

@@ -190,3 +190,35 @@ async def test_an_entry_that_keeps_failing_is_parked_not_retried_forever(
     assert (depth.waiting, depth.parked) == (0, 1)
     assert (await chain.outbox.parked())[0].key == "broken"
     assert await (await chain.primary.get()).get(ok.id) is not None
+
+
+async def test_extra_patterns_are_masked_before_the_outbox_and_every_layer(
+        tmp_path: Path) -> None:
+    """With the primary away, a save waits in the outbox: the configured patterns are masked
+    in what it keeps, as in what the fallback stores."""
+    from daemon.memory.redaction import compile_extra
+
+    clock = FakeClock()
+
+    async def away() -> MemoryBackend:
+        raise BackendUnavailable("not reachable", backend="postgres")
+
+    async def jsonl() -> MemoryBackend:
+        return await JsonlMemoryBackend.open(tmp_path / "jsonl", clock=clock)
+
+    chain = ChainBackend([Layer("postgres", away, clock), Layer("jsonl", jsonl, clock)],
+                         await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
+                         {"postgres": ALL, "jsonl": ALL},
+                         masks=compile_extra([("ticket", r"ACME-\d{6}")]))
+    try:
+        await chain.save_conversation_segment(segment(2, text="user: ACME-123456 is broken"))
+        await chain.remember("ACME-654321 waits for review")
+        stored = [r["content"] async for r in chain.export()]
+        assert all("ACME-" not in text and "[REDACTED:ticket]" in text for text in stored)
+    finally:
+        await chain.close()
+    assert b"ACME-" not in every_byte_under(tmp_path)
+
+
+def every_byte_under(directory: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in directory.rglob("*") if p.is_file())

@@ -181,7 +181,7 @@ async def test_a_gateway_that_is_down_then_back_gets_each_segment_once(
                          await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
                          {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
     try:
-        gateway.fail_with = 502
+        gateway.fail_with = 503  # refused, not applied (a 502/504 on an add is "unknown")
         await chain.save_conversation_segment(segment(3))
         fact = await chain.remember("the gateway keeps no single facts")  # straight to sqlite
         assert [r.layer for r in await chain.recall("single facts")] == ["sqlite"]
@@ -219,3 +219,30 @@ async def test_recall_behind_a_gateway_also_finds_the_facts_kept_locally(
         assert found == {("g1", "gateway"), (fact.id, "sqlite")}
     finally:
         await chain.close()
+
+
+async def test_an_add_answered_by_a_proxy_error_or_cancelled_is_never_resent(
+        gateway: FakeGateway, tmp_path: Path) -> None:
+    """502/504 may come from a proxy after the gateway applied the add, and a request cut off
+    by cancellation may have arrived: both stay pending, never sent again by themselves."""
+    import asyncio
+
+    backend = await open_gateway(gateway, tmp_path, FakeClock())
+    try:
+        gateway.fail_with = 502
+        with pytest.raises(BackendOutcomeUnknown):
+            await backend.save_conversation_segment(segment(3))
+        assert [s for _, s in await backend.unknown()] == [segment(3).id]
+        assert await backend.resolve_unknown(applied=False) == 1
+        gateway.fail_with = None
+        gateway.delay = 5.0
+        task = asyncio.create_task(backend.save_conversation_segment(segment(3)))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        gateway.delay = 0.0
+        with pytest.raises(BackendOutcomeUnknown):
+            await backend.save_conversation_segment(segment(4))
+    finally:
+        await backend.close()

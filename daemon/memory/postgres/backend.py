@@ -298,8 +298,8 @@ class PostgresMemoryBackend:
             break
         try:
             yield conn
-        except BackendError:
-            raise
+        except (BackendError, ValueError):
+            raise  # ours already, or the caller's bad argument (the protocol's ValueError)
         except Exception as exc:
             raise self._error(exc) from None
         finally:
