@@ -64,7 +64,7 @@ from daemon.memory.models import (
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
 from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, vector_queue
-from daemon.memory.records import memory_to_record
+from daemon.memory.records import from_utc_text, memory_to_record, to_utc_text
 from daemon.memory.redaction import ExtraMasks, mask_extra
 
 if TYPE_CHECKING:
@@ -411,13 +411,17 @@ class ChainBackend:
 
     async def forget_where(self, *, session_id: int | None = None,
                            session_external_id: str | None = None, project: str | None = None,
-                           all: bool = False, hard: bool = False) -> int:
+                           all: bool = False, hard: bool = False,
+                           as_of: datetime | None = None) -> int:
+        at = as_of or self._clock.now()
         args: dict[str, Any] = {
             "session_id": session_id, "session_external_id": session_external_id,
             "project": project, "all": all, "hard": hard}
-        key = ":".join(str(args[k]) for k in sorted(args)) + f"@{self._clock.now().isoformat()}"
+        key = ":".join(str(args[k]) for k in sorted(args)) + f"@{at.isoformat()}"
+        # Replayed later, it forgets what was stored by the time it was asked, no more.
+        payload = {**args, "as_of": to_utc_text(at)}
         return int(await self._forget_everywhere(
-            "forget_where", key, args, lambda b: b.forget_where(**args)))
+            "forget_where", key, payload, lambda b: b.forget_where(**args, as_of=at)))
 
     async def _forget_everywhere(self, op: str, key: str, payload: dict[str, Any],
                                  call: Callable[[MemoryBackend], Awaitable[bool | int]]
@@ -498,7 +502,10 @@ class ChainBackend:
         elif entry.op == "forget":
             await backend.forget(payload["memory_id"], hard=bool(payload["hard"]))
         elif entry.op == "forget_where":
-            await backend.forget_where(**payload)
+            args = dict(payload)
+            as_of = args.pop("as_of", None)
+            await backend.forget_where(**args,
+                                       as_of=from_utc_text(as_of) if as_of else None)
         else:
             raise ValueError(f"unknown outbox operation {entry.op!r}")
 

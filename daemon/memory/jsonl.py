@@ -166,7 +166,8 @@ class JsonlMemoryBackend:
             self._memories[old.id] = replace(old, access_count=old.access_count + 1,
                                              last_accessed_at=from_utc_text(event["at"]))
         elif op == "forgotten":
-            self._scopes[(event["kind"], event["value"])] = from_utc_text(event["at"])
+            key, at = (event["kind"], event["value"]), from_utc_text(event["at"])
+            self._scopes[key] = max(at, self._scopes.get(key, at))
 
     def _append(self, name: str, events: Sequence[Mapping[str, Any]]) -> None:
         data = b"".join(json.dumps(e, sort_keys=True, ensure_ascii=False).encode() + b"\n"
@@ -349,7 +350,8 @@ class JsonlMemoryBackend:
 
     async def forget_where(self, *, session_id: int | None = None,
                            session_external_id: str | None = None, project: str | None = None,
-                           all: bool = False, hard: bool = False) -> int:
+                           all: bool = False, hard: bool = False,
+                           as_of: datetime | None = None) -> int:
         if all and (session_id is not None or session_external_id is not None
                     or project is not None):
             raise ValueError("all=True forgets everything: give no other filter with it")
@@ -357,6 +359,8 @@ class JsonlMemoryBackend:
             raise ValueError("give a session, a project, or all=True")
 
         def chosen(m: Memory) -> bool:
+            if as_of is not None and m.created_at > as_of:
+                return False
             return all or (
                 (session_id is None or m.provenance.session_id == session_id)
                 and (session_external_id is None
@@ -377,7 +381,7 @@ class JsonlMemoryBackend:
                 scopes.update(("session", m.provenance.session_external_id) for m in targets
                               if m.provenance.session_external_id)
             if scopes:
-                at = to_utc_text(self._clock.now())
+                at = to_utc_text(as_of or self._clock.now())
                 await self._write(SCOPES, [{"op": "forgotten", "kind": k, "value": v, "at": at}
                                            for k, v in sorted(scopes)])
         return count

@@ -222,3 +222,22 @@ async def test_extra_patterns_are_masked_before_the_outbox_and_every_layer(
 
 def every_byte_under(directory: Path) -> bytes:
     return b"".join(p.read_bytes() for p in directory.rglob("*") if p.is_file())
+
+
+async def test_a_replayed_forget_spares_what_others_saved_after_it_was_asked(
+        chain: ChainBackend, pg: Any) -> None:
+    clock: FakeClock = chain.clock  # type: ignore[attr-defined]
+    old = await chain.remember("the old deploy script", project="/work/app")
+    stop(pg)
+    try:
+        await chain.forget_where(project="/work/app")  # queued for the primary
+    finally:
+        start(pg)
+    clock.advance(120)
+    # Another machine saves into the project meanwhile, straight into the primary.
+    newer = await (await chain.primary.get()).remember("the new deploy script",
+                                                       project="/work/app")
+    assert await chain.drain() == 1
+    primary = await chain.primary.get()
+    assert (await primary.get(old.id)).deleted_at is not None  # type: ignore[union-attr]
+    assert (await primary.get(newer.id)).deleted_at is None  # type: ignore[union-attr]

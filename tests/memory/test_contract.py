@@ -512,3 +512,21 @@ async def test_forgetting_a_project_sticks_for_what_it_held(backend: MemoryBacke
         segment("new talk about the parser", session_id=5, project="/p",
                 start=clock.now()))
     assert fresh.created
+
+
+async def test_a_forget_as_of_an_earlier_time_spares_what_came_after(
+        backend: MemoryBackend, clock: FakeClock) -> None:
+    """A forget replayed later (the chain's outbox) acts as of when it was asked: what was
+    stored after that stays, and conversations begun after it may be saved."""
+    asked = clock.now()
+    before = await backend.remember("the parser was rewritten", project="/p")
+    clock.advance(60)
+    after = await backend.remember("the parser gets a new cache", project="/p")
+    clock.advance(60)
+    assert await backend.forget_where(project="/p", as_of=asked + timedelta(seconds=1)) == 1
+    assert (await backend.get(before.id)).deleted_at is not None  # type: ignore[union-attr]
+    assert (await backend.get(after.id)).deleted_at is None  # type: ignore[union-attr]
+    later = await backend.save_conversation_segment(segment(
+        "the parser talk that began after the forget", session_id=8, project="/p",
+        start=asked + timedelta(seconds=30)))
+    assert later.created

@@ -690,6 +690,7 @@ class PostgresMemoryBackend:
     async def forget_where(
         self, *, session_id: int | None = None, session_external_id: str | None = None,
         project: str | None = None, all: bool = False, hard: bool = False,
+        as_of: datetime | None = None,
     ) -> int:
         filters: list[str] = []
         params: dict[str, Any] = {"user": self._owner.user, "origin": self._owner.origin}
@@ -706,6 +707,9 @@ class PostgresMemoryBackend:
             raise ValueError("all=True forgets everything: give no other filter with it")
         if not all and not filters:
             raise ValueError("give a session, a project, or all=True")
+        if as_of is not None:
+            filters.append("created_at <= %(as_of)s")
+            params["as_of"] = _utc(as_of)
         where = " AND ".join(["owner_user = %(user)s", *filters])
         async with self._write() as conn:
             rows = await self._rows(conn, f"SELECT * FROM memories WHERE {where}", params)
@@ -725,8 +729,10 @@ class PostgresMemoryBackend:
                     await cur.executemany(
                         "INSERT INTO forgotten_scopes (owner_user, kind, value, forgotten_at)"
                         " VALUES (%s, %s, %s, %s) ON CONFLICT (owner_user, kind, value)"
-                        " DO UPDATE SET forgotten_at = excluded.forgotten_at",
-                        [(self._owner.user, k, v, self._clock.now()) for k, v in sorted(scopes)])
+                        " DO UPDATE SET forgotten_at ="
+                        " GREATEST(forgotten_scopes.forgotten_at, excluded.forgotten_at)",
+                        [(self._owner.user, k, v, as_of or self._clock.now())
+                         for k, v in sorted(scopes)])
         log.info("memories_forgotten", backend=BACKEND_NAME, count=count, hard=hard,
                  session_id=session_id, session_external_id=session_external_id,
                  project=project, all=all)

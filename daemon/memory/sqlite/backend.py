@@ -545,6 +545,7 @@ class SQLiteMemoryBackend:
         project: str | None = None,
         all: bool = False,
         hard: bool = False,
+        as_of: datetime | None = None,
     ) -> int:
         filters: list[str] = []
         params: list[Any] = []
@@ -559,6 +560,9 @@ class SQLiteMemoryBackend:
         if not all and not filters:
             raise ValueError("give a session, a project, or all=True")
         where = " AND ".join(filters) if filters else "1"
+        if as_of is not None:
+            where += " AND created_at <= ?"
+            params.append(to_utc_text(as_of))
         async with self._write() as conn:
             rows = await self._fetch_all(
                 conn,
@@ -569,7 +573,7 @@ class SQLiteMemoryBackend:
             count = await self._delete(conn, rows, hard=hard)
             await self._remember_forgotten(conn, rows, session_id=session_id,
                                            session_external_id=session_external_id,
-                                           project=project)
+                                           project=project, at=as_of or self._clock.now())
         if count and hard:
             await self._scrub()
         log.info("memories_forgotten", count=count, hard=hard, session_id=session_id,
@@ -579,7 +583,7 @@ class SQLiteMemoryBackend:
     async def _remember_forgotten(self, conn: aiosqlite.Connection,
                                   rows: Sequence[sqlite3.Row], *, session_id: int | None,
                                   session_external_id: str | None,
-                                  project: str | None) -> None:
+                                  project: str | None, at: datetime) -> None:
         """Forgetting sticks: what a session or project later brings (a later segment, a
         re-ingested transcript, a re-sync, an import) is never saved (`_forgotten`)."""
         scopes: set[tuple[str, str]] = set()
@@ -595,8 +599,9 @@ class SQLiteMemoryBackend:
         if scopes:
             await conn.executemany(
                 "INSERT INTO forgotten_scopes (kind, value, forgotten_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (kind, value) DO UPDATE SET forgotten_at = excluded.forgotten_at",
-                [(kind, value, to_utc_text(self._clock.now())) for kind, value in scopes])
+                " ON CONFLICT (kind, value) DO UPDATE"
+                " SET forgotten_at = MAX(forgotten_at, excluded.forgotten_at)",
+                [(kind, value, to_utc_text(at)) for kind, value in scopes])
 
     async def _forgotten(self, conn: aiosqlite.Connection, memory: Memory) -> bool:
         """Whether `memory` (auto-saved or imported) belongs to a forgotten session, or to a
