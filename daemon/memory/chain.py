@@ -364,18 +364,22 @@ class ChainBackend:
         content = mask_extra(content, self._masks)
         primary = self.primary
         remembers = Capability.REMEMBER in self._declared[primary.name]
-        if remembers and not await self.outbox.has_waiting(primary.name):
-            try:
-                return await (await primary.get()).remember(
-                    content, type=type, importance=importance, project=project, tags=tags,
-                    provenance=provenance)
-            except BackendUnavailable as exc:
-                log.warning("memory_primary_unavailable", layer=primary.name, op="remember",
-                            error=exc.detail)
-        # The id is chosen here, so the outbox and the fallback layer hold the same memory.
+        # The id is chosen here, once: the primary, the outbox and a fallback layer all hold
+        # the same memory, so a save whose commit was lost with the connection and is then
+        # replayed from the outbox is stored once (imports skip known ids).
         memory = writes.new_memory(content, type=type, importance=importance, project=project,
                                    tags=tags, provenance=provenance, now=self._clock.now())
         record = memory_to_record(memory)
+        if remembers and not await self.outbox.has_waiting(primary.name):
+            try:
+                await (await primary.get()).import_records([record])
+            except BackendUnavailable as exc:
+                log.warning("memory_primary_unavailable", layer=primary.name, op="remember",
+                            error=exc.detail)
+            else:
+                log.info("memory_remembered", layer=primary.name, memory_id=memory.id,
+                         type=memory.type.value, project=memory.project)
+                return memory
         if remembers:
             await self.outbox.add(primary.name, "record", memory.id, record)
         await self._fallback("record", memory.id, lambda b: b.import_records([record]))
