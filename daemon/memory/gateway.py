@@ -150,6 +150,7 @@ class GatewayMemoryBackend:
         except (OSError, sqlite3.Error) as exc:
             raise BackendUnavailable(f"ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
         try:
+            await conn.execute("PRAGMA busy_timeout = 5000")  # the CLI may resolve meanwhile
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute("PRAGMA synchronous = FULL")
             await conn.execute(_LEDGER)

@@ -166,7 +166,11 @@ class Outbox:
                 async with self._connection().execute(sql, params) as cur:
                     return list(await cur.fetchall())
             except sqlite3.Error as exc:
-                raise BackendError(f"outbox {self._path}: {exc}", backend="outbox") from exc
+                # Locked or full: try again later (the caller keeps the sync index, the
+                # drain pauses); anything else is an error of its own.
+                kind = (BackendUnavailable if any(m in str(exc).lower() for m in (
+                    "locked", "disk is full", "disk i/o")) else BackendError)
+                raise kind(f"outbox {self._path}: {exc}", backend="outbox") from exc
 
     async def add(self, layer: str, op: str, key: str, payload: dict[str, Any],
                   stored_in: str | None = None, *, parked_because: str | None = None) -> bool:

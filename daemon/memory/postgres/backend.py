@@ -133,6 +133,9 @@ WITH RECURSIVE
 SELECT * FROM memories WHERE owner_user = %(user)s
   AND id IN (SELECT id FROM back UNION SELECT id FROM fwd)
 """
+# The same, its rows locked for the transaction: a forget and a correction of one chain
+# at the same moment wait for each other instead of leaving a live correction behind.
+_CHAIN_FOR_UPDATE = _CHAIN + " FOR UPDATE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -681,7 +684,8 @@ class PostgresMemoryBackend:
 
     async def forget(self, memory_id: str, *, hard: bool = False) -> bool:
         async with self._write() as conn:
-            chain = await self._rows(conn, _CHAIN, {"user": self._owner.user, "id": memory_id})
+            chain = await self._rows(conn, _CHAIN_FOR_UPDATE,
+                                     {"user": self._owner.user, "id": memory_id})
             changed = await self._delete(conn, chain, hard=hard)
         log.info("memory_forgotten", backend=BACKEND_NAME, memory_id=memory_id, hard=hard,
                  versions=changed)
