@@ -130,17 +130,23 @@ def run_daemon(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen
                                 stdout=subprocess.DEVNULL, stderr=out)
 
 
-def measure_recall(kind: str, work: Path, memories: int, queries: int, dsn: str | None,
-                   vectors: bool) -> list[str]:
+def set_up(kind: str, work: Path, claude_root: Path, dsn: str | None,
+           vectors: bool) -> tuple[dict[str, str], Path, Path]:
+    """An isolated environment, state directory and config with `kind` as the one layer."""
     env = isolated_env(work / "xdg")
-    state = work / "state"
     memory: dict[str, Any] = {"backends": [kind]}
     if not vectors:
         memory["embeddings"] = {"provider": "none"}
-    config = write_config(work / "config.yaml", state, work / "claude", memory=memory)
-    (work / "claude").mkdir(parents=True, exist_ok=True)
+    config = write_config(work / "config.yaml", work / "state", claude_root, memory=memory)
     if dsn:
         env[DSN_ENV] = dsn
+    return env, work / "state", config
+
+
+def measure_recall(kind: str, work: Path, memories: int, queries: int, dsn: str | None,
+                   vectors: bool) -> list[str]:
+    env, state, config = set_up(kind, work, work / "claude", dsn, vectors)
+    (work / "claude").mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     asyncio.run(fill(config, memories, dsn))
     lines = [f"{kind}: {memories} memories filled in {time.perf_counter() - began:.0f} s"]
@@ -165,14 +171,7 @@ def measure_recall(kind: str, work: Path, memories: int, queries: int, dsn: str 
 
 def measure_sync(kind: str, work: Path, corpus: Path, dsn: str | None,
                  vectors: bool) -> str:
-    env = isolated_env(work / "xdg")
-    state = work / "state"
-    memory: dict[str, Any] = {"backends": [kind]}
-    if not vectors:
-        memory["embeddings"] = {"provider": "none"}
-    config = write_config(work / "config.yaml", state, corpus / "projects", memory=memory)
-    if dsn:
-        env[DSN_ENV] = dsn
+    env, _state, config = set_up(kind, work, corpus / "projects", dsn, vectors)
     subprocess.run(memoryd_command(config, "ingest", "--once"), env=env, check=True,
                    capture_output=True)
     began = time.perf_counter()

@@ -95,6 +95,19 @@ def wait_ready(state_dir: Path, pid: int, timeout: float = 30.0) -> None:
     raise AssertionError(f"memoryd (pid {pid}) did not become ready in {timeout}s")
 
 
+def unsynced_messages(db: Path) -> int:
+    """How many stored messages are not yet in memory (past each session's sync index)."""
+    import sqlite3
+
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return int(conn.execute(
+            "SELECT COALESCE(SUM(message_count - memory_sync_index), 0) FROM sessions"
+        ).fetchone()[0])
+    finally:
+        conn.close()
+
+
 def wait_for(predicate: object, timeout: float = 20.0, what: str = "the condition") -> None:
     """Poll `predicate` until it is true; fail after `timeout` seconds."""
     import time

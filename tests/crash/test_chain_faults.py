@@ -14,21 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import (
+    daemon_env,
+    lay_out_fixtures,
+    memoryd_command,
+    unsynced_messages,
+    wait_for,
+    wait_ready,
+    write_config,
+)
 
 from tests.pg import database_on, own_server, start, stop
 
 pytestmark = pytest.mark.slow
 
 
-def _unsynced(db: Path) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return int(conn.execute(
-            "SELECT COALESCE(SUM(message_count - memory_sync_index), 0) FROM sessions"
-        ).fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _outbox_waiting(state: Path) -> int:
@@ -88,11 +88,6 @@ def _run(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes
                                 stdout=subprocess.DEVNULL, stderr=out)
 
 
-def _wait(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def test_postgres_stopped_mid_sync_loses_and_doubles_nothing(tmp_path: Path) -> None:
@@ -102,16 +97,16 @@ def test_postgres_stopped_mid_sync_loses_and_doubles_nothing(tmp_path: Path) -> 
     proc = _run(config, env, log)
     try:
         wait_ready(state, proc.pid)
-        _wait(lambda: len(_pg_segments(dsn)) > 5, 60, "nothing reached postgres")
+        wait_for(lambda: len(_pg_segments(dsn)) > 5, 60, "nothing reached postgres")
         stop(pg)
         try:
             # Saves go on into SQLite and the outbox while the server is away.
-            _wait(lambda: _outbox_waiting(state) > 0, 60, "nothing waited in the outbox")
+            wait_for(lambda: _outbox_waiting(state) > 0, 60, "nothing waited in the outbox")
             time.sleep(1.0)
         finally:
             start(pg)
-        _wait(lambda: _unsynced(state / "memoryd.db") == 0 and _outbox_waiting(state) == 0,
-              120, "the outbox did not drain")
+        wait_for(lambda: (unsynced_messages(state / "memoryd.db") == 0
+                          and _outbox_waiting(state) == 0), 120, "the outbox did not drain")
         recalled = subprocess.run(
             memoryd_command("--config", str(config), "recall", "--json", "--all-projects",
                             "file"), env=env, capture_output=True, text=True, timeout=60)
@@ -140,8 +135,9 @@ def test_sigkill_while_the_outbox_drains_lands_each_segment_once(tmp_path: Path)
         # The whole history is saved while PostgreSQL is away: all of it waits in the outbox.
         proc = _run(config, env, log)
         wait_ready(state, proc.pid)
-        _wait(lambda: _unsynced(state / "memoryd.db") == 0 and _outbox_waiting(state) > 0,
-              180, "the history did not reach the fallback")
+        wait_for(lambda: (unsynced_messages(state / "memoryd.db") == 0
+                          and _outbox_waiting(state) > 0), 180,
+                 "the history did not reach the fallback")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -155,7 +151,7 @@ def test_sigkill_while_the_outbox_drains_lands_each_segment_once(tmp_path: Path)
             break
         before = _outbox_waiting(state)
         proc = _run(config, env, log)
-        _wait(lambda before=before, proc=proc: (  # type: ignore[misc]
+        wait_for(lambda before=before, proc=proc: (  # type: ignore[misc]
             _outbox_waiting(state) < before or proc.poll() is not None), 60,
             "the outbox did not start draining")
         time.sleep(rng.uniform(0.0, 0.2))
@@ -166,7 +162,7 @@ def test_sigkill_while_the_outbox_drains_lands_each_segment_once(tmp_path: Path)
     proc = _run(config, env, log)
     try:
         wait_ready(state, proc.pid)
-        _wait(lambda: _outbox_waiting(state) == 0, 120, "the outbox did not drain")
+        wait_for(lambda: _outbox_waiting(state) == 0, 120, "the outbox did not drain")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]

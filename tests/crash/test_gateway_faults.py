@@ -20,10 +20,17 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import (
+    daemon_env,
+    lay_out_fixtures,
+    memoryd_command,
+    unsynced_messages,
+    wait_for,
+    wait_ready,
+    write_config,
+)
 
 from tests.memory.fake_gateway import KEY, FakeGateway
 
@@ -67,13 +74,6 @@ def _outbox(state: Path) -> tuple[int, int]:
         conn.close()
 
 
-def _unsynced(db: Path) -> int:
-    conn = sqlite3.connect(db, timeout=30)
-    try:
-        return int(conn.execute("SELECT COALESCE(SUM(message_count - memory_sync_index), 0)"
-                                " FROM sessions").fetchone()[0])
-    finally:
-        conn.close()
 
 
 def _expected_turns(db: Path) -> Counter[tuple[str, str]]:
@@ -106,11 +106,6 @@ def _expected_turns(db: Path) -> Counter[tuple[str, str]]:
     return aio.run(read())
 
 
-def _wait(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def test_a_gateway_that_fails_hangs_and_comes_back_gets_every_turn_once(
@@ -129,18 +124,18 @@ def test_a_gateway_that_fails_hangs_and_comes_back_gets_every_turn_once(
                                 stdout=subprocess.DEVNULL, stderr=out)
     try:
         wait_ready(state, proc.pid)
-        _wait(lambda: len(gateway.adds) > 3, 60, "nothing reached the gateway")
+        wait_for(lambda: len(gateway.adds) > 3, 60, "nothing reached the gateway")
         gateway.fail_with = 503  # down: saves go to SQLite and wait in the outbox
-        _wait(lambda: _outbox(state)[0] > 0, 60, "nothing waited in the outbox")
+        wait_for(lambda: _outbox(state)[0] > 0, 60, "nothing waited in the outbox")
         time.sleep(1.0)
         hung = len(gateway.adds)
         gateway.delay = 2.0  # hangs past the 1 s timeout, then applies the add anyway
         gateway.fail_with = None
-        _wait(lambda: _outbox(state)[1] > 0, 90, "no add was parked")
+        wait_for(lambda: _outbox(state)[1] > 0, 90, "no add was parked")
         gateway.delay = 0.0
-        _wait(lambda: len(gateway.adds) > hung, 30, "the hung add never landed")
-        _wait(lambda: _unsynced(state / "memoryd.db") == 0, 180, "sync did not finish")
-        _wait(lambda: _outbox(state)[0] == 0, 180, "the outbox did not drain")
+        wait_for(lambda: len(gateway.adds) > hung, 30, "the hung add never landed")
+        wait_for(lambda: unsynced_messages(state / "memoryd.db") == 0, 180, "sync did not finish")
+        wait_for(lambda: _outbox(state)[0] == 0, 180, "the outbox did not drain")
         _waiting, parked = _outbox(state)
         assert parked > 0
         sent = len(gateway.adds)
@@ -150,7 +145,7 @@ def test_a_gateway_that_fails_hangs_and_comes_back_gets_every_turn_once(
                                                   "--applied"),
                                   env=env, capture_output=True, text=True, timeout=60)
         assert resolved.returncode == 0, resolved.stderr
-        _wait(lambda: _outbox(state) == (0, 0), 120, "the outbox did not empty")
+        wait_for(lambda: _outbox(state) == (0, 0), 120, "the outbox did not empty")
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]

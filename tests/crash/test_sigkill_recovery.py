@@ -10,19 +10,18 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
+from helpers import (
+    daemon_env,
+    lay_out_fixtures,
+    memoryd_command,
+    unsynced_messages,
+    wait_ready,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
 
-def _unsynced(db: Path) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return int(conn.execute(
-            "SELECT COALESCE(SUM(message_count - memory_sync_index), 0) FROM sessions"
-        ).fetchone()[0])
-    finally:
-        conn.close()
 
 
 def test_sigkill_during_sync_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -36,27 +35,27 @@ def test_sigkill_during_sync_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     subprocess.run(memoryd_command("--config", str(config), "ingest", "--once"), env=env,
                    check=True, capture_output=True)
     db = state / "memoryd.db"
-    total = _unsynced(db)
+    total = unsynced_messages(db)
     assert total > 1000
 
     rng = random.Random(3)
     kills = 0
     progress = []
-    while kills < 12 and _unsynced(db) > 0:
-        before = _unsynced(db)
+    while kills < 12 and unsynced_messages(db) > 0:
+        before = unsynced_messages(db)
         proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # Kill once saving is under way (start-up time varies with the machine's load),
         # a random moment later, so the kill lands inside a save, not before the first.
         deadline = time.monotonic() + 60
-        while _unsynced(db) == before and proc.poll() is None:
+        while unsynced_messages(db) == before and proc.poll() is None:
             assert time.monotonic() < deadline, "the daemon never started saving"
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-        progress.append(_unsynced(db))
+        progress.append(unsynced_messages(db))
     assert any(0 < left < total for left in progress), f"no kill mid-sync: {progress}"
 
     with (tmp_path / "final.log").open("wb") as log:
@@ -64,7 +63,7 @@ def test_sigkill_during_sync_loses_and_duplicates_nothing(tmp_path: Path) -> Non
                                 stdout=subprocess.DEVNULL, stderr=log)
     wait_ready(state, proc.pid)
     deadline = time.monotonic() + 120
-    while _unsynced(db) > 0:
+    while unsynced_messages(db) > 0:
         assert time.monotonic() < deadline, "recovery did not finish"
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
@@ -174,7 +173,7 @@ def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
                                 stdout=subprocess.DEVNULL, stderr=log)
     wait_ready(state, proc.pid)
     deadline = time.monotonic() + 60
-    while _unsynced(state / "memoryd.db") > 0 or not (state / "memory.db").exists():
+    while unsynced_messages(state / "memoryd.db") > 0 or not (state / "memory.db").exists():
         assert time.monotonic() < deadline, "recovery did not finish"
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)

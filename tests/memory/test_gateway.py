@@ -35,6 +35,21 @@ def segment(last: int, *, first: int = 0) -> ConversationSegment:
                                turns=turns)
 
 
+async def gateway_then_sqlite(fake: FakeGateway, tmp_path: Path,
+                              clock: FakeClock) -> ChainBackend:
+    """The chain `[gateway, sqlite]` with its outbox, as the daemon opens it."""
+
+    async def gw() -> MemoryBackend:
+        return await open_gateway(fake, tmp_path, clock)
+
+    async def sqlite() -> MemoryBackend:
+        return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock)
+
+    return ChainBackend([Layer("gateway", gw, clock), Layer("sqlite", sqlite, clock)],
+                        await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
+                        {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
+
+
 @pytest.fixture
 async def gateway() -> AsyncIterator[FakeGateway]:
     fake = FakeGateway()
@@ -137,15 +152,7 @@ async def test_an_add_whose_answer_is_lost_is_parked_never_resent(gateway: FakeG
     parks it in the outbox, and never sends it again by itself; a person resolves it."""
     clock = FakeClock()
 
-    async def gw() -> MemoryBackend:
-        return await open_gateway(gateway, tmp_path, clock)
-
-    async def sqlite() -> MemoryBackend:
-        return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock)
-
-    chain = ChainBackend([Layer("gateway", gw, clock), Layer("sqlite", sqlite, clock)],
-                         await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
-                         {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
+    chain = await gateway_then_sqlite(gateway, tmp_path, clock)
     try:
         gateway.lose_answer_after_add = True
         lost = segment(3)
@@ -171,15 +178,7 @@ async def test_a_gateway_that_is_down_then_back_gets_each_segment_once(
         gateway: FakeGateway, tmp_path: Path) -> None:
     clock = FakeClock()
 
-    async def gw() -> MemoryBackend:
-        return await open_gateway(gateway, tmp_path, clock)
-
-    async def sqlite() -> MemoryBackend:
-        return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock)
-
-    chain = ChainBackend([Layer("gateway", gw, clock), Layer("sqlite", sqlite, clock)],
-                         await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
-                         {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
+    chain = await gateway_then_sqlite(gateway, tmp_path, clock)
     try:
         gateway.fail_with = 503  # refused, not applied (a 502/504 on an add is "unknown")
         await chain.save_conversation_segment(segment(3))
@@ -202,15 +201,7 @@ async def test_recall_behind_a_gateway_also_finds_the_facts_kept_locally(
     which layer gave each result."""
     clock = FakeClock()
 
-    async def gw() -> MemoryBackend:
-        return await open_gateway(gateway, tmp_path, clock)
-
-    async def sqlite() -> MemoryBackend:
-        return await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock)
-
-    chain = ChainBackend([Layer("gateway", gw, clock), Layer("sqlite", sqlite, clock)],
-                         await Outbox.open(tmp_path / "outbox.db", clock=clock), clock,
-                         {"gateway": GatewayMemoryBackend.capabilities, "sqlite": ALL})
+    chain = await gateway_then_sqlite(gateway, tmp_path, clock)
     try:
         fact = await chain.remember("the cache is flushed every night")
         gateway.results = [{"id": "g1", "text": "we talked about the cache at length",
