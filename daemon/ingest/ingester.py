@@ -39,6 +39,10 @@ log = structlog.get_logger("memoryd.ingest")
 #: A directory modified this recently is scanned again whatever its mtime says.
 SETTLE_NS = 2_000_000_000
 
+#: How long a new file named like a live transcript elsewhere waits, once it stops
+#: changing, for its original to go (`mv` across file systems copies, then deletes).
+MOVE_GRACE = 5.0
+
 ProgressCallback = Callable[[int], None]
 
 
@@ -117,6 +121,8 @@ class Ingester:
         self._rescan_requested = True
         self._hinted: set[str] = set()
         self._explicit: dict[str, Candidate] = {}
+        # New files held back as possible moves: path -> ((size, mtime), since).
+        self._held: dict[str, tuple[tuple[int, int], float]] = {}
         self.wake = asyncio.Event()
         self.sources: list[SourceConfig] = settings.enabled_sources()
         self._passes_started = 0
@@ -175,8 +181,16 @@ class Ingester:
 
     # -- identity resolution -----------------------------------------------------------
 
-    async def scan(self) -> None:
-        """Match what is on disk against what is stored: renames, replacements, new files."""
+    async def scan(self, *, hold_copies: bool = False) -> None:
+        """Match what is on disk against what is stored: renames, replacements, new files.
+
+        With `hold_copies` (the running daemon), a new file named like a live transcript
+        in another directory waits until it has been still for MOVE_GRACE: it is most
+        likely a move across file systems under way, whose original is deleted once the
+        copy is complete. Agents name transcripts after their session (a resumed session
+        gets a new name), so nothing an agent writes is held. A one-off pass holds
+        nothing: it sees the files as they are.
+        """
         self._rescan_requested = False
         found: dict[str, tuple[Candidate, os.stat_result]] = {}
         directories: dict[str, int] = {}
@@ -260,8 +274,11 @@ class Ingester:
                 # merely begins alike loses nothing.
                 tracked[path] = Tracked(candidate, gone, verify=True)
         # 3. A known path that now names another file: replaced, checked before reading.
-        # 4. Anything else is new.
-        for path, (candidate, _st) in found.items():
+        # 4. Anything else is new, unless it may be the copy half of a move (held back).
+        live_names = {os.path.basename(p): p for p, s in states.items()
+                      if p in found and s.head_hash != "document"}
+        held, self._held = self._held, {}
+        for path, (candidate, st) in found.items():
             if path in tracked:
                 continue
             replaced = states.get(path)
@@ -271,6 +288,11 @@ class Ingester:
                 tracked[path] = Tracked(candidate, replaced, verify=True,
                                         rejected_logged=bool(previous and previous.rejected_logged))
             else:
+                twin = live_names.get(os.path.basename(path))
+                if (hold_copies and twin is not None and twin != path
+                        and path not in self._tracked and candidate.mode is not Mode.DOCUMENT
+                        and self._hold(path, st, held.get(path), twin)):
+                    continue
                 tracked[path] = self._tracked.get(path) or Tracked(candidate)
                 if tracked[path].state is not None:  # its state was taken by a rename
                     tracked[path] = Tracked(candidate)
@@ -283,6 +305,21 @@ class Ingester:
             if path not in claimed:
                 self._states.append(state)
         self._tracked = tracked
+
+    def _hold(self, path: str, st: os.stat_result,
+              held: tuple[tuple[int, int], float] | None, twin: str) -> bool:
+        """Whether to hold back `path` for this scan; it waits until still for MOVE_GRACE."""
+        now = self._clock.monotonic()
+        shape = (st.st_size, st.st_mtime_ns)
+        if held is None:
+            log.info("transcript_held", path=path, same_name_as=twin,
+                     wait_s=MOVE_GRACE, reason="a move across file systems may be under way")
+        elif held[0] == shape and now - held[1] >= MOVE_GRACE:
+            log.info("transcript_released", path=path, same_name_as=twin)
+            return False
+        since = held[1] if held is not None and held[0] == shape else now
+        self._held[path] = (shape, since)
+        return True
 
     def _keep(self, path: str, candidate: Candidate, state: FileState) -> Tracked:
         current = self._tracked.get(path)
@@ -383,9 +420,9 @@ class Ingester:
             now = self._clock.monotonic()
             if self._rescan_requested or now >= next_scan:
                 # Compared with mtimes, which come from the kernel's clock, not ours.
-                if self._rescan_requested or not unchanged(
+                if self._rescan_requested or self._held or not unchanged(
                         self._directories, time.time_ns(), SETTLE_NS):
-                    await self.scan()
+                    await self.scan(hold_copies=True)
                 next_scan = now + self._settings.poll_interval
             self._hinted.clear()
             self.wake.clear()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import daemon_env, memoryd_command, wait_ready, write_config
+from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
 
 #: Every status a command may exit with (daemon/cli/common.py documents each).
 DOCUMENTED = {0, 1, 2, 65, 66, 69, 70, 73, 74, 75, 78}
@@ -247,6 +247,78 @@ def test_a_transcript_moved_by_copy_continues_its_session(tmp_path: Path) -> Non
         conn.close()
     assert len(per_session) == 1
     assert per_session[0][1:] == (41, 41)
+
+
+def _per_session(db: Path) -> list[tuple[int, int, int]]:
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(
+            "SELECT session_id, COUNT(*), COUNT(DISTINCT uuid) FROM session_messages"
+            " GROUP BY session_id ORDER BY session_id").fetchall()
+    finally:
+        conn.close()
+
+
+def _run_daemon(tmp_path: Path, config: Path, state: Path) -> subprocess.Popen[bytes]:
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log)
+    log.close()
+    wait_ready(state, proc.pid)
+    return proc
+
+
+def _stop_daemon(tmp_path: Path, proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=30)
+    text = (tmp_path / "run.log").read_text()
+    assert code == 0, text[-3000:]
+    return text
+
+
+def test_a_move_by_copy_under_the_running_daemon_stores_nothing_twice(tmp_path: Path) -> None:
+    """`mv` across file systems while the daemon watches: the copy (same name, another
+    directory) shows before the original goes. It must not be read as a second session."""
+    root, state, config = _setup(tmp_path, poll_interval="0.2s")
+    old = root / "-p" / "s.jsonl"
+    old.write_text("".join(_claude_line(f"message {i}", f"k{i}") for i in range(40)))
+    proc = _run_daemon(tmp_path, config, state)
+    try:
+        wait_for(lambda: _stored(state / "memoryd.db") == 40, what="the transcript stored")
+        new_dir = root / "-q"
+        new_dir.mkdir()
+        new = new_dir / "s.jsonl"
+        new.write_bytes(old.read_bytes())  # a new inode: what `mv` across file systems makes
+        time.sleep(1.5)  # several polls and notifications see both files
+        old.unlink()
+        with new.open("a") as handle:
+            handle.write(_claude_line("after the move", "k-late"))
+        wait_for(lambda: _stored(state / "memoryd.db") >= 41, what="the appended line")
+        time.sleep(1.0)
+    finally:
+        text = _stop_daemon(tmp_path, proc)
+    assert _per_session(state / "memoryd.db") == [(1, 41, 41)], text[-3000:]
+    assert "transcript_moved" in text
+
+
+def test_a_copy_that_stays_beside_its_original_is_read_as_its_own_session(
+        tmp_path: Path) -> None:
+    """A backup copy (same name, another directory, the original still there) is held back
+    only for a few seconds, then read like any new transcript."""
+    root, state, config = _setup(tmp_path, poll_interval="0.2s")
+    old = root / "-p" / "s.jsonl"
+    old.write_text("".join(_claude_line(f"message {i}", f"k{i}") for i in range(5)))
+    proc = _run_daemon(tmp_path, config, state)
+    try:
+        wait_for(lambda: _stored(state / "memoryd.db") == 5, what="the transcript stored")
+        (root / "-q").mkdir()
+        (root / "-q" / "s.jsonl").write_bytes(old.read_bytes())
+        wait_for(lambda: _stored(state / "memoryd.db") == 10, timeout=30,
+                 what="the copy read as its own session")
+    finally:
+        text = _stop_daemon(tmp_path, proc)
+    assert [row[1:] for row in _per_session(state / "memoryd.db")] == [(5, 5), (5, 5)]
+    assert text.count("transcript_held") == 1, text[-3000:]
 
 
 def test_remember_correct_and_import_mask_secrets(tmp_path: Path) -> None:

@@ -3,9 +3,10 @@ message written is stored exactly once, in order of first appearance, and nothin
 
 The actions mirror Vector's file-source model tests: append a line, append part of a line
 (completed later), truncate, replace (a new inode at the same path), rename or move,
-delete, restart the ingester, and ingest. Deleted and replaced files are held open by
-the test so the file system cannot hand their inode to a new file: inode reuse makes a
-new file indistinguishable from a moved one, and is not what this machine tests.
+copy under the same name into another directory, delete, restart the ingester, and
+ingest. Deleted and replaced files are held open by the test so the file system cannot
+hand their inode to a new file: inode reuse makes a new file indistinguishable from a
+moved one, and is not what this machine tests.
 
 The model follows issue 2 section 5. A file's identity is its device, inode and first
 line: a file at a new path with a known inode and head was moved and continues its
@@ -27,7 +28,7 @@ from pathlib import Path
 import aiosqlite
 import orjson
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -260,6 +261,20 @@ class TailerMachine(RuleBasedStateMachine):
         target = self._fresh_path(directory)
         os.rename(path, target)
         self.live[target] = self.live.pop(path)
+        self._maybe_ingest(now)
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data(), now=st.booleans())
+    def copy_beside(self, data: st.DataObject, now: bool) -> None:
+        """Copy a file under its own name into the other directory: a backup, or the first
+        half of a move across file systems when `delete` later takes the original."""
+        path = Path(data.draw(st.sampled_from(sorted(self.live))))
+        other = DIRECTORIES[1 - DIRECTORIES.index(path.parent.name)]
+        target = str(self.root / other / path.name)
+        assume(target not in self.live)
+        shutil.copyfile(path, target)
+        source = self.live[str(path)]
+        self.live[target] = Live(list(source.lines), source.partial)
         self._maybe_ingest(now)
 
     @precondition(lambda self: bool(self.live))
