@@ -364,6 +364,11 @@ class Settings(BaseSettings):
         return self.state_dir / "outbox.db"
 
     @property
+    def gateway_ledger_path(self) -> Path:
+        """What the gateway was sent, and its calls for the audit trail."""
+        return self.state_dir / "gateway.db"
+
+    @property
     def jsonl_path(self) -> Path:
         return self.memory.jsonl.path or self.state_dir / "memory-jsonl"
 

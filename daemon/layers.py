@@ -101,7 +101,7 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
             base_url=gw.base_url, user_id=gw.user_id or login_name(),
             user_key=os.environ.get(gw.user_key_env, ""), app_id=gw.app_id,
             project_id=gw.project_id, scope=tuple(gw.scope), timeout=gw.timeout)
-        return await GatewayMemoryBackend.open(config, ledger=settings.state_dir / "gateway.db",
+        return await GatewayMemoryBackend.open(config, ledger=settings.gateway_ledger_path,
                                                clock=clock)
 
     chosen = {"sqlite": sqlite, "postgres": postgres, "jsonl": jsonl, "gateway": gateway}[kind]

@@ -39,6 +39,7 @@ from daemon.lock import StateLock
 from daemon.memory import MemoryBackend
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
+from daemon.memory.gateway import expire_calls as expire_gateway_calls
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
 from daemon.store import audit, connect, migrate, queries
@@ -476,6 +477,7 @@ class Service:
             before = clock.now() - timedelta(seconds=settings.audit_retention)
             async with self._sync_lock:
                 removed = await audit.expire(conn, before)
+            removed += await expire_gateway_calls(settings.gateway_ledger_path, before)
             if removed:
                 log.info("audit_expired", events=removed, before=before.isoformat())
 

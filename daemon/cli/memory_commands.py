@@ -43,9 +43,11 @@ from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
+from daemon.memory.gateway import call_events as gateway_calls
 from daemon.memory.records import record_to_memory
 from daemon.service import open_memory_backend, open_store
 from daemon.store import audit
+from daemon.store.connection import iso_utc
 
 T = TypeVar("T")
 
@@ -405,6 +407,16 @@ def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
         click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
 
 
+def _gateway_event(call: dict[str, Any]) -> dict[str, Any]:
+    """A recorded gateway call in the audit trail's shape (interface `gateway`)."""
+    status = f"HTTP {call['status']}" if call["status"] is not None else "no answer"
+    return {"at": iso_utc(datetime.fromisoformat(call["at"])), "interface": "gateway",
+            "action": f"gateway_{call['operation']}", "outcome": call["outcome"],
+            "agent": None, "agent_session_id": call["session"], "memory_ids": [],
+            "count": call["count"],
+            "detail": call["detail"] or f"{status} in {call['ms']:.0f} ms"}
+
+
 @main.command("audit")
 @click.option("--since", callback=when_option,
               help="Only events since then (e.g. 'yesterday', '2h', an ISO date).")
@@ -421,7 +433,12 @@ def audit_command(ctx: click.Context, since: datetime | None, memory_id: str | N
 
     async def read() -> list[dict[str, Any]]:
         async with open_store(settings) as conn:
-            return await audit.events(conn, since=since, memory_id=memory_id, limit=limit)
+            found = await audit.events(conn, since=since, memory_id=memory_id, limit=limit)
+        if memory_id is None:  # gateway calls name no memory of memoryd's
+            calls = await gateway_calls(settings.gateway_ledger_path, since=since, limit=limit)
+            found = sorted(found + [_gateway_event(c) for c in calls],
+                           key=lambda e: e["at"])[-limit:]
+        return found
 
     found = run_async(read())
     if as_json:

@@ -27,8 +27,10 @@ What memoryd sends and accepts:
   chain parks in its outbox for a person to resolve (`memoryd memory outbox`).
 - Errors carry the operation, the path and the status, never the key or a
   request body; `user_key` is read from the environment variable the settings
-  name and never logged. Every call is logged as a `gateway_call` event (operation,
-  outcome, status, duration) for the audit trail.
+  name and never logged. Every call is logged as a `gateway_call` event and kept as
+  a row of the ledger's `gateway_calls` (time, operation, outcome, status,
+  duration, memoryd session, count; never a query, text or key): `memoryd audit`
+  shows them beside the daemon's own audit trail, and they expire with it.
 - No forget, no correct, no export, no temporal filters: the capability set says
   so, and the chain acts on its other layers and reports that the gateway's copy
   remains.
@@ -68,6 +70,7 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.protocol import Capability, RecallOrder
+from daemon.memory.records import to_utc_text
 
 log = structlog.get_logger("memoryd.memory.gateway")
 
@@ -84,6 +87,20 @@ CREATE TABLE IF NOT EXISTS gateway_sent (
     updated_at TEXT NOT NULL
 )
 """
+_CALLS = """
+CREATE TABLE IF NOT EXISTS gateway_calls (
+    id INTEGER PRIMARY KEY,
+    at TEXT NOT NULL,
+    operation TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    status INTEGER,
+    ms REAL NOT NULL,
+    session TEXT,
+    count INTEGER,
+    detail TEXT
+)
+"""
+_CALLS_BY_TIME = "CREATE INDEX IF NOT EXISTS gateway_calls_by_at ON gateway_calls (at)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +170,8 @@ class GatewayMemoryBackend:
             await conn.execute("PRAGMA busy_timeout = 5000")  # the CLI may resolve meanwhile
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute(_LEDGER)
+            for statement in (_LEDGER, _CALLS, _CALLS_BY_TIME):
+                await conn.execute(statement)
         except sqlite3.Error as exc:
             await conn.close()
             raise BackendError(f"ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
@@ -170,42 +188,69 @@ class GatewayMemoryBackend:
                 "app_id": self._config.app_id, "project_id": self._config.project_id}
 
     async def _post(self, operation: str, path: str, body: Mapping[str, Any], *,
-                    applies: bool) -> Any:
+                    applies: bool, session: str | None = None, count: int | None = None) -> Any:
         """POST `body`; the answer's JSON. `applies`: the call changes the gateway, so an
-        answer lost after the request went out is GatewayUnknown, not unavailable."""
+        answer lost after the request went out is GatewayUnknown, not unavailable.
+        Every call that ends (not one cancelled) is recorded in the ledger's audit rows."""
         started = time.monotonic()
-        status: int | None = None
         try:
-            try:
-                response = await self._client.post(path, json=dict(body))
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                self._fail(GatewayUnavailable, operation, path, _kind(exc))
-            except httpx.HTTPError as exc:
-                # Sent, or partly sent, and no answer: applied or not, nobody knows.
-                self._fail(GatewayUnknown if applies else GatewayUnavailable,
-                           operation, path, _kind(exc))
-            status = response.status_code
-            if status == 401 or status == 403:
-                raise GatewayError(operation, path, "the user key was refused", status)
-            if applies and status in (502, 504):
-                # A proxy's "bad gateway" or "timeout": the add may have been applied behind it.
-                self._fail(GatewayUnknown, operation, path, "", status)
-            if status == 429 or status >= 500:
-                self._fail(GatewayUnavailable, operation, path, "", status)
-            if not 200 <= status < 300:
-                raise GatewayError(operation, path, "", status)
-            try:
-                return response.json()
-            except ValueError:
-                self._fail(GatewayUnknown if applies else GatewayUnavailable,
-                           operation, path, "the answer is not JSON")
+            exchanged = await self._exchange(operation, path, body, applies=applies)
         except GatewayError as exc:
-            log.warning("gateway_call", operation=operation, path=path, outcome="failed",
-                        status=exc.status, error=str(exc),
-                        ms=round((time.monotonic() - started) * 1000, 1))
+            ms = round((time.monotonic() - started) * 1000, 1)
+            outcome = "unknown" if isinstance(exc, GatewayUnknown) else "failed"
+            log.warning("gateway_call", operation=operation, path=path, outcome=outcome,
+                        status=exc.status, error=str(exc), ms=ms)
+            await self._record_call(operation, outcome, exc.status, ms, session, count,
+                                    str(exc))
             raise
+        status, answer = exchanged
+        ms = round((time.monotonic() - started) * 1000, 1)
         log.info("gateway_call", operation=operation, path=path, outcome="ok", status=status,
-                 ms=round((time.monotonic() - started) * 1000, 1))
+                 ms=ms)
+        if operation == "search" and isinstance(answer, dict) and isinstance(
+                answer.get("results"), list):
+            count = len(answer["results"])
+        await self._record_call(operation, "ok", status, ms, session, count, None)
+        return answer
+
+    async def _exchange(self, operation: str, path: str, body: Mapping[str, Any], *,
+                        applies: bool) -> tuple[int, Any]:
+        """The request and its answer's (status, JSON), or a typed GatewayError."""
+        try:
+            response = await self._client.post(path, json=dict(body))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            self._fail(GatewayUnavailable, operation, path, _kind(exc))
+        except httpx.HTTPError as exc:
+            # Sent, or partly sent, and no answer: applied or not, nobody knows.
+            self._fail(GatewayUnknown if applies else GatewayUnavailable,
+                       operation, path, _kind(exc))
+        status = response.status_code
+        if status == 401 or status == 403:
+            raise GatewayError(operation, path, "the user key was refused", status)
+        if applies and status in (502, 504):
+            # A proxy's "bad gateway" or "timeout": the add may have been applied behind it.
+            self._fail(GatewayUnknown, operation, path, "", status)
+        if status == 429 or status >= 500:
+            self._fail(GatewayUnavailable, operation, path, "", status)
+        if not 200 <= status < 300:
+            raise GatewayError(operation, path, "", status)
+        try:
+            return status, response.json()
+        except ValueError:
+            self._fail(GatewayUnknown if applies else GatewayUnavailable,
+                       operation, path, "the answer is not JSON")
+
+    async def _record_call(self, operation: str, outcome: str, status: int | None, ms: float,
+                           session: str | None, count: int | None, detail: str | None) -> None:
+        # The error text is memoryd's own (operation, path, status): never a body or key.
+        try:
+            await self._db().execute(
+                "INSERT INTO gateway_calls (at, operation, outcome, status, ms, session, count,"
+                " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (to_utc_text(self._clock.now()), operation, outcome, status, ms, session,
+                 count, detail))
+        except (sqlite3.Error, BackendError) as exc:
+            log.warning("gateway_audit_not_recorded", operation=operation, error=str(exc))
 
     def _fail(self, kind: type[GatewayError], operation: str, path: str, problem: str,
               status: int | None = None) -> NoReturn:
@@ -313,7 +358,8 @@ class GatewayMemoryBackend:
                                    segment=segment.id)
             body = {**self._identity(), "session_id": session, "messages": messages}
             try:
-                await self._post("add", "/memories/add", body, applies=True)
+                await self._post("add", "/memories/add", body, applies=True,
+                                 session=session, count=len(messages))
             except GatewayError as exc:
                 if isinstance(exc, GatewayUnknown):
                     raise  # the ledger keeps it pending: parked, never sent again by itself
@@ -325,7 +371,8 @@ class GatewayMemoryBackend:
             await self._ledger_set(session, last=turns[-1].index, pending=None, segment=None)
         try:
             await self._post("flush", "/memories/flush",
-                             {**self._identity(), "session_id": session}, applies=False)
+                             {**self._identity(), "session_id": session}, applies=False,
+                             session=session)
         except GatewayError as exc:
             # The add landed: the segment is saved. A flush is asked once and not repeated.
             log.warning("gateway_flush_failed", session=session, error=str(exc))
@@ -376,6 +423,50 @@ class GatewayMemoryBackend:
         await self._client.aclose()
         if ledger is not None:
             await ledger.close()
+
+
+async def call_events(ledger: Path, *, since: datetime | None = None,
+                      limit: int = 1000) -> list[dict[str, Any]]:
+    """The newest `limit` recorded gateway calls (since a time), oldest first; [] when
+    the ledger does not exist (no gateway configured)."""
+    if not await asyncio.to_thread(ledger.exists):
+        return []
+    sql, params = "SELECT * FROM gateway_calls", []
+    if since is not None:
+        sql += " WHERE at >= ?"
+        params.append(to_utc_text(since))
+    sql += " ORDER BY id DESC LIMIT ?"
+    try:
+        async with aiosqlite.connect(f"file:{ledger}?mode=ro", uri=True) as conn:
+            conn.row_factory = aiosqlite.Row
+            async with conn.execute(sql, (*params, limit)) as cur:
+                rows = list(await cur.fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []  # a ledger from before gateway calls were recorded
+        raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
+    except (OSError, sqlite3.Error) as exc:
+        raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
+    return [dict(r) for r in reversed(rows)]
+
+
+async def expire_calls(ledger: Path, before: datetime) -> int:
+    """Delete recorded gateway calls older than `before` (the audit retention); how many."""
+    if not await asyncio.to_thread(ledger.exists):
+        return 0
+    try:
+        async with aiosqlite.connect(ledger, isolation_level=None) as conn:
+            await conn.execute("PRAGMA busy_timeout = 5000")
+            try:
+                cur = await conn.execute("DELETE FROM gateway_calls WHERE at < ?",
+                                         (to_utc_text(before),))
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return 0
+                raise
+            return max(cur.rowcount, 0)
+    except (OSError, sqlite3.Error) as exc:
+        raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
 
 
 def _kind(exc: BaseException) -> str:

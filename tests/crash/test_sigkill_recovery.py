@@ -1,7 +1,13 @@
-"""Real crashes during recovery: every message ends up in exactly one saved segment."""
+"""Real crashes during recovery: every message ends up in exactly one saved segment.
+
+`MEMORYD_CRASH_ROUNDS=300 python -m pytest tests/crash/test_sigkill_recovery.py -k grows -s`
+runs the growing-session loop for hundreds of kills (CI runs 25) and prints how many
+landed between a segment's commit and the sync index's move.
+"""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sqlite3
@@ -132,6 +138,18 @@ def _live_ranges(memory_db: Path) -> list[tuple[int, int, int]]:
         conn.close()
 
 
+def _saved_past_the_index(state: Path) -> bool:
+    """Whether a live segment reaches past its session's sync index: a kill in the gap."""
+    conn = sqlite3.connect(state / "memoryd.db", timeout=30)
+    try:
+        index = conn.execute("SELECT memory_sync_index FROM sessions").fetchone()
+    finally:
+        conn.close()
+    if index is None or not (state / "memory.db").exists():
+        return False
+    return any(last >= index[0] for _s, _f, last in _live_ranges(state / "memory.db"))
+
+
 def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
         tmp_path: Path) -> None:
     """Kills land while tails are saved and the session keeps growing between them: at the
@@ -149,8 +167,9 @@ def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
                           sync_check_interval="0.05s", segment_max_chars=100_000)
     env = daemon_env(tmp_path)
     rng = random.Random(11)
-    written = 0
-    for _round in range(25):
+    written = kills_in_the_gap = 0
+    rounds = int(os.environ.get("MEMORYD_CRASH_ROUNDS", "25"))
+    for _round in range(rounds):
         with transcript.open("a") as out:
             for _ in range(rng.randint(1, 4)):
                 out.write(json.dumps({
@@ -168,6 +187,9 @@ def test_sigkill_while_a_session_grows_leaves_each_message_in_one_live_segment(
             time.sleep(0.0005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        kills_in_the_gap += _saved_past_the_index(state)
+    print(f"{rounds} kills, {kills_in_the_gap} between a segment's commit and the index move")
+    assert kills_in_the_gap > 0, "no kill landed in the gap: the loop tests nothing"
     with (tmp_path / "final.log").open("wb") as log:
         proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)

@@ -237,3 +237,62 @@ async def test_an_add_answered_by_a_proxy_error_or_cancelled_is_never_resent(
             await backend.save_conversation_segment(segment(4))
     finally:
         await backend.close()
+
+
+async def test_every_call_is_an_audit_row_shown_by_memoryd_audit_never_the_key(
+        gateway: FakeGateway, tmp_path: Path) -> None:
+    """Recall, add and flush, succeeded or failed, are rows of the ledger's audit table;
+    `memoryd audit` shows them beside the daemon's own events; they expire with them."""
+    import asyncio
+    import json
+    import subprocess
+
+    from daemon.memory.gateway import call_events, expire_calls
+    from tests.helpers import daemon_env, memoryd_command, write_config
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    clock = FakeClock(START)
+    backend = await open_gateway(gateway, state, clock)
+    try:
+        gateway.results = [{"id": "m1", "session_id": "chat:9", "text": "cache at boot",
+                            "score": 0.8}]
+        await backend.recall("cache")
+        await backend.save_conversation_segment(segment(3))
+        gateway.fail_with = 503
+        with pytest.raises(BackendUnavailable):
+            await backend.save_conversation_segment(segment(5))
+        clock.advance(DOWN_FOR + 1)
+        gateway.fail_with = None
+        gateway.lose_answer_after_add = True
+        with pytest.raises(BackendOutcomeUnknown):
+            await backend.save_conversation_segment(segment(5))
+    finally:
+        await backend.close()
+    calls = await call_events(state / "gateway.db")
+    assert [(c["operation"], c["outcome"], c["status"], c["count"], c["session"])
+            for c in calls] == [
+        ("search", "ok", 200, 1, None), ("add", "ok", 200, 4, "chat:3"),
+        ("flush", "ok", 200, None, "chat:3"), ("add", "failed", 503, 2, "chat:3"),
+        ("add", "unknown", None, 2, "chat:3")]
+
+    config = write_config(tmp_path / "c.yaml", state, {})
+    env = daemon_env(tmp_path)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(memoryd_command("--config", str(config), *args), env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    done = await asyncio.to_thread(cli, "audit", "--json")
+    assert done.returncode == 0, done.stderr
+    shown = [(e["interface"], e["action"], e["outcome"]) for e in json.loads(done.stdout)]
+    assert shown == [("gateway", "gateway_search", "ok"), ("gateway", "gateway_add", "ok"),
+                     ("gateway", "gateway_flush", "ok"), ("gateway", "gateway_add", "failed"),
+                     ("gateway", "gateway_add", "unknown")]
+    text = (await asyncio.to_thread(cli, "audit")).stdout
+    assert "HTTP 503" in text and "cache" not in text and "turn" not in text
+    ledger_bytes = (state / "gateway.db").read_bytes()
+    assert KEY not in done.stdout + text and KEY.encode() not in ledger_bytes
+    # Expired with the audit trail's retention: rows older than the cut go.
+    assert await expire_calls(state / "gateway.db", START + timedelta(seconds=1)) == 4
+    assert [c["outcome"] for c in await call_events(state / "gateway.db")] == ["unknown"]
