@@ -19,7 +19,7 @@ from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError
 from daemon.layers import is_chain, opener
 from daemon.memory.chain import ChainBackend, describe_depth
-from daemon.memory.models import DeletionRecord
+from daemon.memory.models import DeletionRecord, ForgottenScope
 from daemon.memory.protocol import Capability, MemoryBackend, require
 from daemon.service import open_memory_backend
 
@@ -92,9 +92,10 @@ def outbox(ctx: click.Context, as_json: bool, retry: bool, applied: bool) -> Non
 @config_option
 @click.pass_context
 def copy(ctx: click.Context, target: str, source: str) -> None:
-    """Copy every memory (superseded versions, provenance, corrections) and every deletion
-    record from one layer into another. Idempotent: run it again to resume or to catch up;
-    memories the target has (by id) are left as they are, hard-deleted ids never return."""
+    """Copy every memory (superseded versions, provenance, corrections), every deletion
+    record and every forgotten session and project from one layer into another.
+    Idempotent: run it again to resume or to catch up; memories the target has (by id)
+    are left as they are, hard-deleted ids never return."""
     settings = settings_for(ctx)
     if target == source:
         raise click.UsageError("--to and --from name the same layer")
@@ -128,10 +129,24 @@ async def _copy(settings: Settings, source_kind: BackendKind,
         copied += await target.import_records(batch)
         seen += len(batch)
         deletions = await _copy_deletions(source, target)
+        deletions += await _copy_forgotten_scopes(source, target)
         return copied, seen - copied, deletions
     finally:
         await target.close()
         await source.close()
+
+
+async def _copy_forgotten_scopes(source: MemoryBackend, target: MemoryBackend) -> int:
+    """Forgotten sessions and projects stay forgotten in the target: a later sync or
+    import into it never brings them back."""
+    reader = getattr(source, "forgotten_scopes", None)
+    scopes: list[ForgottenScope] = await reader() if reader is not None else []
+    if not scopes:
+        return 0
+    importer = getattr(target, "import_forgotten_scopes", None)
+    if importer is None:
+        raise BackendError("cannot keep forgotten sessions and projects", backend=target.name)
+    return int(await importer(scopes))
 
 
 async def _copy_deletions(source: MemoryBackend, target: MemoryBackend) -> int:

@@ -34,7 +34,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
+    ForgottenScope,
     Memory,
     MemoryType,
     Provenance,
@@ -66,6 +67,7 @@ log = structlog.get_logger("memoryd.memory.jsonl")
 BACKEND_NAME = "jsonl"
 NO_PROJECT = "_no_project.jsonl"
 SCOPES = "_scopes.jsonl"
+_NEVER = datetime.min.replace(tzinfo=UTC)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -481,6 +483,19 @@ class JsonlMemoryBackend:
                     "type": r.type.value, "project": r.project, "session_id": r.session_id,
                     "session_external_id": r.session_external_id,
                     "at": to_utc_text(r.deleted_at)}])
+        return len(fresh)
+
+    async def forgotten_scopes(self) -> list[ForgottenScope]:
+        return [ForgottenScope(kind, value, at)
+                for (kind, value), at in sorted(self._scopes.items())]
+
+    async def import_forgotten_scopes(self, scopes: Iterable[ForgottenScope]) -> int:
+        """Keep scopes forgotten in another store forgotten here too; how many were new."""
+        fresh = [s for s in scopes if s.at > self._scopes.get((s.kind, s.value), _NEVER)]
+        async with self._lock:
+            if fresh:
+                await self._write(SCOPES, [{"op": "forgotten", "kind": s.kind, "value": s.value,
+                                            "at": to_utc_text(s.at)} for s in fresh])
         return len(fresh)
 
     async def close(self) -> None:

@@ -331,6 +331,19 @@ class DeletionRecord:
     deleted_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ForgottenScope:
+    """A session or project that was forgotten: what it later brings is never saved.
+
+    `kind` is `session` (the agent's session id), `session_id` (memoryd's own session
+    number on this machine, `value` without any origin) or `project`; `at` is when.
+    """
+
+    kind: str
+    value: str
+    at: datetime
+
+
 def _provenance_of(item: ConversationSegment | SessionSummary) -> Provenance:
     """Segments and summaries name their session and messages the same way."""
     return Provenance(

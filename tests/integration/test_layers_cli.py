@@ -41,13 +41,21 @@ def test_copy_to_postgres_and_jsonl_is_idempotent_and_keeps_deletions(tmp_path: 
     assert _cli(config, env, "correct", ids[1], "the cache holds 1024 entries").returncode == 0
     assert _cli(config, env, "forget", ids[2]).returncode == 0
     assert _cli(config, env, "forget", ids[3], "--hard").returncode == 0
+    # A forgotten session: nothing of it is stored yet, and nothing of it ever may be.
+    assert _cli(config, env, "forget", "--session", "sess-forgotten").returncode == 0
     before = _cli(config, env, "export")
     assert before.returncode == 0, before.stderr
+    record = next(r for r in map(json.loads, before.stdout.splitlines()) if r["id"] == ids[0])
+    record["id"] = "m-from-the-forgotten-session"
+    record["provenance"]["session_external_id"] = "sess-forgotten"
+    late = tmp_path / "late.jsonl"
+    late.write_text(json.dumps(record) + "\n")
 
     for target in ("postgres", "jsonl"):
         first = _cli(config, env, "memory", "copy", "--to", target)
         assert first.returncode == 0, first.stderr
-        assert "copied 3 memories (0 already there) and 2 deletion records" in first.stdout
+        # Two deletion records and the forgotten session.
+        assert "copied 3 memories (0 already there) and 3 deletion records" in first.stdout
         again = _cli(config, env, "memory", "copy", "--to", target)
         assert "copied 0 memories (3 already there) and 0 deletion records" in again.stdout
         assert PASSWORD not in first.stdout + first.stderr + again.stdout + again.stderr
@@ -62,6 +70,10 @@ def test_copy_to_postgres_and_jsonl_is_idempotent_and_keeps_deletions(tmp_path: 
         recalled = _cli(other, env, "recall", "cache entries", "--json")
         (hit, *_) = json.loads(recalled.stdout)
         assert "1024" in hit["content"] and hit["layer"] == backends[0]
+        # The forgotten session stays forgotten in the copy: an import never brings it in.
+        imported = _cli(other, env, "import", str(late))
+        assert imported.returncode == 0, imported.stderr
+        assert "imported 0 new memories" in imported.stdout
 
 
 def test_status_and_doctor_name_each_layer_and_never_the_password(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
+    ForgottenScope,
     Memory,
     MemoryType,
     Provenance,
@@ -956,6 +957,40 @@ class PostgresMemoryBackend:
                     (self._owner.user, self._owner.origin, r.memory_id, r.mode.value,
                      r.type.value, r.project, r.session_id, r.session_external_id,
                      r.deleted_at, self._owner.user, r.memory_id, r.mode.value, r.deleted_at))
+                added += len(rows)
+        return added
+
+    async def forgotten_scopes(self) -> list[ForgottenScope]:
+        """This user's forgotten sessions and projects. memoryd's own session numbers are
+        this machine's (stored as `origin:number`): other machines' are not given."""
+        rows = await self._read(
+            "SELECT kind, value, forgotten_at FROM forgotten_scopes WHERE owner_user = %s"
+            " ORDER BY kind, value", (self._owner.user,))
+        mine = f"{self._owner.origin}:"
+        scopes = []
+        for r in rows:
+            value = r["value"]
+            if r["kind"] == "session_id":
+                if not value.startswith(mine):
+                    continue
+                value = value[len(mine):]
+            scopes.append(ForgottenScope(r["kind"], value, r["forgotten_at"]))
+        return scopes
+
+    async def import_forgotten_scopes(self, scopes: Iterable[ForgottenScope]) -> int:
+        """Keep scopes forgotten in another store of this machine forgotten here too."""
+        added = 0
+        async with self._write() as conn:
+            for scope in scopes:
+                value = (f"{self._owner.origin}:{scope.value}" if scope.kind == "session_id"
+                         else scope.value)
+                rows = await self._rows(
+                    conn,
+                    "INSERT INTO forgotten_scopes (owner_user, kind, value, forgotten_at)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (owner_user, kind, value)"
+                    " DO UPDATE SET forgotten_at = excluded.forgotten_at"
+                    " WHERE excluded.forgotten_at > forgotten_scopes.forgotten_at RETURNING 1",
+                    (self._owner.user, scope.kind, value, scope.at))
                 added += len(rows)
         return added
 

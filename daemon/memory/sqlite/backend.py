@@ -55,6 +55,7 @@ from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
+    ForgottenScope,
     Memory,
     MemoryType,
     Provenance,
@@ -818,6 +819,29 @@ class SQLiteMemoryBackend:
                     (r.memory_id, r.mode.value, r.type.value, r.project, r.session_id,
                      r.session_external_id, to_utc_text(r.deleted_at), r.memory_id,
                      r.mode.value, to_utc_text(r.deleted_at)))
+                added += max(cur.rowcount, 0)
+                await cur.close()
+        return added
+
+    async def forgotten_scopes(self) -> list[ForgottenScope]:
+        """The sessions and projects forgotten here (`memoryd memory copy` carries them)."""
+        async with self._read() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT * FROM forgotten_scopes ORDER BY kind, value", ())
+        return [ForgottenScope(r["kind"], r["value"], from_utc_text(r["forgotten_at"]))
+                for r in rows]
+
+    async def import_forgotten_scopes(self, scopes: Iterable[ForgottenScope]) -> int:
+        """Keep scopes forgotten in another store forgotten here too; how many were new."""
+        added = 0
+        async with self._write() as conn:
+            for scope in scopes:
+                cur = await conn.execute(
+                    "INSERT INTO forgotten_scopes (kind, value, forgotten_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT (kind, value) DO UPDATE"
+                    " SET forgotten_at = MAX(forgotten_at, excluded.forgotten_at)"
+                    " WHERE excluded.forgotten_at > forgotten_at",
+                    (scope.kind, scope.value, to_utc_text(scope.at)))
                 added += max(cur.rowcount, 0)
                 await cur.close()
         return added
