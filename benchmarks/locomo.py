@@ -317,8 +317,13 @@ _OBJECTS = ["empty input", "unicode paths", "a missing token", "large files", "a
             "the Windows line endings", "an expired certificate", "a full disk"]
 
 
+def pool_size() -> int:
+    """How many distinct template sentences synthetic memories are made of."""
+    return len(_SUBJECTS) * len(_VERBS) * len(_OBJECTS)
+
+
 def _synthetic(rng: random.Random) -> tuple[str, list[int]]:
-    picks = [rng.randrange(len(_SUBJECTS) * len(_VERBS) * len(_OBJECTS)) for _ in range(3)]
+    picks = [rng.randrange(pool_size()) for _ in range(3)]
     return " ".join(_sentence(p) for p in picks), picks
 
 
@@ -363,8 +368,7 @@ async def add_synthetic(path: Path, total: int, projects: list[str],
     finally:
         await backend.close()
     if embedder is not None and wanted:
-        pool = len(_SUBJECTS) * len(_VERBS) * len(_OBJECTS)
-        base = embedder.embed([_sentence(p) for p in range(pool)])
+        base = embedder.embed([_sentence(p) for p in range(pool_size())])
         ids = [r["id"] for r in records]
         async with aiosqlite.connect(path) as conn:
             rows = []
