@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import stat
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError, StoreBusy
+from daemon.ingest.parsers.base import human_size
 from daemon.layers import is_chain
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend
@@ -40,14 +42,38 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+#: Below this much free space the daemon's writes are about to fail (doctor warns).
+LOW_SPACE = 64 << 20
+
+
 def check_state_dir(settings: Settings) -> Check:
     state = settings.state_dir
+    existing = next((p for p in (state, *state.parents) if p.exists()), Path("/"))
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        free = None
     if not state.exists():
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return Check("state directory", "fail",
+                         f"{state} cannot be created: {existing} is not writable"
+                         " (or on a read-only file system)",
+                         "set state_dir to a writable place")
+        if free is not None and free < LOW_SPACE:
+            return Check("state directory", "fail",
+                         f"{state} cannot be created: {human_size(free)} free on its file system",
+                         "free some space, or set state_dir elsewhere")
         return Check("state directory", "warn", f"{state} does not exist yet",
                      "it is created (mode 0700) on the first `memoryd run` or `ingest`")
     if not os.access(state, os.W_OK | os.X_OK):
-        return Check("state directory", "fail", f"{state} is not writable",
-                     "chown it to this user or set state_dir elsewhere")
+        return Check("state directory", "fail",
+                     f"{state} is not writable (or on a read-only file system)",
+                     "chown it to this user, remount it read-write, or set state_dir elsewhere")
+    if free is not None and free < LOW_SPACE:
+        return Check("state directory", "fail" if free < (1 << 20) else "warn",
+                     f"{human_size(free)} free on the file system of {state}",
+                     "free some space: memoryd backs off while the disk is full and resumes"
+                     " when space returns")
     loose = [p for p in (state, settings.database_path) if p.exists() and _mode(p) & 0o077]
     if loose:
         return Check("state directory", "fail",

@@ -35,9 +35,13 @@ class StateLock:
             holder = read_lock_info(self.path)
             pid = holder.pid if holder else None
             raise AlreadyRunningError(str(self.path.parent), pid) from None
-        os.ftruncate(fd, 0)
         payload = {"pid": os.getpid(), "started_at": started_at.isoformat(), "command": command}
-        os.pwrite(fd, json.dumps(payload).encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(payload).encode(), 0)
+        except OSError as exc:  # a full disk: said with the file it happened to
+            os.close(fd)
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         self._fd = fd
 
     def release(self) -> None:

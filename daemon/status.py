@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from daemon.clock import Clock
@@ -54,6 +55,16 @@ def _uptime(started_at: str, now: datetime) -> float | None:
     except ValueError:
         return None
     return max(0.0, (now - started).total_seconds())
+
+
+async def _has_schema(db: Path) -> bool:
+    conn = await connect(db, readonly=True)
+    try:
+        async with conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'") as cur:
+            return await cur.fetchone() is not None
+    finally:
+        await conn.close()
 
 
 async def layer_states(chain: ChainBackend, settings: Settings) -> list[dict[str, Any]]:
@@ -154,7 +165,10 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     report["sources"] = sources
     report["memory"] = await _memory_status(settings, clock)
     db = settings.database_path
-    if not db.exists():
+    initialised = db.exists() and await _has_schema(db)
+    if not initialised:
+        if db.exists():  # its creation was cut short (a full disk, say): nothing in it yet
+            report["database"].update(exists=True, detail="not initialised")
         report.update(sessions=0, messages=0, unsynced_messages=0, rejected_lines=0,
                       skipped_lines=0, sessions_by_status={},
                       ingestion_lag_bytes=_lag_bytes([], set(), settings))

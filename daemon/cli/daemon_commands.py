@@ -109,8 +109,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo("daemon: not running")
     click.echo(f"state:  {report['state_dir']}")
     db = report["database"]
-    click.echo(f"store:  {db['path']} ({_size(db['size_bytes'])})" if db["exists"]
-               else f"store:  {db['path']} (not created yet)")
+    if db.get("detail"):
+        click.echo(f"store:  {db['path']} ({db['detail']}: its creation did not finish;"
+                   " see `memoryd doctor`)")
+    else:
+        click.echo(f"store:  {db['path']} ({_size(db['size_bytes'])})" if db["exists"]
+                   else f"store:  {db['path']} (not created yet)")
     for s in report["sources"]:
         where = "" if s["exists"] else " (not found)"
         state = "" if s["enabled"] else " [disabled]"

@@ -6,6 +6,7 @@ hang fails the test (TimeoutExpired) instead of blocking the suite.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -184,6 +185,58 @@ def test_an_unwritable_state_directory_exits_73_with_one_line(tmp_path: Path) ->
     state.mkdir(mode=0o500)
     for command in (["ingest", "--once"], ["sync"], ["run"]):
         _one_line_failure(_memoryd(tmp_path, config, *command, timeout=30), 73)
+
+
+def _small_file_system(target: Path) -> bool:
+    """A 4 MB tmpfs at `target` (root only; the CI runs as root)."""
+    target.mkdir(parents=True)
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(target)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("trouble", ["read-only", "full"])
+def test_an_unwritable_or_full_state_directory_at_start_up_never_hangs(
+        tmp_path: Path, trouble: str) -> None:
+    """As root, where permissions cannot make a directory unwritable: a read-only file system,
+    or one with no space left, under the state directory. Every command exits (the run
+    a test timeout would catch), with one line and a documented status."""
+    mount = tmp_path / "fs"
+    if not _small_file_system(mount):
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        root = tmp_path / "claude"
+        (root / "-p").mkdir(parents=True)
+        (root / "-p" / "s.jsonl").write_text(_claude_line("hello", "k1"))
+        state = mount / "state"
+        config = write_config(tmp_path / "c.yaml", state, {"claude": root})
+        if trouble == "read-only":
+            subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        else:
+            with (mount / "filler").open("wb", buffering=0) as handle, \
+                    contextlib.suppress(OSError):
+                while True:
+                    handle.write(b"\0" * 65536)
+        for command in (["ingest", "--once"], ["sync"], ["run"], ["status"], ["doctor"],
+                        ["recall", "hello"]):
+            done = _memoryd(tmp_path, config, *command, timeout=60)
+            assert "Traceback" not in done.stderr + done.stdout, (command, done.stderr[-2000:])
+            said = [line for line in done.stderr.splitlines() if line.startswith("memoryd: ")]
+            assert len(said) <= 1, (command, done.stderr[-2000:])
+            allowed = DOCUMENTED if command in (["status"], ["doctor"], ["recall", "hello"]) \
+                else DOCUMENTED - {0}
+            assert done.returncode in allowed, (command, done.returncode, done.stderr[-2000:])
+            if done.returncode != 0:
+                assert len(said) == 1 or command == ["doctor"], (command, done.stderr[-2000:])
+        # status reports what there is; doctor names the trouble.
+        assert _memoryd(tmp_path, config, "status").returncode == 0
+        doctor = _memoryd(tmp_path, config, "doctor")
+        assert doctor.returncode == 1
+        assert any(line.startswith("fail  state directory") for line in
+                   doctor.stdout.splitlines()), doctor.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_state_directory_that_is_a_file_exits_with_one_line(tmp_path: Path) -> None:
