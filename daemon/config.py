@@ -286,6 +286,43 @@ class PrivacySettings(BaseModel):
     extra_patterns: list[ExtraPattern] = Field(default_factory=list, max_length=200)
 
 
+def _duration_or_never(value: object) -> object:
+    """`never` (or null) keeps forever; anything else is a duration."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "never"):
+        return None
+    return parse_duration(value)
+
+
+def _crontab(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError("a schedule is a crontab line such as '17 3 * * *'")
+    from daemon.lifecycle.scheduling import cron_trigger  # apscheduler stays in one module
+
+    cron_trigger(value)
+    return value
+
+
+RetentionPeriod = Annotated[float | None, BeforeValidator(_duration_or_never)]
+
+
+class RetentionSettings(BaseModel):
+    """How long memoryd keeps what it derived; explicit facts and corrections are never
+    expired. `never` keeps forever. A daily job (`schedule`, local time) applies it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Conversation memories (saved segments), counted from when the talk happened.
+    conversations: RetentionPeriod = Field(default=90 * DAY, ge=DAY)
+    #: Session summaries.
+    summaries: RetentionPeriod = Field(default=None, ge=DAY)
+    #: The raw archive's message text (`memoryd show`), once memory holds the message.
+    raw_messages: RetentionPeriod = Field(default=None, ge=DAY)
+    #: When the job runs: a crontab line in the machine's local time.
+    schedule: Annotated[str, BeforeValidator(_crontab)] = "17 3 * * *"
+    #: Only report what would go (in the log and `memoryd retention`); delete nothing.
+    dry_run: bool = False
+
+
 class AgentSettings(BaseModel):
     """What hooks and the MCP server give agents (`memoryd hook`, `memoryd mcp`)."""
 
@@ -334,6 +371,7 @@ class Settings(BaseSettings):
     #: How long the audit trail (`memoryd audit`) keeps its events; a daily job deletes
     #: older ones.
     audit_retention: Duration = Field(default=365 * DAY, ge=DAY, le=10 * 365 * DAY)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$")
     log_format: str = Field(default="auto", pattern="^(auto|console|json)$")

@@ -34,6 +34,7 @@ from daemon.ingest.watcher import watch_roots
 from daemon.layers import open_layers
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
+from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import StateLock
 from daemon.memory import MemoryBackend
@@ -481,6 +482,14 @@ class Service:
             if removed:
                 log.info("audit_expired", events=removed, before=before.isoformat())
 
+        async def retention() -> None:
+            # Daily (retention.schedule): expired memories, old raw text, never a held scope.
+            await self._recovery_for(conn)
+            if self._backend is None:
+                return
+            async with self._sync_lock:
+                await Retention(conn, self._backend, clock, self.settings.retention).run()
+
         async def expire() -> None:
             stale_after = timedelta(seconds=self.settings.stale_session_timeout)
             # The jobs' connection is shared with syncs the API asks for: one at a time.
@@ -494,7 +503,9 @@ class Service:
              PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
              PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
                          exclusive=False),
-             PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit)],
+             PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit),
+             PeriodicJob("retention", AUDIT_EXPIRY_INTERVAL, retention,
+                         cron=settings.retention.schedule)],
             now=clock.now,
             on_error=lambda job, exc: self._record_error(exc, job),
             on_success=self._clear_error,

@@ -38,6 +38,7 @@ from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import MemorydError
 from daemon.lifecycle.recovery import SyncReport
+from daemon.lifecycle.retention import Retention
 from daemon.memory import (
     Capability,
     MemoryBackend,
@@ -49,7 +50,7 @@ from daemon.memory import (
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
-from daemon.store import audit, queries
+from daemon.store import audit, holds, queries
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -229,12 +230,24 @@ class MemoryOps:
         everything = _bool(args, "all")
         if sum(x is not None for x in (memory_id, session, project)) + everything != 1:
             raise ApiError(400, "give exactly one of memory_id, session, project, all")
+        held = await holds.standing(self._conn)
         if everything:
+            if held:
+                raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
+                                    " everything would delete what they keep")
             return await self._backend.forget_where(all=True, hard=hard)
         if memory_id is not None:
+            for version in await self._backend.history(memory_id):
+                _refuse_if_held(held, version.project, version.provenance.session_id,
+                                version.provenance.session_external_id)
             return int(await self._backend.forget(memory_id, hard=hard))
+        if project is not None:
+            _refuse_if_held(held, project, None, None)
         if session is not None:
             found = await queries.find_session(self._conn, session)
+            _refuse_if_held(held, found.get("project") if found else None,
+                            int(found["id"]) if found else None,
+                            found.get("external_id") if found else session)
             if found is None:
                 count = await self._backend.forget_where(session_external_id=session, hard=hard)
                 return count
@@ -246,6 +259,48 @@ class MemoryOps:
                     session_external_id=found["external_id"], hard=hard)
             return count
         return await self._backend.forget_where(project=project, hard=hard)
+
+    # -- governance ------------------------------------------------------------------
+
+    async def retention(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply the retention settings now (`dry_run`: only say what would go)."""
+        dry_run = args.get("dry_run")
+        if dry_run is not None and not isinstance(dry_run, bool):
+            raise ApiError(400, "dry_run must be true or false")
+        job = Retention(self._conn, self._backend, self.clock, self.settings.retention)
+        async with self._writing:  # recorded in the audit trail by `run`, like any operation
+            report = await job.run(dry_run=dry_run, audit_as=None)
+        return report.as_dict()
+
+    async def hold(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Place a legal hold on a project or a session: no deletion touches it."""
+        project, session = _project(args), _opt_text(args, "session")
+        if (project is None) == (session is None):
+            raise ApiError(400, "give a project or a session to hold")
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(self._conn, session)
+            if found is not None:
+                session_id = int(found["id"])
+                session = found.get("external_id") or session
+        kind, value = ("project", project) if project is not None else ("session", session)
+        assert value is not None
+        async with self._writing:
+            hold_id, created = await holds.place(
+                self._conn, kind=kind, value=value, session_id=session_id,
+                reason=_opt_text(args, "reason"), now=self.clock.now())
+        return {"hold": hold_id, "kind": kind, "value": value, "created": created}
+
+    async def list_holds(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"holds": await holds.listing(self._conn)}
+
+    async def release_hold(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        hold_id = _int(args, "hold", 0, 1, 2**62)
+        async with self._writing:
+            released = await holds.release(self._conn, hold_id)
+        if released is None:
+            raise ApiError(404, f"no legal hold {hold_id} (see `memoryd hold list`)")
+        return {"released": released}
 
     async def get_memory(self, args: Mapping[str, Any]) -> dict[str, Any]:
         memory_id = _text(args, "memory_id")
@@ -433,11 +488,23 @@ OPERATIONS: dict[str, Operation] = {
     "remember": MemoryOps.remember,
     "correct": MemoryOps.correct,
     "forget": MemoryOps.forget,
+    "retention": MemoryOps.retention,
+    "hold": MemoryOps.hold,
+    "holds": MemoryOps.list_holds,
+    "release_hold": MemoryOps.release_hold,
     "get_memory": MemoryOps.get_memory,
     "search_sessions": MemoryOps.search_sessions,
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
 }
+
+
+def _refuse_if_held(held: holds.Holds, project: str | None, session_id: int | None,
+                    session_external_id: str | None) -> None:
+    if held.covers(project=project, session_id=session_id,
+                   session_external_id=session_external_id):
+        raise ApiError(409, "a legal hold covers this (`memoryd hold list`); release it"
+                            " before deleting anything it keeps")
 
 
 # -- argument checking ---------------------------------------------------------------

@@ -3,11 +3,12 @@
 from daemon.cli import (
     agent_commands,
     daemon_commands,
+    governance_commands,
     layer_commands,
     memory_commands,
     service_commands,
 )
 from daemon.cli.common import main
 
-__all__ = ["agent_commands", "daemon_commands", "layer_commands", "main", "memory_commands",
-           "service_commands"]
+__all__ = ["agent_commands", "daemon_commands", "governance_commands", "layer_commands", "main",
+           "memory_commands", "service_commands"]

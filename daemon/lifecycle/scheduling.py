@@ -1,8 +1,9 @@
 """The lifecycle jobs on APScheduler (3.x); the only module that imports apscheduler.
 
-Jobs run at start-up and then every interval; a job never overlaps itself
-(max_instances=1) and missed runs are coalesced into one, so a machine waking
-from sleep runs each job once, not once per missed interval.
+Periodic jobs run at start-up and then every interval; cron jobs (`cron`, a
+crontab line in local time: the daily retention) at their times only. A job never
+overlaps itself (max_instances=1) and missed runs are coalesced into one, so a
+machine waking from sleep runs each job once, not once per missed interval.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
 
 from daemon.errors import MemorydError
 
@@ -30,6 +32,16 @@ class PeriodicJob:
     run: Job
     #: Exclusive jobs take turns (they share the lifecycle database connection).
     exclusive: bool = True
+    #: A crontab line (local time): the job runs then instead of every `interval`.
+    cron: str | None = None
+
+
+def cron_trigger(line: str) -> CronTrigger:
+    """The trigger of a crontab line in the machine's local time (ValueError if bad)."""
+    try:
+        return CronTrigger.from_crontab(line)
+    except ValueError as exc:
+        raise ValueError(f"{line!r} is not a crontab line ({exc})") from None
 
 
 class LifecycleScheduler:
@@ -48,6 +60,11 @@ class LifecycleScheduler:
 
     def start(self) -> None:
         for job in self._jobs:
+            if job.cron is not None:
+                self._scheduler.add_job(
+                    self._guarded(job), cron_trigger(job.cron), id=job.name, name=job.name,
+                    max_instances=1, coalesce=True, misfire_grace_time=None)
+                continue
             self._scheduler.add_job(
                 self._guarded(job), "interval", seconds=job.interval, id=job.name,
                 name=job.name, next_run_time=self._now(), max_instances=1, coalesce=True,

@@ -29,6 +29,7 @@ or `[gateway, sqlite]`). The chain is itself a MemoryBackend:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -416,12 +417,16 @@ class ChainBackend:
     async def forget_where(self, *, session_id: int | None = None,
                            session_external_id: str | None = None, project: str | None = None,
                            all: bool = False, hard: bool = False,
-                           as_of: datetime | None = None) -> int:
+                           as_of: datetime | None = None,
+                           memory_ids: Sequence[str] | None = None) -> int:
         at = as_of or self._clock.now()
         args: dict[str, Any] = {
             "session_id": session_id, "session_external_id": session_external_id,
             "project": project, "all": all, "hard": hard}
         key = ":".join(str(args[k]) for k in sorted(args)) + f"@{at.isoformat()}"
+        if memory_ids is not None:
+            args["memory_ids"] = list(memory_ids)
+            key += ":" + hashlib.sha256("\n".join(args["memory_ids"]).encode()).hexdigest()
         # Replayed later, it forgets what was stored by the time it was asked, no more.
         payload = {**args, "as_of": to_utc_text(at)}
         return int(await self._forget_everywhere(

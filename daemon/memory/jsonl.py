@@ -353,18 +353,21 @@ class JsonlMemoryBackend:
     async def forget_where(self, *, session_id: int | None = None,
                            session_external_id: str | None = None, project: str | None = None,
                            all: bool = False, hard: bool = False,
-                           as_of: datetime | None = None) -> int:
-        if all and (session_id is not None or session_external_id is not None
-                    or project is not None):
+                           as_of: datetime | None = None,
+                           memory_ids: Sequence[str] | None = None) -> int:
+        named = session_id, session_external_id, project, memory_ids
+        if all and named != (None, None, None, None):
             raise ValueError("all=True forgets everything: give no other filter with it")
-        if not all and session_id is None and session_external_id is None and project is None:
+        if not all and named == (None, None, None, None):
             raise ValueError("give a session, a project, or all=True")
+        wanted = None if memory_ids is None else set(memory_ids)
 
         def chosen(m: Memory) -> bool:
             if as_of is not None and m.created_at > as_of:
                 return False
             return all or (
-                (session_id is None or m.provenance.session_id == session_id)
+                (wanted is None or m.id in wanted)
+                and (session_id is None or m.provenance.session_id == session_id)
                 and (session_external_id is None
                      or m.provenance.session_external_id == session_external_id)
                 and (project is None or m.project == project))

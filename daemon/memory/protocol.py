@@ -163,12 +163,14 @@ class MemoryBackend(Protocol):
         all: bool = False,
         hard: bool = False,
         as_of: datetime | None = None,
+        memory_ids: Sequence[str] | None = None,
     ) -> int:
         """Forget in bulk (the given filters AND-ed, or `all=True`); returns how many versions.
 
         `as_of` is when the forget was asked for (default now): only memories stored by
         then are forgotten, and what the scope brings later counts from then (a forget
         replayed from the chain's outbox must not take what others saved meanwhile).
+        `memory_ids` selects those versions exactly (retention), not their chains.
 
         Soft counts the memories newly tombstoned; hard counts every row deleted,
         tombstoned ones included. Selection is by each version's own session and

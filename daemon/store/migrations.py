@@ -156,6 +156,21 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX audit_memory_ids_by_memory ON audit_memory_ids (memory_id, event_id);
         """,
     ),
+    (
+        5,
+        "legal holds: projects and sessions no deletion may touch",
+        """
+        CREATE TABLE legal_holds (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('project', 'session')),
+            value TEXT NOT NULL,
+            session_id INTEGER,
+            reason TEXT,
+            created_at TEXT NOT NULL,
+            UNIQUE (kind, value)
+        );
+        """,
+    ),
 ]
 
 

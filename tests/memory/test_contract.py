@@ -323,6 +323,24 @@ async def test_forget_where_session_project_all(backend: MemoryBackend) -> None:
         await backend.forget_where(all=True, project="/x")
 
 
+async def test_forget_where_memory_ids_takes_exactly_those_versions(
+        backend: MemoryBackend) -> None:
+    """Retention forgets named versions: only those, not their chains, and records no scope
+    (the session's later memories are still saved)."""
+    old = await backend.save_conversation_segment(segment("an old talk", session_id=7, first=0))
+    new = await backend.save_conversation_segment(segment("a new talk", session_id=7, first=4,
+                                                          last=6))
+    fact = await backend.remember("kept fact")
+    corrected = await backend.correct(fact.id, "kept fact, corrected")
+    assert await backend.forget_where(memory_ids=[old.id, fact.id], hard=True) == 2
+    assert await backend.get(old.id) is None and await backend.get(fact.id) is None
+    assert await backend.get(new.id) is not None and await backend.get(corrected.id) is not None
+    later = await backend.save_conversation_segment(segment("later talk", session_id=7,
+                                                            first=7, last=9))
+    assert later.created
+    assert await backend.forget_where(memory_ids=[]) == 0
+
+
 async def test_segment_save_is_idempotent(backend: MemoryBackend) -> None:
     """Saving the same segment id twice stores it once and reports created=False."""
     seg = segment("we agreed to use uv for packaging")

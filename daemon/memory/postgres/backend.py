@@ -695,10 +695,13 @@ class PostgresMemoryBackend:
     async def forget_where(
         self, *, session_id: int | None = None, session_external_id: str | None = None,
         project: str | None = None, all: bool = False, hard: bool = False,
-        as_of: datetime | None = None,
+        as_of: datetime | None = None, memory_ids: Sequence[str] | None = None,
     ) -> int:
         filters: list[str] = []
         params: dict[str, Any] = {"user": self._owner.user, "origin": self._owner.origin}
+        if memory_ids is not None:
+            filters.append("id = ANY(%(ids)s)")
+            params["ids"] = list(memory_ids)
         if session_id is not None:
             filters.append("session_id = %(session_id)s AND origin = %(origin)s")
             params["session_id"] = session_id

@@ -547,6 +547,7 @@ class SQLiteMemoryBackend:
         all: bool = False,
         hard: bool = False,
         as_of: datetime | None = None,
+        memory_ids: Sequence[str] | None = None,
     ) -> int:
         filters: list[str] = []
         params: list[Any] = []
@@ -556,6 +557,9 @@ class SQLiteMemoryBackend:
             if value is not None:
                 filters.append(f"{column} = ?")
                 params.append(value)
+        if memory_ids is not None:
+            filters.append("id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(memory_ids)))
         if all and filters:
             raise ValueError("all=True forgets everything: give no other filter with it")
         if not all and not filters:

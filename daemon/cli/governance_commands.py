@@ -1,0 +1,102 @@
+"""Governance commands: `memoryd retention` and `memoryd hold`.
+
+Both go through the daemon's API when it runs (it is the one writer of its stores)
+and open the stores directly otherwise, like every memory command.
+"""
+
+from __future__ import annotations
+
+import click
+
+from daemon.cli.common import (
+    config_option,
+    json_option,
+    main,
+    print_json,
+    project_path,
+    settings_for,
+)
+from daemon.cli.memory_commands import call
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Only say what would go; delete nothing.")
+@json_option
+@config_option
+@click.pass_context
+def retention(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Apply the retention settings now (the daemon also does, daily): expire old
+    conversation memories (and summaries, and raw message text, when set), never
+    explicit facts, corrections or anything under a legal hold."""
+    settings = settings_for(ctx)
+    report = call(settings, "retention", {"dry_run": True} if dry_run else {})
+    if as_json:
+        print_json(report)
+        return
+    policy = settings.retention
+    verb = "would expire" if report["dry_run"] else "expired"
+    kinds = report["memories"]
+    click.echo(f"{verb} {kinds.get('conversation', 0)} conversation memories and"
+               f" {kinds.get('session_summary', 0)} session summaries")
+    if policy.raw_messages is not None:
+        clear = "would clear" if report["dry_run"] else "cleared"
+        click.echo(f"{clear} the text of {report['raw_messages']} archived messages in"
+                   f" {report['raw_sessions']} sessions")
+    if report["held"]:
+        click.echo(f"kept {report['held']} past their age: a legal hold covers them")
+    if report["dry_run"] and not dry_run:
+        click.echo("(retention.dry_run is on in the settings: nothing was deleted)")
+
+
+@main.group()
+def hold() -> None:
+    """Legal holds: a project or a session that no deletion may touch (retention,
+    forget, transcript clean-up) until the hold is released."""
+
+
+@hold.command("add")
+@click.option("--project", help="Hold every memory and message of this project.")
+@click.option("--session", help="Hold this session (id or agent session id).")
+@click.option("--reason", help="Why (kept with the hold).")
+@json_option
+@config_option
+@click.pass_context
+def hold_add(ctx: click.Context, project: str | None, session: str | None,
+             reason: str | None, as_json: bool) -> None:
+    """Place a hold on --project or --session."""
+    if (project is None) == (session is None):
+        raise click.UsageError("give --project or --session")
+    done = call(settings_for(ctx), "hold", {"project": project_path(project),
+                                             "session": session, "reason": reason})
+    if as_json:
+        print_json(done)
+        return
+    state = "placed" if done["created"] else "already stands"
+    click.echo(f"hold {done['hold']} on {done['kind']} {done['value']} {state}")
+
+
+@hold.command("list")
+@json_option
+@config_option
+@click.pass_context
+def hold_list(ctx: click.Context, as_json: bool) -> None:
+    """Every hold that stands."""
+    found = call(settings_for(ctx), "holds", {})["holds"]
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        click.echo("no legal holds")
+    for item in found:
+        click.echo(f"{item['id']:>4}  {item['kind']:<8} {item['value']}  since"
+                   f" {item['created_at']}" + (f"  ({item['reason']})" if item["reason"] else ""))
+
+
+@hold.command("release")
+@click.argument("hold_id", type=click.IntRange(1, 2**62))
+@config_option
+@click.pass_context
+def hold_release(ctx: click.Context, hold_id: int) -> None:
+    """Release hold HOLD_ID: deletions apply to what it kept again."""
+    done = call(settings_for(ctx), "release_hold", {"hold": hold_id})["released"]
+    click.echo(f"released hold {hold_id} on {done['kind']} {done['value']}")

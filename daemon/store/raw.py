@@ -1,0 +1,54 @@
+"""Retention of the raw archive: the text of old messages that memory already holds.
+
+A message's text and raw line are cleared, never its row: the row's index and
+dedupe key stay, so re-reading the transcript (a replaced or moved file) finds
+the message stored and does not store it again, and the session's counts and
+sync index stay true. Only messages of sessions whose every message reached
+memory are cleared (nothing is lost), and none of a session under a legal hold.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import aiosqlite
+
+from daemon.store.connection import iso_utc, transaction
+from daemon.store.holds import Holds
+
+EXPIRED_KIND = "expired"
+EXPIRED_TEXT = "[removed by retention]"
+
+
+def _eligible(before: datetime, holds: Holds) -> tuple[str, list[object]]:
+    where = ["s.memory_sync_index >= s.message_count", "m.message_index < s.memory_sync_index",
+             "m.kind != ?", "julianday(COALESCE(m.timestamp, s.last_ingested_at)) < julianday(?)"]
+    params: list[object] = [EXPIRED_KIND, iso_utc(before)]
+    for column, values in (("s.project", holds.projects), ("s.external_id", holds.sessions),
+                           ("s.id", holds.session_ids)):
+        if values:
+            where.append(f"({column} IS NULL OR {column} NOT IN"
+                         f" ({','.join('?' for _ in values)}))")
+            params.extend(sorted(values, key=str))
+    return " AND ".join(where), params
+
+
+async def expire_raw(conn: aiosqlite.Connection, before: datetime, holds: Holds, *,
+                     dry_run: bool) -> tuple[int, int]:
+    """Clear the messages written before `before`: (messages, sessions) cleared, or that
+    would be with `dry_run`."""
+    where, params = _eligible(before, holds)
+    async with conn.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT m.session_id) FROM session_messages m"
+            f" JOIN sessions s ON s.id = m.session_id WHERE {where}", params) as cur:
+        row = await cur.fetchone()
+    messages, sessions = (int(row[0]), int(row[1])) if row else (0, 0)
+    if dry_run or not messages:
+        return messages, sessions
+    async with transaction(conn):
+        await conn.execute(
+            "UPDATE session_messages SET content = ?, raw = x'', tool_input = NULL, kind = ?"
+            " WHERE id IN (SELECT m.id FROM session_messages m JOIN sessions s"
+            f" ON s.id = m.session_id WHERE {where})",
+            [EXPIRED_TEXT, EXPIRED_KIND, *params])
+    return messages, sessions
