@@ -37,6 +37,7 @@ import structlog
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import MemorydError
+from daemon.layers import opener, owner_user
 from daemon.lifecycle.recovery import SyncReport
 from daemon.lifecycle.retention import Retention
 from daemon.memory import (
@@ -50,7 +51,7 @@ from daemon.memory import (
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
-from daemon.store import audit, holds, queries
+from daemon.store import audit, holds, queries, raw
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -261,6 +262,31 @@ class MemoryOps:
         return await self._backend.forget_where(project=project, hard=hard)
 
     # -- governance ------------------------------------------------------------------
+
+    async def forget_user(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Everything about a user, deleted for good (the right to be forgotten): their
+        memories in every layer (with vectors), saves still waiting in the outbox, and,
+        when they are this daemon's user, the text of the raw archive. Counts only."""
+        user = _text(args, "user")
+        if await holds.standing(self._conn):
+            raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
+                                " everything would delete what they keep")
+        report: dict[str, Any] = {"user": user, "forgotten": 0, "outbox_saves_dropped": 0,
+                                  "archive": None}
+        if user != owner_user(self.settings):
+            # Only a shared PostgreSQL layer keeps other users' memories; the others hold
+            # this daemon's user's alone.
+            if "postgres" in self.settings.memory.backends:
+                report["forgotten"] = await _forget_other_user(self.settings, self.clock, user)
+            return report
+        # The archive first: a sync running meanwhile then finds no text left to save.
+        async with self._writing:
+            report["archive"] = await raw.clear_everything(self._conn, self.clock.now())
+        outbox = getattr(self._backend, "outbox", None)
+        if outbox is not None:
+            report["outbox_saves_dropped"] = await outbox.purge_saves()
+        report["forgotten"] = await self._backend.forget_where(all=True, hard=True)
+        return self._noting_copies(report, Capability.FORGET)
 
     async def retention(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Apply the retention settings now (`dry_run`: only say what would go)."""
@@ -489,6 +515,7 @@ OPERATIONS: dict[str, Operation] = {
     "correct": MemoryOps.correct,
     "forget": MemoryOps.forget,
     "retention": MemoryOps.retention,
+    "forget_user": MemoryOps.forget_user,
     "hold": MemoryOps.hold,
     "holds": MemoryOps.list_holds,
     "release_hold": MemoryOps.release_hold,
@@ -497,6 +524,18 @@ OPERATIONS: dict[str, Operation] = {
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
 }
+
+
+async def _forget_other_user(settings: Settings, clock: Clock, user: str) -> int:
+    """Hard-forget `user`'s memories in the shared PostgreSQL layer (opened as them)."""
+    pg = settings.memory.postgres.model_copy(update={"user": user})
+    as_them = settings.model_copy(
+        update={"memory": settings.memory.model_copy(update={"postgres": pg})})
+    backend = await opener("postgres", as_them, clock, None)()
+    try:
+        return await backend.forget_where(all=True, hard=True)
+    finally:
+        await backend.close()
 
 
 def _refuse_if_held(held: holds.Holds, project: str | None, session_id: int | None,

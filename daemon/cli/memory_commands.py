@@ -213,21 +213,30 @@ def correct(ctx: click.Context, args: tuple[str, ...], query: str | None, reason
 @click.option("--session", help="Forget every memory of this session (id or agent session id).")
 @click.option("--project", help="Forget every memory of this project.")
 @click.option("--all", "everything", is_flag=True, help="Forget every memory (needs --yes).")
-@click.option("--yes", is_flag=True, help="Confirm --all.")
+@click.option("--everything-about", "user", metavar="USER",
+              help="Delete for good everything memoryd keeps about USER (needs --yes): "
+                   "memories in every layer, their vectors, saves waiting in the outbox, "
+                   "and the archived text of this daemon's transcripts when USER is its user.")
+@click.option("--yes", is_flag=True, help="Confirm --all or --everything-about.")
 @click.option("--hard", is_flag=True,
               help="Delete the content itself, leaving only an audit record of what was "
                    "deleted when.")
 @config_option
 @click.pass_context
 def forget(ctx: click.Context, memory_id: str | None, session: str | None, project: str | None,
-           everything: bool, yes: bool, hard: bool) -> None:
+           everything: bool, user: str | None, yes: bool, hard: bool) -> None:
     """Forget MEMORY_ID, or in bulk by --session, --project or --all; never recalled again."""
     settings = settings_for(ctx)
-    chosen = [memory_id is not None, session is not None, project is not None, everything]
+    chosen = [memory_id is not None, session is not None, project is not None, everything,
+              user is not None]
     if sum(chosen) != 1:
-        raise click.UsageError("give exactly one of MEMORY_ID, --session, --project, --all")
-    if everything and not yes:
-        raise click.UsageError("--all forgets every memory: add --yes to confirm")
+        raise click.UsageError("give exactly one of MEMORY_ID, --session, --project, --all,"
+                               " --everything-about")
+    if (everything or user is not None) and not yes:
+        raise click.UsageError("this forgets every memory: add --yes to confirm")
+    if user is not None:
+        _forget_user(settings, user)
+        return
 
     done = call(settings, "forget", {
         "memory_id": memory_id, "session": session, "project": project_path(project),
@@ -238,6 +247,22 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
         fail(f"no memory {memory_id} to forget", EX_NOT_FOUND)
     how = "deleted (hard)" if hard else "forgotten"
     click.echo(f"{count} {'memory' if count == 1 else 'memories'} {how}")
+
+
+def _forget_user(settings: Settings, user: str) -> None:
+    if not user.strip():
+        raise click.UsageError("--everything-about needs a user name")
+    done = call(settings, "forget_user", {"user": user})
+    click.echo(f"everything about {user}: {done['forgotten']} memory versions deleted (hard)"
+               f" in every layer, {done['outbox_saves_dropped']} waiting saves dropped")
+    archive = done.get("archive")
+    if archive is not None:
+        click.echo(f"archive: the text of {archive['messages']} messages, {archive['summaries']}"
+                   f" summaries and {archive['rejected_lines']} rejected lines removed"
+                   f" ({archive['sessions']} sessions)")
+    else:
+        click.echo("archive: this daemon's transcripts are not theirs; nothing to remove")
+    _note_copies(done, "forget")
 
 
 def _note_copies(done: dict[str, Any], action: str) -> None:

@@ -202,6 +202,13 @@ class Outbox:
             f"DELETE FROM outbox WHERE parked = 1 AND layer = ? AND key IN ({marks})"
             " RETURNING seq", (layer, *sorted(keys))))
 
+    async def purge_saves(self) -> int:
+        """Delete every save waiting or parked (they carry text): everything a person asked
+        to be forgotten must not arrive later. Forgets stay queued."""
+        return len(await self._run(
+            "DELETE FROM outbox WHERE op IN ('segment', 'summary', 'requested', 'record')"
+            " RETURNING seq"))
+
     async def stored_in(self, seq: int, layer: str) -> None:
         await self._run("UPDATE outbox SET stored_in = ? WHERE seq = ?", (layer, seq))
 

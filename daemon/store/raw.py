@@ -18,6 +18,8 @@ from daemon.store.holds import Holds
 
 EXPIRED_KIND = "expired"
 EXPIRED_TEXT = "[removed by retention]"
+FORGOTTEN_TEXT = "[removed: forgotten at a person's request]"
+REMOVED_SUMMARY = "[removed] "
 
 
 def _eligible(before: datetime, holds: Holds) -> tuple[str, list[object]]:
@@ -52,3 +54,27 @@ async def expire_raw(conn: aiosqlite.Connection, before: datetime, holds: Holds,
             f" ON s.id = m.session_id WHERE {where})",
             [EXPIRED_TEXT, EXPIRED_KIND, *params])
     return messages, sessions
+
+
+async def clear_everything(conn: aiosqlite.Connection, now: datetime) -> dict[str, int]:
+    """Clear the text of every archived message, summary and rejected line (a person's
+    right to be forgotten): rows that hold no text are kept, so nothing comes back when a
+    transcript is read again. How many of each were cleared."""
+    async with transaction(conn):
+        cur = await conn.execute(
+            "UPDATE session_messages SET content = ?, raw = x'', tool_input = NULL, kind = ?"
+            " WHERE kind != ? OR content != ?",
+            (FORGOTTEN_TEXT, EXPIRED_KIND, EXPIRED_KIND, FORGOTTEN_TEXT))
+        messages = max(cur.rowcount, 0)
+        cur = await conn.execute(
+            "UPDATE session_summaries SET content = ? || id,"
+            " memory_synced_at = COALESCE(memory_synced_at, ?)"
+            " WHERE content NOT LIKE ? || '%'", (REMOVED_SUMMARY, iso_utc(now), REMOVED_SUMMARY))
+        summaries = max(cur.rowcount, 0)
+        await conn.execute("UPDATE sessions SET summary_markdown = NULL")
+        cur = await conn.execute("DELETE FROM rejected_lines")
+        rejected = max(cur.rowcount, 0)
+        async with conn.execute("SELECT COUNT(*) FROM sessions") as found:
+            row = await found.fetchone()
+    return {"messages": messages, "summaries": summaries, "rejected_lines": rejected,
+            "sessions": int(row[0]) if row else 0}

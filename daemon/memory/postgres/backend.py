@@ -82,6 +82,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("memoryd.memory.postgres")
 
 CANDIDATES = 200
+#: A project with at most this many chunks is searched by exact distance, not HNSW.
+EXACT_SCAN_MAX = 20_000
+SCOPE_SIZE_TTL = 60.0
 EXCERPT_CHUNKS = 2
 DUPLICATE_COSINE = 0.97
 EXPORT_PAGE_SIZE = 500
@@ -161,6 +164,9 @@ class _Filters:
     #: The same owner and project conditions on the chunk itself (schema v2), so the
     #: planner can intersect the full-text index with the project's chunks.
     chunk_where: str = "TRUE"
+    #: Recall inside one project (not across all): its chunks may be few enough to
+    #: compare with the query exactly, faster than filtering an HNSW scan of everyone's.
+    scoped: bool = False
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -188,6 +194,8 @@ class PostgresMemoryBackend:
         self._vector_weight = vector_weight
         self._paraphrase_vector_weight = paraphrase_vector_weight
         self._embed_lock = asyncio.Lock()
+        # Project -> (when counted, whether its chunks are few): counted once a minute.
+        self._scope_sizes: dict[str, tuple[float, bool]] = {}
         self._new_pool: Callable[[], Awaitable[AsyncConnectionPool[Any]]] | None = None
         self._pool_lock = asyncio.Lock()
 
@@ -461,7 +469,8 @@ class PostgresMemoryBackend:
                 return None
             where.append("m.type = ANY(%(types)s)")
             params["types"] = wanted
-        return _Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where))
+        return _Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where),
+                        scoped=project is not None and not all_projects)
 
     async def recall(
         self, query: str, *, project: str | None = None, limit: int = 10,
@@ -551,15 +560,26 @@ class PostgresMemoryBackend:
         vectors_on = vector is not None
         if vector is not None and self._embedder is not None:
             dims = int(self._embedder.dimensions)
-            found = await self._read(
-                f"SELECT c.seq, c.memory_seq, 1 - (c.embedding::vector({dims})"
-                f" <=> %(vector)s::vector({dims})) AS cosine, {filters.tier} AS tier"
-                " FROM memory_chunks c JOIN memories m ON m.seq = c.memory_seq"
-                f" WHERE vector_dims(c.embedding) = {dims} AND c.model = %(model)s"
-                f" AND {filters.chunk_where} AND {filters.where}"
-                f" ORDER BY c.embedding::vector({dims}) <=> %(vector)s::vector({dims})"
-                " LIMIT %(pool)s",
-                {**params, "vector": vector_literal(vector), "model": self._embedder.name})
+            distance = f"c.embedding::vector({dims}) <=> %(vector)s::vector({dims})"
+            mine = (f"vector_dims(c.embedding) = {dims} AND c.model = %(model)s"
+                    f" AND {filters.chunk_where}")
+            vector_params = {**params, "vector": vector_literal(vector),
+                             "model": self._embedder.name}
+            if filters.scoped and await self._few_chunks(filters, vector_params):
+                # Every chunk of the project, compared exactly: an HNSW scan would have to
+                # walk past most of the other projects' chunks to find enough of these.
+                sql = (f"WITH c AS MATERIALIZED (SELECT c.seq, c.memory_seq, c.embedding"
+                       f" FROM memory_chunks c WHERE {mine})"
+                       f" SELECT c.seq, c.memory_seq, 1 - ({distance}) AS cosine,"
+                       f" {filters.tier} AS tier FROM c JOIN memories m ON m.seq = c.memory_seq"
+                       f" WHERE {filters.where} ORDER BY {distance} LIMIT %(pool)s")
+            else:
+                sql = (f"SELECT c.seq, c.memory_seq, 1 - ({distance}) AS cosine,"
+                       f" {filters.tier} AS tier"
+                       " FROM memory_chunks c JOIN memories m ON m.seq = c.memory_seq"
+                       f" WHERE {mine} AND {filters.where}"
+                       f" ORDER BY {distance} LIMIT %(pool)s")
+            found = await self._read(sql, vector_params)
             found.sort(key=lambda row: -float(row["cosine"]))
             for rank, row in enumerate(found, 1):
                 chunk = candidates.setdefault(row["seq"], Candidate(row["seq"], row["memory_seq"]))
@@ -612,6 +632,23 @@ class PostgresMemoryBackend:
             results.append(self._result(row, -negative, relevance=keep[row["seq"]][0].fused,
                                         chunks=chunks))
         return results
+
+    async def _few_chunks(self, filters: _Filters, params: Mapping[str, Any]) -> bool:
+        """Whether the scope holds at most EXACT_SCAN_MAX chunks (counting stops there;
+        a project's answer is reused for a minute)."""
+        project = str(params.get("project"))
+        now = self._clock.monotonic()
+        known = self._scope_sizes.get(project)
+        if known is not None and now - known[0] < SCOPE_SIZE_TTL:
+            return known[1]
+        rows = await self._read(
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM memory_chunks c"
+            f" WHERE {filters.chunk_where} LIMIT {EXACT_SCAN_MAX + 1}) AS scope_rows", params)
+        few = int(rows[0]["n"]) <= EXACT_SCAN_MAX
+        if len(self._scope_sizes) > 10_000:
+            self._scope_sizes.clear()
+        self._scope_sizes[project] = (now, few)
+        return few
 
     async def _close_pairs(self, heads: list[int]) -> set[tuple[int, int]]:
         """Pairs of chunks whose vectors are near-identical (near-duplicate memories)."""
