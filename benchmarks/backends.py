@@ -329,28 +329,37 @@ def main(argv: list[str] | None = None) -> None:
         server = dsn = None
         if "postgres" in kinds:
             server, dsn = start_postgres(root)
-        lines = [f"machine: {machine()}",
-                 f"recall: {'keywords only' if args.keyword_only else 'default settings (hybrid)'}"]
-        for kind in kinds:
-            work = root / f"recall-{kind}"
-            lines += measure_recall(kind, work, args.memories, args.queries,
-                                    dsn if kind == "postgres" else None,
-                                    not args.keyword_only)
-            print("\n".join(lines[-5:]), file=sys.stderr)
-        if not args.skip_sync:
-            from benchmarks.gen_corpus import ensure
+        try:
+            run_all(args, kinds, root, server, dsn)
+        finally:
+            if server is not None:  # before its directory goes, or it runs on orphaned
+                server.cleanup()
 
-            corpus = root / "corpus"
-            ensure(corpus, int(args.corpus_mb * (1 << 20)))
-            if server is not None:
-                server.psql("CREATE DATABASE memory_sync;")
-            for kind in kinds:
-                sync_dsn = None
-                if kind == "postgres" and dsn is not None:
-                    sync_dsn = dsn.replace("dbname=memory_bench", "dbname=memory_sync")
-                lines.append(measure_sync(kind, root / f"sync-{kind}", corpus, sync_dsn,
-                                          not args.keyword_only))
-        print("\n".join(lines))
+
+def run_all(args: argparse.Namespace, kinds: list[str], root: Path, server: Any,
+            dsn: str | None) -> None:
+    lines = [f"machine: {machine()}",
+             f"recall: {'keywords only' if args.keyword_only else 'default settings (hybrid)'}"]
+    for kind in kinds:
+        work = root / f"recall-{kind}"
+        lines += measure_recall(kind, work, args.memories, args.queries,
+                                dsn if kind == "postgres" else None,
+                                not args.keyword_only)
+        print("\n".join(lines[-5:]), file=sys.stderr)
+    if not args.skip_sync:
+        from benchmarks.gen_corpus import ensure
+
+        corpus = root / "corpus"
+        ensure(corpus, int(args.corpus_mb * (1 << 20)))
+        if server is not None:
+            server.psql("CREATE DATABASE memory_sync;")
+        for kind in kinds:
+            sync_dsn = None
+            if kind == "postgres" and dsn is not None:
+                sync_dsn = dsn.replace("dbname=memory_bench", "dbname=memory_sync")
+            lines.append(measure_sync(kind, root / f"sync-{kind}", corpus, sync_dsn,
+                                      not args.keyword_only))
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ from daemon.memory import (
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
-from daemon.store import audit, holds, queries, raw
+from daemon.memory.redaction import mask_extra, redact
+from daemon.store import audit, holds, queries, raw, transcripts
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -298,6 +299,70 @@ class MemoryOps:
             report = await job.run(dry_run=dry_run, audit_as=None)
         return report.as_dict()
 
+    async def transcripts(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The raw archive's lifecycle (`store/transcripts.py`) for the sessions chosen by
+        `session`, `project` and/or `older_than` (seconds): `archive`, `mask` or
+        `delete_raw`. Sessions under a legal hold are left as they are (and counted) by
+        `mask` and `delete_raw`; memories derived from the sessions are listed, never
+        deleted."""
+        action = _text(args, "action")
+        if action not in ("archive", "mask", "delete_raw"):
+            raise ApiError(400, "action must be archive, mask or delete_raw")
+        session, project = _opt_text(args, "session"), _project(args)
+        older_than = args.get("older_than")
+        if older_than is not None and (isinstance(older_than, bool) or not isinstance(
+                older_than, int | float) or not 0 <= older_than <= 10 * 365 * 86400):
+            raise ApiError(400, "older_than must be a number of seconds (up to ten years)")
+        if session is None and project is None and older_than is None:
+            raise ApiError(400, "choose sessions: a session, a project and/or an age")
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(self._conn, session)
+            if found is None:
+                raise ApiError(404, f"no session matches {session[:80]!r}")
+            session_id = int(found["id"])
+        before = (None if older_than is None
+                  else self.clock.now() - timedelta(seconds=float(older_than)))
+        chosen = await transcripts.select_sessions(self._conn, session_id=session_id,
+                                                   project=project, before=before)
+        held = await holds.standing(self._conn)
+        report: dict[str, Any] = {"action": action, "sessions": len(chosen), "held": 0,
+                                  "messages": 0, "not_in_memory_yet": 0, "files": []}
+        if action != "archive":
+            kept = [s for s in chosen if held.covers(
+                project=s["project"], session_id=s["id"], session_external_id=s["external_id"])]
+            report["held"] = len(kept)
+            chosen = [s for s in chosen if s not in kept]
+        ids = [int(s["id"]) for s in chosen]
+        async with self._writing:
+            if action == "archive":
+                directory = self.settings.state_dir / "archive"
+                for chosen_session in chosen:
+                    path, lines = await transcripts.archive_session(
+                        self._conn, chosen_session, directory)
+                    report["files"].append(str(path))
+                    report["messages"] += lines
+            elif action == "mask":
+                masks = self.settings.extra_masks()
+                report["messages"] = await transcripts.mask_messages(
+                    self._conn, ids, lambda text: mask_extra(redact(text), masks))
+            else:
+                report["messages"], report["not_in_memory_yet"] = (
+                    await transcripts.clear_messages(self._conn, ids))
+        report["memory_ids"] = await self._derived(ids)
+        return report
+
+    async def _derived(self, session_ids: list[int]) -> list[str]:
+        """The memories saved from these sessions (listed for a person to decide)."""
+        wanted = set(session_ids)
+        if not wanted or Capability.EXPORT not in self._backend.capabilities:
+            return []
+        found = []
+        async for record in self._backend.export():
+            if (record.get("provenance") or {}).get("session_id") in wanted:
+                found.append(record["id"])
+        return found
+
     async def hold(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Place a legal hold on a project or a session: no deletion touches it."""
         project, session = _project(args), _opt_text(args, "session")
@@ -519,6 +584,7 @@ OPERATIONS: dict[str, Operation] = {
     "hold": MemoryOps.hold,
     "holds": MemoryOps.list_holds,
     "release_hold": MemoryOps.release_hold,
+    "transcripts": MemoryOps.transcripts,
     "get_memory": MemoryOps.get_memory,
     "search_sessions": MemoryOps.search_sessions,
     "sync": MemoryOps.sync,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,16 @@ from daemon.clock import SystemClock
 from daemon.config import load_settings, resolve_config_path
 from daemon.doctor import run_checks
 from daemon.errors import EX_CONFIG, ConfigError
+from daemon.lifecycle.segments import render_message
 from daemon.logging import configure_logging
+from daemon.memory.redaction import mask_extra, redact
 from daemon.notify import Notifier
 from daemon.service import Service, ingest_once, sync_now
 from daemon.status import collect_status
 from daemon.store import queries
 from daemon.store.connection import connect
 from daemon.store.injections import injection_counts, injections_for
+from daemon.store.sessions import StoredMessage
 from daemon.units import ServiceManager
 
 
@@ -191,19 +195,30 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
                    f"{r['last_message_at'] or '-':<24}  {r['project'] or '-'}")
 
 
+VIEWS = ("person", "model", "export", "raw")
+
+
 @main.command()
 @click.argument("session")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="Show at most this many messages.")
 @click.option("--offset", type=click.IntRange(min=0), default=0,
               help="Skip this many messages first.")
+@click.option("--view", type=click.Choice(VIEWS), default="person", show_default=True,
+              help="person: readable, secrets and personal data masked; model: one line a "
+                   "message as memory would hold it (masked, tool noise clipped); export: "
+                   "JSON lines (masked); raw: the text as stored.")
 @json_option
 @config_option
 @click.pass_context
-def show(ctx: click.Context, session: str, limit: int | None, offset: int,
+def show(ctx: click.Context, session: str, limit: int | None, offset: int, view: str,
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
     settings = settings_for(ctx)
+    masks = settings.extra_masks()
+
+    def masked(text: str) -> str:
+        return text if view == "raw" else mask_extra(redact(text), masks)
 
     async def _load() -> dict[str, Any] | None:
         if not settings.database_path.exists():
@@ -225,8 +240,30 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int,
     if found is None:
         fail(f"no session matches {session[:80]!r} (see `memoryd sessions`)", EX_NOT_FOUND)
         return
+    for message in found["messages"]:
+        message["content"] = masked(message["content"])
+        if message.get("tool_input") is not None:
+            message["tool_input"] = masked(message["tool_input"])
+    for summary in found["summaries"]:
+        if isinstance(summary.get("content"), str):
+            summary["content"] = masked(summary["content"])
+    if found.get("summary_markdown"):
+        found["summary_markdown"] = masked(found["summary_markdown"])
     if as_json:
         print_json(found)
+        return
+    if view == "export":
+        for m in found["messages"]:
+            click.echo(json.dumps({k: m.get(k) for k in (
+                "message_index", "timestamp", "role", "kind", "tool_name", "uuid", "content")},
+                ensure_ascii=False, sort_keys=True))
+        return
+    if view == "model":
+        for m in found["messages"]:
+            click.echo(render_message(StoredMessage(
+                index=m["message_index"], role=m["role"], kind=m["kind"],
+                content=m["content"], tool_name=m["tool_name"], uuid=m["uuid"],
+                timestamp=None)))
         return
     click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
                f"{found['status']}")

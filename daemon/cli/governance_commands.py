@@ -1,10 +1,13 @@
-"""Governance commands: `memoryd retention` and `memoryd hold`.
+"""Governance commands: `memoryd retention`, `memoryd hold` and `memoryd transcripts`.
 
 Both go through the daemon's API when it runs (it is the one writer of its stores)
 and open the stores directly otherwise, like every memory command.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -17,6 +20,7 @@ from daemon.cli.common import (
     settings_for,
 )
 from daemon.cli.memory_commands import call
+from daemon.config import parse_duration
 
 
 @main.command()
@@ -100,3 +104,85 @@ def hold_release(ctx: click.Context, hold_id: int) -> None:
     """Release hold HOLD_ID: deletions apply to what it kept again."""
     done = call(settings_for(ctx), "release_hold", {"hold": hold_id})["released"]
     click.echo(f"released hold {hold_id} on {done['kind']} {done['value']}")
+
+
+@main.group()
+def transcripts() -> None:
+    """The raw archive's lifecycle: memoryd keeps the agents' transcripts past their own
+    clean-up. Choose sessions with --session, --project and/or --older-than; each command
+    reports what it did and lists the memories derived from those sessions (never
+    deleting them: see `memoryd forget`)."""
+
+
+def _selection(func: Any) -> Any:
+    options: list[Callable[[Any], Any]] = [
+            click.option("--session", help="One session (id, agent session id or prefix)."),
+            click.option("--project", help="Every session of this project (its directory)."),
+            click.option("--older-than", "older_than", callback=_age,
+                         help="Sessions quiet for longer than this ('30d', '12h')."),
+            json_option, config_option, click.pass_context]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _age(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _run(ctx: click.Context, action: str, session: str | None, project: str | None,
+         older_than: float | None, as_json: bool) -> None:
+    if session is None and project is None and older_than is None:
+        raise click.UsageError("choose sessions: --session, --project and/or --older-than")
+    done = call(settings_for(ctx), "transcripts", {
+        "action": action, "session": session, "project": project_path(project),
+        "older_than": older_than})
+    if as_json:
+        print_json(done)
+        return
+    verb = {"archive": "archived", "mask": "masked", "delete_raw": "removed the text of"}
+    click.echo(f"{verb[action]} {done['messages']} messages in {done['sessions'] - done['held']}"
+               " sessions")
+    for path in done["files"]:
+        click.echo(f"  {path}")
+    if done["held"]:
+        click.echo(f"left {done['held']} sessions as they were: a legal hold covers them")
+    if done["not_in_memory_yet"]:
+        click.echo(f"kept {done['not_in_memory_yet']} messages not yet in memory"
+                   " (run `memoryd sync`, then again)")
+    derived = done["memory_ids"]
+    click.echo(f"{len(derived)} memories were derived from these sessions"
+               + (f": {', '.join(derived[:20])}{' …' if len(derived) > 20 else ''}"
+                  if derived else "") + " (kept; `memoryd forget` removes them)")
+
+
+@transcripts.command("archive")
+@_selection
+def transcripts_archive(ctx: click.Context, session: str | None, project: str | None,
+                        older_than: float | None, as_json: bool) -> None:
+    """Copy the sessions' raw lines to <state_dir>/archive/<agent>/<session>.jsonl.gz
+    (0600): they outlive the agent's own clean-up and this database."""
+    _run(ctx, "archive", session, project, older_than, as_json)
+
+
+@transcripts.command("mask")
+@_selection
+def transcripts_mask(ctx: click.Context, session: str | None, project: str | None,
+                     older_than: float | None, as_json: bool) -> None:
+    """Mask secrets, personal data and privacy.extra_patterns in the sessions' stored
+    messages and raw lines (in place; the raw lines stay valid JSON)."""
+    _run(ctx, "mask", session, project, older_than, as_json)
+
+
+@transcripts.command("delete-raw")
+@_selection
+def transcripts_delete_raw(ctx: click.Context, session: str | None, project: str | None,
+                           older_than: float | None, as_json: bool) -> None:
+    """Remove the stored text and raw lines of the sessions' messages that memory holds;
+    messages not yet in memory are kept (nothing is lost)."""
+    _run(ctx, "delete_raw", session, project, older_than, as_json)
