@@ -392,13 +392,20 @@ class ChainBackend:
         new_content = mask_extra(new_content, self._masks)
         reason = reason and mask_extra(reason, self._masks)
         errors: list[str] = []
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
             if Capability.CORRECT not in self._declared[layer.name]:
                 continue
             try:
                 backend = await layer.get()
                 if await backend.get(memory_id) is None:
                     continue
+                if index > 0 and await self.outbox.has_waiting(self.primary.name):
+                    # Corrected here, it would reach the primary uncorrected when the outbox
+                    # replays the original: refused until the primary has it.
+                    raise BackendUnavailable(
+                        f"memory {memory_id} has not reached the {self.primary.name} layer"
+                        " yet (it waits in the outbox); correct it once that layer is back",
+                        backend=self.name)
                 return await backend.correct(memory_id, new_content, reason=reason,
                                              provenance=provenance)
             except BackendUnavailable as exc:
@@ -564,9 +571,23 @@ class ChainBackend:
         return 0
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Into the primary; while it is down (or its outbox waits), into the next layer
+        with each record queued for the primary (same ids: replayed once)."""
         batch = [masked_record(r, self._masks) for r in records]
-        count, _ = await self._first(Capability.EXPORT, lambda b: b.import_records(batch))
-        return count
+        primary = self.primary
+        if Capability.EXPORT not in self._declared[primary.name]:
+            count, _ = await self._first(Capability.EXPORT, lambda b: b.import_records(batch))
+            return count
+        if not await self.outbox.has_waiting(primary.name):
+            try:
+                return await (await primary.get()).import_records(batch)
+            except BackendUnavailable as exc:
+                log.warning("memory_primary_unavailable", layer=primary.name, op="import",
+                            error=exc.detail)
+        for record in batch:
+            await self.outbox.add(primary.name, "record", str(record["id"]), dict(record))
+        return await self._fallback("import", f"{len(batch)} records",
+                                    lambda b: b.import_records(batch))
 
     async def close(self) -> None:
         for layer in self.layers:

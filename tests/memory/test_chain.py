@@ -241,3 +241,34 @@ async def test_a_replayed_forget_spares_what_others_saved_after_it_was_asked(
     primary = await chain.primary.get()
     assert (await primary.get(old.id)).deleted_at is not None  # type: ignore[union-attr]
     assert (await primary.get(newer.id)).deleted_at is None  # type: ignore[union-attr]
+
+
+async def test_imports_and_corrections_while_the_primary_is_down_are_never_lost(
+        chain: ChainBackend, pg: Any) -> None:
+    """An import lands in the fallback and is queued for the primary; a correction of a
+    memory that has not reached the primary yet is refused (corrected in the fallback, it
+    would reach the primary uncorrected), and goes through once the outbox has drained."""
+    from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
+
+    now = chain.clock.now()  # type: ignore[attr-defined]
+    record = memory_to_record(Memory(
+        id=new_memory_id(), content="the release train leaves on thursdays",
+        type=MemoryType.FACT, importance=0.9, project=None, tags=(),
+        provenance=Provenance(), created_at=now, updated_at=now))
+    stop(pg)
+    try:
+        assert await chain.import_records([record]) == 1
+        (depth,) = await chain.depth()
+        assert (depth.layer, depth.waiting) == ("postgres", 1)
+        fact = await chain.remember("the release branch is cut on mondays")
+        with pytest.raises(BackendUnavailable, match="waits in the outbox"):
+            await chain.correct(fact.id, "the release branch is cut on tuesdays")
+    finally:
+        start(pg)
+    chain.clock.advance(OPEN_RETRY + 1)  # type: ignore[attr-defined]  # opened first while down
+    assert await chain.drain() == 2
+    ids = {r["id"] for r in await primary_rows(chain)}
+    assert {record["id"], fact.id} <= ids
+    fixed = await chain.correct(fact.id, "the release branch is cut on tuesdays")
+    hit, *_ = await chain.recall("release branch cut tuesdays")
+    assert hit.memory_id == fixed.id and hit.layer == "postgres"
