@@ -166,6 +166,28 @@ class EmbeddingSettings(BaseModel):
     openai: OpenAIEmbeddingSettings = Field(default_factory=OpenAIEmbeddingSettings)
 
 
+class RerankSettings(BaseModel):
+    """A reranker served elsewhere (`/rerank`: Cohere, Jina, vLLM, TEI); off by default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal["none", "http"] = "none"
+    base_url: str = ""
+    model: str = ""
+    #: The NAME of the environment variable holding the API key (never the key itself).
+    api_key_env: str = "MEMORYD_RERANK_API_KEY"
+    #: How many of recall's best candidates the reranker reorders.
+    candidates: int = Field(default=30, ge=2, le=200)
+    #: Past this, recall goes on without it (and skips it for 30 s).
+    timeout: Duration = Field(default=2.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _has_url(self) -> RerankSettings:
+        if self.provider == "http" and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("provider http needs base_url (http:// or https://)")
+        return self
+
+
 class PostgresSettings(BaseModel):
     """The PostgreSQL + pgvector layer (`memory.backends: [postgres, ...]`)."""
 
@@ -236,6 +258,8 @@ class MemorySettings(BaseModel):
     #: The embedded backend's own database; default `<state_dir>/memory.db`.
     path: ExpandedPath | None = None
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    #: Recall's best candidates reordered by a cross-encoder served elsewhere (optional).
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     jsonl: JsonlSettings = Field(default_factory=JsonlSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
@@ -452,9 +476,10 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, 
     return default_config_path(), False
 
 
-# MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN and MEMORYD_GATEWAY_KEY are the
-# defaults of memory.postgres.dsn_env and memory.gateway.user_key_env.
-_NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key"}
+# MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN, MEMORYD_GATEWAY_KEY and
+# MEMORYD_RERANK_API_KEY are the defaults of memory.postgres.dsn_env,
+# memory.gateway.user_key_env and memory.rerank.api_key_env.
+_NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key", "rerank_api_key"}
 
 
 def _reject_unknown_environment() -> None:

@@ -52,6 +52,7 @@ from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
+from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
 from daemon.store import audit, holds, queries, raw, transcripts
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
@@ -109,6 +110,10 @@ class MemoryOps:
         self._runtime = runtime
         # One transaction at a time on the shared connection (concurrent requests).
         self._writing = asyncio.Lock()
+        rerank = settings.memory.rerank
+        self._reranker = None if rerank.provider == "none" else HttpReranker(RerankOptions(
+            base_url=rerank.base_url, model=rerank.model, api_key_env=rerank.api_key_env,
+            candidates=rerank.candidates, timeout=rerank.timeout))
 
     # -- memory ----------------------------------------------------------------------
 
@@ -129,10 +134,18 @@ class MemoryOps:
                       order: RecallOrder = "score") -> list[RecallResult]:
         now = self.clock.now()
         kinds = types if types is not None else _types(args)
-        return await self._backend.recall(
+        reranking = self._reranker is not None and order == "score" and bool(query.strip())
+        wanted = max(limit, self.settings.memory.rerank.candidates) if reranking else limit
+        results = await self._backend.recall(
             query, project=_project(args), all_projects=_bool(args, "all_projects"),
-            limit=limit, since=_when(args, "since", now), until=_when(args, "until", now),
+            limit=wanted, since=_when(args, "since", now), until=_when(args, "until", now),
             types=kinds, order=order)
+        if reranking and self._reranker is not None and len(results) > 1:
+            scores = await self._reranker.scores(
+                query, [r.excerpt or r.content for r in results])
+            if scores is not None:
+                results = [results[i] for i in reorder(scores, len(results))]
+        return results[:limit]
 
     def _require(self, capability: Capability) -> None:
         if capability not in self._backend.capabilities:
