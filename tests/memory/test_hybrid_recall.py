@@ -130,6 +130,35 @@ async def test_vectors_survive_reopening(tmp_path: Path, clock: FakeClock) -> No
         assert await backend.pending_embeddings() == 0
 
 
+async def test_recall_never_waits_for_a_large_index_to_load(
+        tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a million vectors back takes tens of seconds: recall does not wait for it
+    (past INDEX_WAIT it answers by keywords), and uses vectors once they are in memory."""
+    import asyncio
+
+    from daemon.memory.sqlite import backend as sqlite_backend
+
+    async with await open_hybrid(tmp_path, clock) as backend:
+        wanted = await backend.remember("my kitten sleeps all day")
+        await backend.remember("kitten food is on the shelf")
+        await embed_all(backend)
+    monkeypatch.setattr(sqlite_backend, "INDEX_WAIT", 0.0)
+    real_add = sqlite_backend._add_rows
+
+    def slow_add(*args: Any) -> None:
+        import time
+
+        time.sleep(0.5)  # a page of a large index, read in a worker thread
+        real_add(*args)
+
+    monkeypatch.setattr(sqlite_backend, "_add_rows", slow_add)
+    async with await open_hybrid(tmp_path, clock) as backend:
+        assert await backend.recall("feline") == []  # keywords only, meanwhile
+        await asyncio.sleep(1.0)
+        results = await backend.recall("feline")
+        assert [r.memory_id for r in results][:1] == [wanted.id]
+
+
 async def test_filters_apply_before_ranking(tmp_path: Path, clock: FakeClock) -> None:
     """Another project's, another type's, an out-of-span or a forgotten memory never comes back."""
     async with await open_hybrid(tmp_path, clock) as backend:

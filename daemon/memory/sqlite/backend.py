@@ -99,6 +99,10 @@ log = structlog.get_logger("memoryd.memory.sqlite")
 
 EXPORT_PAGE_SIZE = 500
 IMPORT_BATCH_SIZE = 500
+#: Vectors read per query when the index loads (about 30 MB at 384 dimensions).
+INDEX_PAGE = 20_000
+#: How long a recall waits for the index to load before it goes by keywords alone.
+INDEX_WAIT = 2.0
 
 # Chunks of live memories with no vector from the current model.
 _PENDING_FROM = (
@@ -175,6 +179,7 @@ class SQLiteMemoryBackend:
         self._paraphrase_vector_weight = writes.fraction("paraphrase_vector_weight",
                                                    paraphrase_vector_weight)
         self._index: VectorIndex | None = None
+        self._index_loading: asyncio.Future[VectorIndex] | None = None
         self._embed_lock = asyncio.Lock()
 
     @property
@@ -389,11 +394,14 @@ class SQLiteMemoryBackend:
             # channel; a local model runs first, alone: on a few cores the model and SQLite
             # slow each other down by more than overlapping them saves (at 100,000
             # memories on 2 cores: the embedding 7 -> 10 ms, the keyword SQL 2 -> 6 ms).
+            # A large index still loading (a million vectors take tens of seconds) is not
+            # waited for: until it is in memory, recall is by keywords.
+            index = None
             try:
-                await self._load_index()
+                index = await self._load_index(wait=INDEX_WAIT)
             except BackendError as exc:
                 log.warning("memory_recall_keywords_only", error=str(exc))
-            else:
+            if index is not None:
                 query_vector = asyncio.create_task(self._query_vector(self._embedder, query))
                 if self._embedder.on_this_machine:
                     await asyncio.wait([query_vector])
@@ -446,29 +454,49 @@ class SQLiteMemoryBackend:
 
     # -- embeddings -------------------------------------------------------
 
-    async def _load_index(self) -> VectorIndex | None:
-        """The in-memory vector index, read from `chunk_vectors` on first use."""
+    async def _load_index(self, *, wait: float | None = None) -> VectorIndex | None:
+        """The in-memory vector index, read from `chunk_vectors` on first use (in the
+        background, page by page). With `wait`, None when it is not ready by then."""
         if self._embedder is None:
             return None
-        if self._index is None:
-            import numpy as np
+        if self._index is not None:
+            return self._index
+        if self._index_loading is None or self._index_loading.done():
+            self._index_loading = asyncio.ensure_future(self._read_index(self._embedder))
+        loading = self._index_loading
+        if wait is None:
+            return await asyncio.shield(loading)
+        try:
+            return await asyncio.wait_for(asyncio.shield(loading), wait)
+        except TimeoutError:
+            log.info("vector_index_loading", backend=BACKEND_NAME,
+                     detail="recall is by keywords until the vectors are in memory")
+            return None
 
-            from daemon.memory.sqlite.vector_index import VectorIndex
+    async def _read_index(self, embedder: Embedder) -> VectorIndex:
+        from daemon.memory.sqlite.vector_index import VectorIndex
 
-            model = self._embedder.name
-            index = VectorIndex(self._embedder.dimensions)
+        began = self._clock.monotonic()
+        index = VectorIndex(embedder.dimensions)
+        after = -1
+        while True:
             async with self._read() as conn:
                 rows = await self._fetch_all(
                     conn,
                     "SELECT v.chunk_seq, c.memory_seq, v.vector FROM chunk_vectors v"
-                    " JOIN memory_chunks c ON c.seq = v.chunk_seq WHERE v.model = ?",
-                    (model,))
-            if rows:
-                vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
-                index.add([r[0] for r in rows], [r[1] for r in rows],
-                          vectors.reshape(len(rows), self._embedder.dimensions))
-            self._index = index
-        return self._index
+                    " JOIN memory_chunks c ON c.seq = v.chunk_seq WHERE v.model = ?"
+                    " AND v.chunk_seq > ? ORDER BY v.chunk_seq LIMIT ?",
+                    (embedder.name, after, INDEX_PAGE))
+            if not rows:
+                break
+            # Off the event loop: a page is tens of megabytes of vectors to copy.
+            await asyncio.to_thread(_add_rows, index, rows, embedder.dimensions)
+            after = int(rows[-1][0])
+        self._index = index
+        if len(index) >= INDEX_PAGE:
+            log.info("vector_index_loaded", backend=BACKEND_NAME, vectors=len(index),
+                     seconds=round(self._clock.monotonic() - began, 1))
+        return index
 
     async def pending_embeddings(self) -> int:
         """How many chunks of live memories still wait for a vector (0 without an embedder)."""
@@ -859,7 +887,18 @@ class SQLiteMemoryBackend:
         return count
 
     async def close(self) -> None:
+        if self._index_loading is not None and not self._index_loading.done():
+            self._index_loading.cancel()
+            with suppress(asyncio.CancelledError, BackendError):
+                await self._index_loading
         conn, self._conn = self._conn, None
         if conn is not None:
             with self._translated():
                 await conn.close()
+
+
+def _add_rows(index: VectorIndex, rows: Sequence[sqlite3.Row], dimensions: int) -> None:
+    import numpy as np
+
+    vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32)
+    index.add([r[0] for r in rows], [r[1] for r in rows], vectors.reshape(len(rows), dimensions))
