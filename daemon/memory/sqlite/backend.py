@@ -493,9 +493,8 @@ class SQLiteMemoryBackend:
             await asyncio.to_thread(_add_rows, index, rows, embedder.dimensions)
             after = int(rows[-1][0])
         self._index = index
-        if len(index) >= INDEX_PAGE:
-            log.info("vector_index_loaded", backend=BACKEND_NAME, vectors=len(index),
-                     seconds=round(self._clock.monotonic() - began, 1))
+        log.info("vector_index_loaded", backend=BACKEND_NAME, vectors=len(index),
+                 seconds=round(self._clock.monotonic() - began, 1))
         return index
 
     async def pending_embeddings(self) -> int:
