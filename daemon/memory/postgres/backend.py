@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
@@ -298,16 +299,15 @@ class PostgresMemoryBackend:
         Driver errors inside become BackendError (BackendUnavailable when transient).
         """
         pool = self._pool_or_raise()
-        for attempt in range(1, ATTEMPTS + 1):
+
+        async def get() -> psycopg.AsyncConnection[Any]:
             try:
-                conn = await pool.getconn()
+                got: psycopg.AsyncConnection[Any] = await pool.getconn()
             except Exception as exc:
-                error = self._error(exc)
-                if not isinstance(error, BackendUnavailable) or attempt == ATTEMPTS:
-                    raise error from None
-                await asyncio.sleep(0.2 * attempt)
-                continue
-            break
+                raise self._error(exc) from None
+            return got
+
+        conn: psycopg.AsyncConnection[Any] = await _transient_retries()(get)
         try:
             yield conn
         except (BackendError, ValueError):
@@ -330,15 +330,12 @@ class PostgresMemoryBackend:
     async def _read(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
                     ) -> list[dict[str, Any]]:
         """A read, retried as a whole while the server is away (reads change nothing)."""
-        for attempt in range(1, ATTEMPTS + 1):
-            try:
-                async with self._connection() as conn:
-                    return await self._rows(conn, sql, params)
-            except BackendUnavailable:
-                if attempt == ATTEMPTS:
-                    raise
-                await asyncio.sleep(0.2 * attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        async def once() -> list[dict[str, Any]]:
+            async with self._connection() as conn:
+                return await self._rows(conn, sql, params)
+
+        return await _transient_retries()(once)
 
     def _mine(self, alias: str = "m") -> tuple[str, dict[str, Any]]:
         where = f"{alias}.owner_user = %(user)s"
@@ -1074,6 +1071,13 @@ async def _open_pool(dsn: str, secret: str | None, connect_timeout: float,
             raise translate(exc, secret) from None
         raise
     return pool
+
+
+def _transient_retries() -> AsyncRetrying:
+    """A second try after a short pause, for transient failures only (BackendUnavailable);
+    then the error goes to the caller (the chain falls back)."""
+    return AsyncRetrying(stop=stop_after_attempt(ATTEMPTS), wait=wait_fixed(0.2),
+                         retry=retry_if_exception_type(BackendUnavailable), reraise=True)
 
 
 def origin_id(text: str) -> str:
