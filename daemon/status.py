@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import re
 from datetime import datetime
-from pathlib import Path
 from typing import Any
+
+import aiosqlite
 
 from daemon.clock import Clock
 from daemon.config import Settings
@@ -57,14 +58,10 @@ def _uptime(started_at: str, now: datetime) -> float | None:
     return max(0.0, (now - started).total_seconds())
 
 
-async def _has_schema(db: Path) -> bool:
-    conn = await connect(db, readonly=True)
-    try:
-        async with conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'") as cur:
-            return await cur.fetchone() is not None
-    finally:
-        await conn.close()
+async def _has_schema(conn: aiosqlite.Connection) -> bool:
+    async with conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'") as cur:
+        return await cur.fetchone() is not None
 
 
 async def layer_states(chain: ChainBackend, settings: Settings) -> list[dict[str, Any]]:
@@ -165,8 +162,17 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     report["sources"] = sources
     report["memory"] = await _memory_status(settings, clock)
     db = settings.database_path
-    initialised = db.exists() and await _has_schema(db)
-    if not initialised:
+    totals: dict[str, Any] | None = None
+    offsets: list[tuple[str, str, int, bool]] = []
+    if db.exists():
+        conn = await connect(db, readonly=True)
+        try:
+            if await _has_schema(conn):
+                totals = await queries.totals(conn)
+                offsets = await queries.file_offsets(conn)
+        finally:
+            await conn.close()
+    if totals is None:
         if db.exists():  # its creation was cut short (a full disk, say): nothing in it yet
             report["database"].update(exists=True, detail="not initialised")
         report.update(sessions=0, messages=0, unsynced_messages=0, rejected_lines=0,
@@ -177,12 +183,6 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         os.stat(p).st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()
     )
     report["database"] = {"path": str(db), "exists": True, "size_bytes": size}
-    conn = await connect(db, readonly=True)
-    try:
-        totals = await queries.totals(conn)
-        offsets = await queries.file_offsets(conn)
-    finally:
-        await conn.close()
     by_source = totals.pop("sources")
     for entry in sources:
         counts = by_source.get(entry["kind"], {})

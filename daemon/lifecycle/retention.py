@@ -96,57 +96,48 @@ def _happened(record: dict[str, Any]) -> datetime:
     return from_utc_text(when)
 
 
-async def expired_memories(backend: MemoryBackend, policy: RetentionSettings, holds: Holds,
-                           now: datetime) -> tuple[dict[str, list[str]], int]:
-    """(type -> ids past their age, how many of those a hold keeps)."""
-    cutoffs = _cutoffs(policy, now)
-    found: dict[str, list[str]] = {}
-    held = 0
-    if not cutoffs or Capability.EXPORT not in backend.capabilities:
-        return found, held
-    async for record in backend.export():
-        cutoff = cutoffs.get(record["type"])
-        if cutoff is None or record.get("supersedes") or record.get("superseded_by"):
-            continue
-        if _happened(record) >= cutoff:
-            continue
-        prov = record.get("provenance") or {}
-        if holds.covers(project=record.get("project"), session_id=prov.get("session_id"),
-                        session_external_id=prov.get("session_external_id")):
-            held += 1
-            continue
-        found.setdefault(record["type"], []).append(record["id"])
-    return found, held
-
-
 def _gist(text: str) -> str:
     """What a text says once case, spacing and punctuation are set aside."""
     return hashlib.sha256(_NOT_WORDS.sub(" ", text.casefold()).strip().encode()).hexdigest()
 
 
-async def duplicates(backend: MemoryBackend, holds: Holds,
-                     skip: set[str]) -> dict[str, list[str]]:
-    """Survivor id -> later automatic memories of the same project saying the same thing
-    (not those in `skip`, being expired anyway, nor any a hold covers)."""
+async def survey(backend: MemoryBackend, policy: RetentionSettings, holds: Holds,
+                 now: datetime) -> tuple[dict[str, list[str]], int, dict[str, list[str]]]:
+    """One pass over the store: (type -> ids past their age, how many of those a hold
+    keeps, survivor id -> later automatic memories of the same project saying the same
+    thing). Chains holding a correction and anything a hold covers are left alone."""
+    cutoffs = _cutoffs(policy, now)
+    expired: dict[str, list[str]] = {}
+    held = 0
     groups: dict[tuple[str, str | None, str], list[tuple[datetime, str]]] = {}
     if Capability.EXPORT not in backend.capabilities:
-        return {}
+        return expired, held, {}
     async for record in backend.export():
-        if (record["type"] not in AUTOMATIC or record["id"] in skip
-                or record.get("supersedes") or record.get("superseded_by")):
+        kind = record["type"]
+        if (kind not in AUTOMATIC and kind not in cutoffs) or record.get("supersedes") \
+                or record.get("superseded_by"):
             continue
         prov = record.get("provenance") or {}
-        if holds.covers(project=record.get("project"), session_id=prov.get("session_id"),
-                        session_external_id=prov.get("session_external_id")):
+        covered = holds.covers(project=record.get("project"),
+                               session_id=prov.get("session_id"),
+                               session_external_id=prov.get("session_external_id"))
+        cutoff = cutoffs.get(kind)
+        if cutoff is not None and _happened(record) < cutoff:
+            if covered:
+                held += 1
+            else:
+                expired.setdefault(kind, []).append(record["id"])
             continue
-        key = (record["type"], record.get("project"), _gist(record["content"]))
-        groups.setdefault(key, []).append((from_utc_text(record["created_at"]), record["id"]))
+        if kind in AUTOMATIC and not covered:
+            key = (kind, record.get("project"), _gist(record["content"]))
+            groups.setdefault(key, []).append(
+                (from_utc_text(record["created_at"]), record["id"]))
     merged = {}
     for members in groups.values():
         if len(members) > 1:
             members.sort()
             merged[members[0][1]] = [memory_id for _when, memory_id in members[1:]]
-    return merged
+    return expired, held, merged
 
 
 async def _delete(backend: MemoryBackend, ids: Sequence[str]) -> int:
@@ -174,10 +165,8 @@ class Retention:
         now = self._clock.now()
         holds = await standing(self._conn)
         report = RetentionReport(dry_run=dry)
-        report.memories, report.held = await expired_memories(
+        report.memories, report.held, report.merged = await survey(
             self._backend, self.policy, holds, now)
-        expiring = {i for ids in report.memories.values() for i in ids}
-        report.merged = await duplicates(self._backend, holds, expiring)
         if not dry:
             for ids in (*report.memories.values(), *report.merged.values()):
                 await _delete(self._backend, ids)
