@@ -22,6 +22,7 @@ from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import AlreadyRunningError, MemorydError
+from daemon.layers import memory_user
 from daemon.lifecycle.recovery import Recovery, SyncReport
 from daemon.memory import MemoryBackend
 from daemon.service import ingest_once, open_memory_backend, open_store, recovery_policy
@@ -140,7 +141,7 @@ class MemoryClient:
     async def call(self, operation: str, args: Mapping[str, Any]) -> dict[str, Any]:
         if operation not in OPERATIONS:
             raise ApiError(404, f"no operation {operation!r}")
-        args = {"interface": self._interface, **args}
+        args = {"interface": self._interface, "client_user": memory_user(self._settings), **args}
         if self._daemon is not None and self._settings.socket_path.exists():
             try:
                 result = await self._daemon.call(operation, args)

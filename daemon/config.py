@@ -257,6 +257,14 @@ class MemorySettings(BaseModel):
         default_factory=lambda: list[BackendKind](["sqlite"]), min_length=1)
     #: The embedded backend's own database; default `<state_dir>/memory.db`.
     path: ExpandedPath | None = None
+    #: Whose memories these are: the owner of every memory in every layer (the embedded
+    #: store and the JSONL directory refuse to open for another user); default: the login
+    #: name. `postgres.user` and `gateway.user_id`, when set, take precedence there.
+    user: str | None = Field(default=None, min_length=1, max_length=200)
+    #: Agents whose automatically saved memories (conversations, summaries, "remember
+    #: that ...") only they may recall, e.g. [codex]; default: shared by all the user's agents.
+    private_agents: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]] = Field(
+        default_factory=list)
     embeddings: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     #: Recall's best candidates reordered by a cross-encoder served elsewhere (optional).
     rerank: RerankSettings = Field(default_factory=RerankSettings)

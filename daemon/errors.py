@@ -128,3 +128,8 @@ class BackendOutcomeUnknown(BackendError):
 
 class BackendUnsupported(BackendError):
     """The backend does not offer this operation (see its `capabilities`)."""
+
+
+class StoreOwnedElsewhere(BackendError):
+    """The memory store belongs to another user (`memory.user`): memories never cross
+    users, so it is not opened."""

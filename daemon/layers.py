@@ -45,8 +45,14 @@ def origin(settings: Settings) -> str:
     return origin_id(f"{socket.gethostname()}:{settings.state_dir}")
 
 
+def memory_user(settings: Settings) -> str:
+    """The owner of this memoryd's memories: `memory.user`, else the login name."""
+    return settings.memory.user or login_name()
+
+
 def owner_user(settings: Settings) -> str:
-    return settings.memory.postgres.user or login_name()
+    """The owner in the shared PostgreSQL database."""
+    return settings.memory.postgres.user or memory_user(settings)
 
 
 def login_name() -> str:
@@ -75,6 +81,7 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
         ensure_private_dir(settings.memory_path.parent, "memory.path")
         return await SQLiteMemoryBackend.open(
             settings.memory_path, clock=clock, embedder=embedder, chunked=True,
+            owner=memory_user(settings),
             vector_weight=embeddings.vector_weight,
             paraphrase_vector_weight=embeddings.paraphrase_vector_weight)
 
@@ -92,13 +99,14 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
 
     async def jsonl() -> MemoryBackend:
         ensure_private_dir(settings.jsonl_path, "memory.jsonl.path")
-        return await JsonlMemoryBackend.open(settings.jsonl_path, clock=clock)
+        return await JsonlMemoryBackend.open(settings.jsonl_path, clock=clock,
+                                             owner=memory_user(settings))
 
     async def gateway() -> MemoryBackend:
         gw = settings.memory.gateway
         ensure_private_dir(settings.state_dir)
         config = GatewayConfig(
-            base_url=gw.base_url, user_id=gw.user_id or login_name(),
+            base_url=gw.base_url, user_id=gw.user_id or memory_user(settings),
             user_key=os.environ.get(gw.user_key_env, ""), app_id=gw.app_id,
             project_id=gw.project_id, scope=tuple(gw.scope), timeout=gw.timeout)
         return await GatewayMemoryBackend.open(config, ledger=settings.gateway_ledger_path,

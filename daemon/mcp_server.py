@@ -55,17 +55,22 @@ def _line(result: dict[str, Any]) -> str:
             f" score {result.get('score', 0):.3f}] {text}")
 
 
-def build_server(settings: Settings, project_dir: str | None = None) -> MCPServer:
-    """The server with its tools; `project_dir` defaults to the current directory."""
+def build_server(settings: Settings, project_dir: str | None = None,
+                 agent: str | None = None) -> MCPServer:
+    """The server with its tools; `project_dir` defaults to the current directory.
+
+    Every call names the server's `agent` (or "unknown"): another agent's private
+    memories are never recalled, shown, corrected or forgotten through it."""
     here = project_dir or os.getcwd()
+    caller = agent or "unknown"
     server = MCPServer("memoryd", instructions=INSTRUCTIONS, version=__version__,
                        log_level="WARNING")
     client = MemoryClient(settings, SystemClock(), interface="mcp")
 
     async def call(operation: str, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            return await client.call(operation, {k: v for k, v in args.items()
-                                                 if v is not None})
+            return await client.call(operation, {"agent": caller, **{
+                k: v for k, v in args.items() if v is not None}})
         except ApiError as exc:
             raise ToolError(str(exc)) from None
         except MemorydError as exc:
@@ -106,12 +111,14 @@ def build_server(settings: Settings, project_dir: str | None = None) -> MCPServe
     @server.tool(description=(
         "Store a durable fact or decision the user stated, in one self-contained sentence "
         "(it will be read without this conversation). Explicit facts never fade. "
-        "type: fact (default) or project_context. Returns the new memory's id."))
+        "type: fact (default) or project_context. private=true keeps it from the user's "
+        "other agents. Returns the new memory's id."))
     async def remember(content: str, project: str | None = None,
                        tags: list[str] | None = None, importance: float | None = None,
-                       type: str = "fact", global_memory: bool = False) -> str:
+                       type: str = "fact", global_memory: bool = False,
+                       private: bool = False) -> str:
         args: dict[str, Any] = {"content": content, "tags": tags or [],
-                                "importance": importance, "type": type}
+                                "importance": importance, "type": type, "private": private}
         if not global_memory:
             args["project"] = project or here
         memory = (await call("remember", args))["memory"]
@@ -147,7 +154,7 @@ def build_server(settings: Settings, project_dir: str | None = None) -> MCPServe
     async def memory_context(query: str = "", project: str | None = None,
                              budget: int = 1500) -> str:
         found = await call("context", {"query": query, "budget": budget, "record": True,
-                                       "interface": "mcp", "agent": "mcp",
+                                       "interface": "mcp",
                                        **scope(project, False)})
         return _clip(found["text"])
 
@@ -177,6 +184,6 @@ def build_server(settings: Settings, project_dir: str | None = None) -> MCPServe
     return server
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, agent: str | None = None) -> None:
     """Run the server on stdio until the client closes it."""
-    build_server(settings).run()
+    build_server(settings, agent=agent).run()

@@ -137,6 +137,7 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
         sync_max_lag=timedelta(seconds=settings.sync_max_lag),
         max_chars=settings.segment_max_chars,
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
+        private_agents=frozenset(settings.memory.private_agents),
     )
 
 

@@ -37,7 +37,7 @@ import structlog
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import MemorydError
-from daemon.layers import opener, owner_user
+from daemon.layers import memory_user, opener, owner_user
 from daemon.lifecycle.recovery import SyncReport
 from daemon.lifecycle.retention import Retention
 from daemon.memory import (
@@ -50,10 +50,12 @@ from daemon.memory import (
 )
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
+from daemon.memory.models import Memory, agent_name, visible_to
+from daemon.memory.protocol import ProjectRelabel
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
-from daemon.store import audit, holds, queries, raw, transcripts
+from daemon.store import audit, holds, links, queries, raw, transcripts
 from daemon.store.injections import Injection, injected_memory_ids, record_injection
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -137,15 +139,28 @@ class MemoryOps:
         reranking = self._reranker is not None and order == "score" and bool(query.strip())
         wanted = max(limit, self.settings.memory.rerank.candidates) if reranking else limit
         results = await self._backend.recall(
-            query, project=_project(args), all_projects=_bool(args, "all_projects"),
+            query, project=await self._linked(args), all_projects=_bool(args, "all_projects"),
             limit=wanted, since=_when(args, "since", now), until=_when(args, "until", now),
-            types=kinds, order=order)
+            types=kinds, order=order, agent=_agent(args))
         if reranking and self._reranker is not None and len(results) > 1:
             scores = await self._reranker.scores(
                 query, [r.excerpt or r.content for r in results])
             if scores is not None:
                 results = [results[i] for i in reorder(scores, len(results))]
         return results[:limit]
+
+    async def _linked(self, args: Mapping[str, Any]) -> str | None:
+        """The request's project, by its new path when it was linked to one."""
+        return await links.resolve(self._conn, _project(args))
+
+    @staticmethod
+    def _visible(memory: Memory | None, args: Mapping[str, Any]) -> Memory | None:
+        """`memory`, unless an agent asks and it is another agent's private memory (a
+        person, asking without an agent, sees all of their own memories by id)."""
+        if memory is None or "agent" not in args or visible_to(memory.private_to,
+                                                               _agent(args)):
+            return memory
+        return None
 
     def _require(self, capability: Capability) -> None:
         if capability not in self._backend.capabilities:
@@ -191,10 +206,16 @@ class MemoryOps:
         tags = args.get("tags") or []
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise ApiError(400, "tags must be a list of strings")
+        private_to = None
+        if _bool(args, "private"):
+            private_to = _agent(args)
+            if private_to in (None, "unknown"):
+                raise ApiError(400, "a private memory needs the agent it is private to"
+                                    " (agent)")
         memory = await self._backend.remember(
             content, type=MemoryType(kind),
             importance=None if importance is None else float(importance),
-            project=_project(args), tags=tags)
+            project=await self._linked(args), tags=tags, private_to=private_to)
         return {"memory": memory_to_record(memory)}
 
     async def correct(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -211,12 +232,13 @@ class MemoryOps:
             if not content_words(query):
                 raise ApiError(400, f"the query {query[:80]!r} has no words to match;"
                                     " give words, or the memory's id")
-            found = await self._backend.recall(query, limit=1, all_projects=True)
+            found = await self._backend.recall(query, limit=1, all_projects=True,
+                                               agent=_agent(args))
             if not found or coverage(query, found[0].content) < CORRECT_MIN_COVERAGE:
                 raise ApiError(404, f"no memory clearly matches {query[:80]!r}"
                                     " (see `memoryd recall`; correct by id)")
             target = found[0].memory_id
-        old = await self._backend.get(target)
+        old = self._visible(await self._backend.get(target), args)
         if old is None:
             raise ApiError(404, f"no memory {target}")
         if not old.is_live:
@@ -252,6 +274,8 @@ class MemoryOps:
                                     " everything would delete what they keep")
             return await self._backend.forget_where(all=True, hard=hard)
         if memory_id is not None:
+            if self._visible(await self._backend.get(memory_id), args) is None:
+                return 0
             for version in await self._backend.history(memory_id):
                 _refuse_if_held(held, version.project, version.provenance.session_id,
                                 version.provenance.session_external_id)
@@ -406,9 +430,39 @@ class MemoryOps:
             raise ApiError(404, f"no legal hold {hold_id} (see `memoryd hold list`)")
         return {"released": released}
 
+    async def link_project(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Link a renamed folder's old path to its new one and move what memory holds."""
+        old, new = _project({"project": _text(args, "old")}), _project(
+            {"project": _text(args, "new")})
+        assert old is not None and new is not None
+        try:
+            async with self._writing:
+                sessions = await links.link(self._conn, old, new, self.clock.now())
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        moved, unable = 0, [self._backend.name]
+        if isinstance(self._backend, ProjectRelabel):
+            moved, unable = await self._backend.relabel_project(old, new), []
+            cannot = getattr(self._backend, "cannot_relabel", None)
+            unable = cannot() if cannot is not None else []
+        return {"old": old, "new": new, "sessions_moved": sessions, "memories_moved": moved,
+                **({"unmoved_in": unable} if unable else {})}
+
+    async def project_links(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"links": [asdict(link) for link in await links.all_links(self._conn)]}
+
+    async def unlink_project(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        old = _project({"project": _text(args, "old")})
+        assert old is not None
+        async with self._writing:
+            removed = await links.unlink(self._conn, old)
+        if not removed:
+            raise ApiError(404, f"{old} is not linked (see `memoryd project links`)")
+        return {"unlinked": old}
+
     async def get_memory(self, args: Mapping[str, Any]) -> dict[str, Any]:
         memory_id = _text(args, "memory_id")
-        memory = await self._backend.get(memory_id)
+        memory = self._visible(await self._backend.get(memory_id), args)
         if memory is None:
             raise ApiError(404, f"no memory {memory_id}")
         if _bool(args, "record_use", default=True):
@@ -424,10 +478,14 @@ class MemoryOps:
         words = [w for w in query.split() if w][:12]
         now = self.clock.now()
         since, until = _when(args, "since", now), _when(args, "until", now)
+        hidden: list[str] = []
+        if "agent" in args:
+            caller = _agent(args)
+            hidden = [a for a in self.settings.memory.private_agents if a != caller]
         rows = await queries.search_messages(
             self._conn, words, project=_project(args),
             since=_iso(since) if since else None, until=_iso(until) if until else None,
-            limit=_int(args, "limit", 20, 1, MAX_LIMIT))
+            limit=_int(args, "limit", 20, 1, MAX_LIMIT), hidden_sources=hidden)
         return {"messages": rows}
 
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,7 +509,7 @@ class MemoryOps:
         agent_session = _opt_text(args, "session_id")
         transcript = _opt_text(args, "transcript_path")
         cwd = _opt_text(args, "cwd")
-        project = _normal_path(cwd) if cwd else None
+        project = await links.resolve(self._conn, _normal_path(cwd) if cwd else None)
         kind = SourceKind(agent)
         if transcript is not None:
             await self._runtime.follow(transcript, kind,
@@ -462,10 +520,10 @@ class MemoryOps:
         if not self.settings.agents.inject:
             return {"context": None, "memory_ids": []}
         if event == "start":
-            block_text, ids = await self._start_context(project)
+            block_text, ids = await self._start_context(project, agent)
         else:
             block_text, ids = await self._prompt_context(
-                _text(args, "prompt", default=""), project, agent_session)
+                _text(args, "prompt", default=""), project, agent_session, agent)
         if block_text is not None:
             await self._record(Injection(agent=agent, agent_session_id=agent_session,
                                          interface="hook", event=event, project=project,
@@ -497,8 +555,9 @@ class MemoryOps:
             return await queries.find_session(self._conn, agent_session)
         return None
 
-    async def _start_context(self, project: str | None) -> tuple[str | None, list[str]]:
-        scope = {"project": project} if project else {}
+    async def _start_context(self, project: str | None,
+                             agent: str) -> tuple[str | None, list[str]]:
+        scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         explicit = await self._recall(
             "", scope, limit=40,
             types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
@@ -522,11 +581,12 @@ class MemoryOps:
         return block.text, [item.result.memory_id for item in block.items]
 
     async def _prompt_context(self, prompt: str, project: str | None,
-                              agent_session: str | None) -> tuple[str | None, list[str]]:
+                              agent_session: str | None,
+                              agent: str) -> tuple[str | None, list[str]]:
         query = prompt[:PROMPT_QUERY_CHARS]
         if not query.strip():
             return None, []
-        scope = {"project": project} if project else {}
+        scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         results = await self._recall(query, scope, limit=20)
         floor = self.settings.agents.prompt_min_relevance
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
@@ -545,12 +605,22 @@ class MemoryOps:
         if operation is None:
             raise ApiError(404, f"no operation {name!r}")
         try:
+            self._same_user(args)
             result = await operation(self, args)
         except (MemorydError, ValueError) as exc:
             await self._audit(name, args, None, failure=str(exc))
             raise
         await self._audit(name, args, result)
         return result
+
+    def _same_user(self, args: Mapping[str, Any]) -> None:
+        """Memories never cross users: a client configured for another `memory.user` than
+        this daemon's is refused (clients without a user are the daemon's own: its socket
+        is its OS user's alone)."""
+        asking = args.get("client_user")
+        if asking is not None and asking != memory_user(self.settings):
+            raise ApiError(403, f"this memoryd keeps the memories of user"
+                                f" {memory_user(self.settings)!r}, not {asking!r}")
 
     async def _audit(self, name: str, args: Mapping[str, Any], result: dict[str, Any] | None,
                      *, failure: str | None = None) -> None:
@@ -599,6 +669,9 @@ OPERATIONS: dict[str, Operation] = {
     "release_hold": MemoryOps.release_hold,
     "transcripts": MemoryOps.transcripts,
     "get_memory": MemoryOps.get_memory,
+    "link_project": MemoryOps.link_project,
+    "project_links": MemoryOps.project_links,
+    "unlink_project": MemoryOps.unlink_project,
     "search_sessions": MemoryOps.search_sessions,
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
@@ -685,6 +758,15 @@ def _types(args: Mapping[str, Any]) -> list[MemoryType] | None:
         return [MemoryType(v) for v in value]
     except ValueError:
         raise ApiError(400, "types: one of " + ", ".join(t.value for t in MemoryType)) from None
+
+
+def _agent(args: Mapping[str, Any]) -> str | None:
+    """The agent asking (claude, codex, gemini, ...), whose private memories it may see;
+    None: no agent (shared memories only in recall)."""
+    try:
+        return agent_name(_opt_text(args, "agent"))
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def _project(args: Mapping[str, Any]) -> str | None:

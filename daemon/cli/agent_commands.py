@@ -12,7 +12,14 @@ from typing import Any, TypeVar
 
 import click
 
-from daemon.cli.common import config_option, json_option, main, print_json, settings_for
+from daemon.cli.common import (
+    agent_callback,
+    config_option,
+    json_option,
+    main,
+    print_json,
+    settings_for,
+)
 from daemon.config import Settings
 from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope, SettingsFileError
 
@@ -161,16 +168,19 @@ def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) ->
 
 
 @main.group(invoke_without_command=True)
+@click.option("--agent", callback=agent_callback,
+              help="The agent this server serves (claude, codex, gemini): its private"
+                   " memories are recalled; without it, only shared ones.")
 @config_option
 @click.pass_context
-def mcp(ctx: click.Context) -> None:
+def mcp(ctx: click.Context, agent: str | None) -> None:
     """The MCP server on stdio (`memoryd mcp`); `memoryd mcp install` registers it."""
     if ctx.invoked_subcommand is not None:
         return
     settings = settings_for(ctx)
     from daemon.mcp_server import serve
 
-    serve(settings)
+    serve(settings, agent=agent)
 
 
 @mcp.command("install")

@@ -94,6 +94,21 @@ def config_option(func: F) -> F:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print stable JSON.")
 
 
+def agent_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from daemon.memory.models import agent_name
+
+    try:
+        return agent_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+agent_option = click.option(
+    "--agent", callback=agent_callback,
+    help="Ask as this agent (claude, codex, gemini, ...): its private memories are included"
+         " (without it, only memories shared by every agent).")
+
+
 def print_json(data: object) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
 

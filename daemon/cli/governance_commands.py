@@ -1,4 +1,4 @@
-"""Governance commands: `memoryd retention`, `memoryd hold` and `memoryd transcripts`.
+"""Governance commands: `memoryd retention`, `hold`, `transcripts` and `project`.
 
 Both go through the daemon's API when it runs (it is the one writer of its stores)
 and open the stores directly otherwise, like every memory command.
@@ -186,3 +186,58 @@ def transcripts_delete_raw(ctx: click.Context, session: str | None, project: str
     """Remove the stored text and raw lines of the sessions' messages that memory holds;
     messages not yet in memory are kept (nothing is lost)."""
     _run(ctx, "delete_raw", session, project, older_than, as_json)
+
+
+@main.group()
+def project() -> None:
+    """Projects are full paths: two folders named `api` are two projects. Link a renamed
+    or moved folder to its new path so its memories and sessions follow it."""
+
+
+@project.command("link")
+@click.argument("old")
+@click.argument("new")
+@json_option
+@config_option
+@click.pass_context
+def project_link(ctx: click.Context, old: str, new: str, as_json: bool) -> None:
+    """OLD (the folder's former path) is now NEW: its sessions and memories move to NEW,
+    and whatever OLD's transcripts bring later is saved under NEW."""
+    if not old.strip() or not new.strip():
+        raise click.UsageError("give the old path and the new path")
+    done = call(settings_for(ctx), "link_project",
+                {"old": project_path(old), "new": project_path(new)})
+    if as_json:
+        print_json(done)
+        return
+    click.echo(f"linked {done['old']} -> {done['new']}: {done['memories_moved']} memories and"
+               f" {done['sessions_moved']} sessions moved")
+    if done.get("unmoved_in"):
+        click.echo(f"note: {', '.join(done['unmoved_in'])} cannot move memories; there they"
+                   " stay under the old path", err=True)
+
+
+@project.command("links")
+@json_option
+@config_option
+@click.pass_context
+def project_links(ctx: click.Context, as_json: bool) -> None:
+    """Every link from an old path to a new one."""
+    found = call(settings_for(ctx), "project_links", {})["links"]
+    if as_json:
+        print_json(found)
+        return
+    if not found:
+        click.echo("no project links")
+    for item in found:
+        click.echo(f"{item['old_path']} -> {item['new_path']}  (since {item['linked_at']})")
+
+
+@project.command("unlink")
+@click.argument("old")
+@config_option
+@click.pass_context
+def project_unlink(ctx: click.Context, old: str) -> None:
+    """Stop saving OLD's later sessions under the path it was linked to (what moved stays)."""
+    done = call(settings_for(ctx), "unlink_project", {"old": project_path(old)})
+    click.echo(f"unlinked {done['unlinked']}")

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +27,8 @@ from daemon.cli.common import (
     EX_DATAERR,
     EX_NOT_FOUND,
     EX_UNAVAILABLE,
+    agent_callback,
+    agent_option,
     config_option,
     fail,
     iso_or_none,
@@ -44,6 +46,7 @@ from daemon.config import Settings
 from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.gateway import call_events as gateway_calls
+from daemon.memory.models import visible_to
 from daemon.memory.records import record_to_memory
 from daemon.service import open_memory_backend, open_store
 from daemon.store import audit
@@ -62,12 +65,13 @@ T = TypeVar("T")
 @click.option("--until", callback=when_option, help="Only memories before then.")
 @click.option("--stdin", "from_stdin", is_flag=True,
               help="Read one query per line; print one JSON list per line (needs --json).")
+@agent_option
 @json_option
 @config_option
 @click.pass_context
 def recall(ctx: click.Context, query: str | None, project: str | None, all_projects: bool,
            limit: int, since: datetime | None, until: datetime | None, from_stdin: bool,
-           as_json: bool) -> None:
+           agent: str | None, as_json: bool) -> None:
     """Find memories for QUERY, best first, with where each came from."""
     if from_stdin and not as_json:
         raise click.UsageError("--stdin prints JSON lines: add --json")
@@ -76,7 +80,8 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
                                else "missing QUERY (or --stdin)")
     settings = settings_for(ctx)
     scope = {"project": project_path(project), "all_projects": all_projects, "limit": limit,
-             "since": iso_or_none(since), "until": iso_or_none(until)}
+             "since": iso_or_none(since), "until": iso_or_none(until),
+             **({"agent": agent} if agent else {})}
 
     async def _recall(client: MemoryClient) -> None:
         async def one(text: str) -> list[dict[str, Any]]:
@@ -161,18 +166,25 @@ def _print_memory(memory: dict[str, Any]) -> None:
               help="0..1; explicit facts default to 0.9 and never decay.")
 @click.option("--type", "kind", type=click.Choice(["fact", "project_context"]), default="fact",
               show_default=True)
+@click.option("--private", is_flag=True,
+              help="Only the agent named by --agent may recall it (needs --agent).")
+@agent_option
 @json_option
 @config_option
 @click.pass_context
 def remember(ctx: click.Context, text: str, project: str | None, tags: tuple[str, ...],
-             importance: float | None, kind: str, as_json: bool) -> None:
+             importance: float | None, kind: str, private: bool, agent: str | None,
+             as_json: bool) -> None:
     """Keep TEXT as an explicit fact, recalled prominently and never forgotten by age."""
     settings = settings_for(ctx)
     if not text.strip():
         raise click.BadParameter("the text to remember is empty", param_hint="TEXT")
+    if private and agent is None:
+        raise click.UsageError("--private needs --agent: the agent the memory is private to")
     memory = call(settings, "remember", {
         "content": text.strip(), "type": kind, "importance": importance,
-        "project": project_path(project), "tags": list(tags)})["memory"]
+        "project": project_path(project), "tags": list(tags), "private": private,
+        **({"agent": agent} if agent else {})})["memory"]
     if as_json:
         print_json(memory)
     else:
@@ -318,15 +330,16 @@ def recall_temporal(ctx: click.Context, since: datetime, until: datetime | None,
 @click.option("--project", help="The project the prompt is for (its directory).")
 @click.option("--budget", type=click.IntRange(min=MIN_BUDGET), default=DEFAULT_BUDGET,
               show_default=True, help="Estimated tokens the block may use.")
+@agent_option
 @json_option
 @config_option
 @click.pass_context
 def context(ctx: click.Context, query: str, project: str | None, budget: int,
-            as_json: bool) -> None:
+            agent: str | None, as_json: bool) -> None:
     """A <memory_context> block of the most relevant memories for a prompt, within a budget."""
     settings = settings_for(ctx)
     block = call(settings, "context", {"query": query, "project": project_path(project),
-                                       "budget": budget})
+                                       "budget": budget, **({"agent": agent} if agent else {})})
     if as_json:
         print_json({key: block[key] for key in ("text", "tokens", "budget",
                                                 "dropped_duplicates", "dropped_for_budget",
@@ -339,17 +352,26 @@ def context(ctx: click.Context, query: str, project: str | None, budget: int,
 @click.option("--project", help="Only this project's memories.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to FILE atomically instead of standard output.")
+@click.option("--agent", callback=agent_callback,
+              help="Only what this agent may recall: shared memories and its private ones"
+                   " (default: every memory of this user).")
 @config_option
 @click.pass_context
-def export_memories(ctx: click.Context, project: str | None, output: Path | None) -> None:
+def export_memories(ctx: click.Context, project: str | None, output: Path | None,
+                    agent: str | None) -> None:
     """Every live memory as JSON lines, sorted by id, with provenance and a schema version."""
     settings = settings_for(ctx)
+
+    async def records(backend: MemoryBackend) -> AsyncIterator[dict[str, Any]]:
+        async for record in backend.export(project=project_path(project)):
+            if agent is None or visible_to(record.get("private_to"), agent):
+                yield record
 
     async def work(backend: MemoryBackend) -> int:
         require(backend, Capability.EXPORT)
         count = 0
         if output is None:
-            async for record in backend.export(project=project_path(project)):
+            async for record in records(backend):
                 sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
             return count
@@ -362,7 +384,7 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
             fail(f"cannot write {output}: {exc.strerror or exc}", EX_CANTCREAT)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                async for record in backend.export(project=project_path(project)):
+                async for record in records(backend):
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                     count += 1
                 handle.flush()

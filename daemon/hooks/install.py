@@ -444,7 +444,8 @@ class Installer:
 
     def mcp(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "mcp", scope, self.home, self.project)
-        args = ["--config", self.config, "mcp"] if self.config else ["mcp"]
+        # The server knows its agent: that agent's private memories are its alone.
+        args = (["--config", self.config] if self.config else []) + ["mcp", "--agent", agent]
         entry: dict[str, Any] = {"command": self.memoryd, "args": args}
         if agent == "codex":
             before = path.read_text(encoding="utf-8") if path.exists() else None

@@ -21,7 +21,7 @@ leaves the index where it was; transient failures are retried briefly
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TypeVar
@@ -46,6 +46,7 @@ from daemon.memory import (
     SaveResult,
     SessionSummary,
 )
+from daemon.memory.protocol import save_segments
 from daemon.memory.redaction import redact
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
@@ -58,6 +59,15 @@ PAGE = 500
 BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
 
 Item = TypeVar("Item")
+Result = TypeVar("Result")
+#: Segments saved per memory transaction: one commit for many (a commit costs an fsync,
+#: several milliseconds, more than a segment's rows), few enough that one batch stays
+#: a short write while recall and hooks wait for the database.
+BATCH_SEGMENTS = 32
+
+
+def _batches(plans: list[SegmentPlan]) -> list[list[SegmentPlan]]:
+    return [plans[i:i + BATCH_SEGMENTS] for i in range(0, len(plans), BATCH_SEGMENTS)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +78,8 @@ class RecoveryPolicy:
     idle_gap: timedelta = timedelta(minutes=30)
     retry_attempts: int = 3
     retry_wait_max: float = 2.0
+    #: Agents whose sessions' memories are private to them (`memory.private_agents`).
+    private_agents: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -137,23 +149,30 @@ class Recovery:
                 continue
             if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
-            for plan in ready:
-                saved = await self._save(session, plan, report)
-                requested = await self._save_requests(session, plan, report)
-                # The daemon's own writes are in the audit trail too (never their text).
-                event = AuditEvent(
-                    interface="daemon", action="save_segment", agent=session.source,
-                    agent_session_id=session.external_id, memory_ids=(saved.id, *requested),
-                    count=plan.last_index + 1 - index,
-                    detail=None if saved.created else "already stored")
+            for batch in _batches(ready):
+                # One memory transaction for the batch, then the index moves past all of
+                # it: a crash in between saves the same ids again, stored once.
+                saved = await self._save(session, batch, report)
+                events = []
+                start = index
+                for plan, result in zip(batch, saved, strict=True):
+                    requested = await self._save_requests(session, plan, report)
+                    # The daemon's own writes are in the audit trail too (never their text).
+                    events.append(AuditEvent(
+                        interface="daemon", action="save_segment", agent=session.source,
+                        agent_session_id=session.external_id,
+                        memory_ids=(result.id, *requested),
+                        count=plan.last_index + 1 - start,
+                        detail=None if result.created else "already stored"))
+                    start = plan.last_index + 1
                 if not await store.advance_sync_index(
-                    self._conn, session.id, index, plan.last_index + 1,
-                    audit_event=event, now=self._clock.now(),
+                    self._conn, session.id, index, start,
+                    audit_events=events, now=self._clock.now(),
                 ):
                     log.info("sync_index_moved_elsewhere", session_id=session.id)
                     return
-                report.messages_synced += plan.last_index + 1 - index
-                index = plan.last_index + 1
+                report.messages_synced += start - index
+                index = start
                 touched = True
             if not more:
                 break
@@ -172,10 +191,21 @@ class Recovery:
         last = session.last_activity
         return last is None or now - last >= self.policy.sync_delay
 
-    async def _save(self, session: SessionSyncState, plan: SegmentPlan,
-                    report: SyncReport) -> SaveResult:
+    async def _save(self, session: SessionSyncState, plans: Sequence[SegmentPlan],
+                    report: SyncReport) -> list[SaveResult]:
+        segments = [self._segment(session, plan) for plan in plans]
+        results = await self._retrying(
+            lambda batch: save_segments(self._backend, batch), segments)
+        for result in results:
+            if result.created:
+                report.segments_saved += 1
+            else:
+                report.segments_already_stored += 1
+        return results
+
+    def _segment(self, session: SessionSyncState, plan: SegmentPlan) -> ConversationSegment:
         timestamps = [m.timestamp for m in plan.messages if m.timestamp is not None]
-        segment = ConversationSegment(
+        return ConversationSegment(
             source=session.source,
             session_id=session.id,
             session_external_id=session.external_id,
@@ -187,13 +217,8 @@ class Recovery:
             started_at=min(timestamps) if timestamps else None,
             ended_at=max(timestamps) if timestamps else None,
             turns=turns_of(plan.messages),
+            private_to=self._private_to(session.source),
         )
-        result = await self._retrying(self._backend.save_conversation_segment, segment)
-        if result.created:
-            report.segments_saved += 1
-        else:
-            report.segments_already_stored += 1
-        return result
 
     async def _save_requests(self, session: SessionSyncState, plan: SegmentPlan,
                              report: SyncReport) -> list[str]:
@@ -205,6 +230,7 @@ class Recovery:
                 session_external_id=session.external_id, project=session.project,
                 message_index=request.message.index, content=request.text,
                 message_uuid=request.message.uuid, said_at=request.message.timestamp,
+                private_to=self._private_to(session.source),
             )
             result = await self._retrying(self._backend.save_requested_memory, requested)
             if result.created:
@@ -214,8 +240,11 @@ class Recovery:
                          message_index=request.message.index, memory_id=result.id)
         return stored
 
-    async def _retrying(self, save: Callable[[Item], Awaitable[SaveResult]],
-                        item: Item) -> SaveResult:
+    def _private_to(self, source: str) -> str | None:
+        return source if source in self.policy.private_agents else None
+
+    async def _retrying(self, save: Callable[[Item], Awaitable[Result]],
+                        item: Item) -> Result:
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(self.policy.retry_attempts),
@@ -237,6 +266,7 @@ class Recovery:
                     session_external_id=session.external_id, project=session.project,
                     kind=summary.kind, content=redact(summary.content),
                     started_at=summary.started_at, ended_at=summary.ended_at,
+                    private_to=self._private_to(session.source),
                 ))
             except BackendError as exc:
                 log.warning("summary_sync_failed", session_id=session.id, error=str(exc))

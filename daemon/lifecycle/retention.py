@@ -109,7 +109,7 @@ async def survey(backend: MemoryBackend, policy: RetentionSettings, holds: Holds
     cutoffs = _cutoffs(policy, now)
     expired: dict[str, list[str]] = {}
     held = 0
-    groups: dict[tuple[str, str | None, str], list[tuple[datetime, str]]] = {}
+    groups: dict[tuple[str, str | None, str | None, str], list[tuple[datetime, str]]] = {}
     if Capability.EXPORT not in backend.capabilities:
         return expired, held, {}
     async for record in backend.export():
@@ -129,7 +129,9 @@ async def survey(backend: MemoryBackend, policy: RetentionSettings, holds: Holds
                 expired.setdefault(kind, []).append(record["id"])
             continue
         if kind in AUTOMATIC and not covered:
-            key = (kind, record.get("project"), _gist(record["content"]))
+            # Never across agents: a merge must not change who may recall what is kept.
+            key = (kind, record.get("project"), record.get("private_to"),
+                   _gist(record["content"]))
             groups.setdefault(key, []).append(
                 (from_utc_text(record["created_at"]), record["id"]))
     merged = {}

@@ -64,7 +64,13 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
-from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, vector_queue
+from daemon.memory.protocol import (
+    Capability,
+    MemoryBackend,
+    ProjectRelabel,
+    RecallOrder,
+    vector_queue,
+)
 from daemon.memory.records import from_utc_text, memory_to_record, to_utc_text
 from daemon.memory.redaction import ExtraMasks, mask_extra
 
@@ -232,7 +238,8 @@ class ChainBackend:
     async def recall(self, query: str, *, project: str | None = None, limit: int = 10,
                      since: datetime | None = None, until: datetime | None = None,
                      types: Iterable[MemoryType] | None = None, all_projects: bool = False,
-                     order: RecallOrder = "score") -> list[RecallResult]:
+                     order: RecallOrder = "score", agent: str | None = None,
+                     ) -> list[RecallResult]:
         wanted = None if types is None else list(types)
         # A layer without time filters (the gateway) would answer a temporal question wrongly.
         needs = (Capability.TEMPORAL if since is not None or until is not None
@@ -240,7 +247,7 @@ class ChainBackend:
         def ask(backend: MemoryBackend) -> Awaitable[list[RecallResult]]:
             return backend.recall(query, project=project, limit=limit, since=since,
                                   until=until, types=wanted, all_projects=all_projects,
-                                  order=order)
+                                  order=order, agent=agent)
 
         results, layer = await self._first(needs, ask)
         answered = [replace(r, layer=layer) for r in results]
@@ -290,6 +297,24 @@ class ChainBackend:
                 yield record
             return
         raise BackendUnavailable("no memory layer can export right now", backend=self.name)
+
+    async def relabel_project(self, old: str, new: str) -> int:
+        """Move project `old`'s memories to `new` in every layer that can (the gateway
+        and the JSONL file cannot); how many moved in the layer that moved most."""
+        moved = 0
+        for layer in self.layers:
+            try:
+                backend = await layer.get()
+            except BackendUnavailable as exc:
+                log.warning("memory_layer_relabel_skipped", layer=layer.name, error=exc.detail)
+                continue
+            if isinstance(backend, ProjectRelabel):
+                moved = max(moved, await backend.relabel_project(old, new))
+        return moved
+
+    def cannot_relabel(self) -> list[str]:
+        """The layers that keep a moved project's memories under its old path."""
+        return [layer.name for layer in self.layers if layer.name in ("jsonl", "gateway")]
 
     async def record_use(self, memory_ids: Sequence[str]) -> None:
         for layer in self.layers:
@@ -361,7 +386,8 @@ class ChainBackend:
 
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
-                       tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
+                       tags: Iterable[str] = (), provenance: Provenance | None = None,
+                       private_to: str | None = None) -> Memory:
         content = mask_extra(content, self._masks)
         primary = self.primary
         remembers = Capability.REMEMBER in self._declared[primary.name]
@@ -369,7 +395,8 @@ class ChainBackend:
         # the same memory, so a save whose commit was lost with the connection and is then
         # replayed from the outbox is stored once (imports skip known ids).
         memory = writes.new_memory(content, type=type, importance=importance, project=project,
-                                   tags=tags, provenance=provenance, now=self._clock.now())
+                                   tags=tags, provenance=provenance, now=self._clock.now(),
+                                   private_to=private_to)
         record = memory_to_record(memory)
         if remembers and not await self.outbox.has_waiting(primary.name):
             try:

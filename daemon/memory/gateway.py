@@ -309,7 +309,10 @@ class GatewayMemoryBackend:
     async def recall(self, query: str, *, project: str | None = None, limit: int = 10,
                      since: datetime | None = None, until: datetime | None = None,
                      types: Iterable[MemoryType] | None = None, all_projects: bool = False,
-                     order: RecallOrder = "score") -> list[RecallResult]:
+                     order: RecallOrder = "score", agent: str | None = None,
+                     ) -> list[RecallResult]:
+        # `agent` is not passed on: the gateway keeps a user's conversation without agent
+        # scopes (README: Isolation).
         wanted = None if types is None else {MemoryType(t) for t in types}
         if (not query.strip() or limit <= 0 or since is not None or until is not None
                 or order != "score" or (wanted is not None

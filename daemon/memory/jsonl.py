@@ -41,7 +41,7 @@ from typing import Any
 import structlog
 
 from daemon.clock import Clock
-from daemon.errors import BackendError, BackendUnavailable
+from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
 from daemon.memory import gate, ranking, writes
 from daemon.memory.models import (
     ConversationSegment,
@@ -56,6 +56,7 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
     chain_order,
+    visible_to,
 )
 from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
@@ -67,6 +68,7 @@ log = structlog.get_logger("memoryd.memory.jsonl")
 BACKEND_NAME = "jsonl"
 NO_PROJECT = "_no_project.jsonl"
 SCOPES = "_scopes.jsonl"
+OWNER = "_owner"
 _NEVER = datetime.min.replace(tzinfo=UTC)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -96,10 +98,15 @@ class JsonlMemoryBackend:
         self._closed = False
 
     @classmethod
-    async def open(cls, directory: Path, *, clock: Clock) -> JsonlMemoryBackend:
+    async def open(cls, directory: Path, *, clock: Clock,
+                   owner: str | None = None) -> JsonlMemoryBackend:
+        """Open (or create) the directory; `owner`, when given, claims it for that user
+        and refuses one another user claimed (StoreOwnedElsewhere)."""
         backend = cls(directory, clock)
         try:
             await asyncio.to_thread(backend._load)
+            if owner is not None:
+                await asyncio.to_thread(backend._claim, owner)
         except OSError as exc:
             raise BackendUnavailable(f"{directory}: {exc.strerror or exc}",
                                      backend=BACKEND_NAME) from exc
@@ -116,6 +123,26 @@ class JsonlMemoryBackend:
                     self._apply(event)
                 except (KeyError, ValueError, TypeError):
                     log.warning("jsonl_bad_event_skipped", path=str(path), event=number)
+
+    def _claim(self, owner: str) -> None:
+        path = self._dir / OWNER
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            claimed = path.read_text(encoding="utf-8").strip()
+            if claimed and claimed != owner:
+                raise StoreOwnedElsewhere(
+                    f"the memory directory {self._dir} belongs to user {claimed!r}, not"
+                    f" {owner!r}: set memory.user to {claimed!r}, or give {owner!r} a"
+                    " directory of their own", backend=BACKEND_NAME) from None
+            if claimed:
+                return
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, owner.encode() + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _events(self, path: Path) -> Iterable[dict[str, Any]]:
         with path.open("rb") as handle:
@@ -237,16 +264,19 @@ class JsonlMemoryBackend:
 
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
-                       tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
+                       tags: Iterable[str] = (), provenance: Provenance | None = None,
+                       private_to: str | None = None) -> Memory:
         memory = writes.new_memory(content, type=type, importance=importance, project=project,
-                                   tags=tags, provenance=provenance, now=self._clock.now())
+                                   tags=tags, provenance=provenance, now=self._clock.now(),
+                                   private_to=private_to)
         async with self._lock:
             await self._add(memory)
         return memory
 
     def _selected(self, memory: Memory, *, project: str | None, since: datetime | None,
-                  until: datetime | None, types: set[str] | None, all_projects: bool) -> bool:
-        if not memory.is_live:
+                  until: datetime | None, types: set[str] | None, all_projects: bool,
+                  agent: str | None) -> bool:
+        if not memory.is_live or not visible_to(memory.private_to, agent):
             return False
         if project is not None and not all_projects and memory.project not in (project, None):
             return False
@@ -260,7 +290,8 @@ class JsonlMemoryBackend:
     async def recall(self, query: str, *, project: str | None = None, limit: int = 10,
                      since: datetime | None = None, until: datetime | None = None,
                      types: Iterable[MemoryType] | None = None, all_projects: bool = False,
-                     order: RecallOrder = "score") -> list[RecallResult]:
+                     order: RecallOrder = "score", agent: str | None = None,
+                     ) -> list[RecallResult]:
         for moment in (since, until):
             if moment is not None and moment.utcoffset() is None:
                 raise ValueError("pass timezone-aware datetimes")
@@ -272,7 +303,7 @@ class JsonlMemoryBackend:
         scored: list[tuple[int, float, str, Memory, float]] = []
         for memory in self._memories.values():
             if not self._selected(memory, project=project, since=since, until=until,
-                                  types=wanted, all_projects=all_projects):
+                                  types=wanted, all_projects=all_projects, agent=agent):
                 continue
             relevance = 1.0
             if words and order == "score":
@@ -295,7 +326,7 @@ class JsonlMemoryBackend:
         return [RecallResult(
             memory_id=m.id, type=m.type, content=m.content, score=score,
             provenance=m.provenance, created_at=m.created_at, project=m.project,
-            importance=m.importance, tags=m.tags, relevance=relevance)
+            importance=m.importance, tags=m.tags, relevance=relevance, private_to=m.private_to)
             for _, score, _, m, relevance in scored[:limit]]
 
     async def record_use(self, memory_ids: Sequence[str]) -> None:

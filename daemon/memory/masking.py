@@ -11,7 +11,7 @@ embedded, or sent to a remote layer. Everything else is passed through as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +24,7 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
-from daemon.memory.protocol import MemoryBackend
+from daemon.memory.protocol import MemoryBackend, save_segments
 from daemon.memory.redaction import ExtraMasks, mask_extra
 
 
@@ -74,9 +74,11 @@ class MaskedBackend:
 
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
-                       tags: Iterable[str] = (), provenance: Provenance | None = None) -> Memory:
+                       tags: Iterable[str] = (), provenance: Provenance | None = None,
+                       private_to: str | None = None) -> Memory:
         return await self._inner.remember(self._mask(content), type=type, importance=importance,
-                                          project=project, tags=tags, provenance=provenance)
+                                          project=project, tags=tags, provenance=provenance,
+                                          private_to=private_to)
 
     async def correct(self, memory_id: str, new_content: str, *, reason: str | None = None,
                       provenance: Provenance | None = None) -> Memory:
@@ -86,6 +88,11 @@ class MaskedBackend:
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         return await self._inner.save_conversation_segment(masked_segment(segment, self._masks))
+
+    async def save_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> list[SaveResult]:
+        masked = [masked_segment(s, self._masks) for s in segments]
+        return await save_segments(self._inner, masked)
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._inner.save_session_summary(masked_summary(summary, self._masks))

@@ -51,6 +51,22 @@ class DeletionMode(enum.StrEnum):
     HARD = "hard"
 
 
+def visible_to(private_to: str | None, agent: str | None) -> bool:
+    """Whether a memory private to `private_to` (None: shared) may be shown to `agent`
+    (None: no agent, shared memories only)."""
+    return private_to is None or private_to == agent
+
+
+def agent_name(value: str | None) -> str | None:
+    """An agent's name as stored in `private_to`, or ValueError for one that cannot be."""
+    if value is None:
+        return None
+    name = value.strip().lower()
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name):
+        raise ValueError(f"agent {value!r} is not an agent's name (letters, digits, - _ .)")
+    return name
+
+
 def new_memory_id() -> str:
     """A random, collision-safe memory id."""
     return uuid.uuid4().hex
@@ -154,6 +170,9 @@ class Memory:
     #: how often recall returned it), and when last.
     access_count: int = 0
     last_accessed_at: datetime | None = None
+    #: The one agent (claude, codex, gemini, ...) that may recall this memory; None: every
+    #: agent of its owner (see `visible_to`).
+    private_to: str | None = None
 
     @property
     def is_live(self) -> bool:
@@ -194,6 +213,8 @@ class ConversationSegment:
     importance: float | None = None
     #: The person's and the agent's words, message by message (see Turn); not part of the id.
     turns: tuple[Turn, ...] = ()
+    #: The agent whose private memory this is (`memory.private_agents`); not part of the id.
+    private_to: str | None = None
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -232,6 +253,7 @@ class SessionSummary:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     importance: float | None = None
+    private_to: str | None = None
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -265,6 +287,7 @@ class RequestedMemory:
     content: str
     message_uuid: str | None = None
     said_at: datetime | None = None
+    private_to: str | None = None
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -308,6 +331,8 @@ class RecallResult:
     relevance: float = 1.0
     #: The backend that answered, when recall went through a chain of them (`chain.py`).
     layer: str | None = None
+    #: The agent this memory is private to (see `Memory.private_to`).
+    private_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,33 @@ def vector_queue(backend: object) -> VectorQueue | None:
 
 
 @runtime_checkable
+class SegmentBatch(Protocol):
+    """A backend that saves several segments in one transaction (recovery's batches)."""
+
+    async def save_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> list[SaveResult]:
+        """`save_conversation_segment` for each, all or none durable; results in order."""
+        ...
+
+
+async def save_segments(backend: MemoryBackend,
+                        segments: Sequence[ConversationSegment]) -> list[SaveResult]:
+    """Save `segments` in one batch when `backend` can, else one by one."""
+    if isinstance(backend, SegmentBatch):
+        return await backend.save_conversation_segments(segments)
+    return [await backend.save_conversation_segment(s) for s in segments]
+
+
+@runtime_checkable
+class ProjectRelabel(Protocol):
+    """A backend that can move a project's memories to a new path (a renamed folder)."""
+
+    async def relabel_project(self, old: str, new: str) -> int:
+        """Move every memory of project `old` to project `new`; how many moved."""
+        ...
+
+
+@runtime_checkable
 class MemoryBackend(Protocol):
     name: str
 
@@ -119,8 +146,10 @@ class MemoryBackend(Protocol):
         project: str | None = None,
         tags: Iterable[str] = (),
         provenance: Provenance | None = None,
+        private_to: str | None = None,
     ) -> Memory:
-        """Store a new memory with a fresh id; `project` defaults to the provenance's."""
+        """Store a new memory with a fresh id; `project` defaults to the provenance's.
+        `private_to` names the one agent that may recall it (None: shared)."""
         ...
 
     async def recall(
@@ -134,8 +163,12 @@ class MemoryBackend(Protocol):
         types: Iterable[MemoryType] | None = None,
         all_projects: bool = False,
         order: RecallOrder = "score",
+        agent: str | None = None,
     ) -> list[RecallResult]:
         """The best live memories for `query` (any text; an empty query ranks by weight).
+
+        Memories private to an agent are returned only when `agent` is that agent
+        (None: shared memories only).
 
         `project` keeps that project's memories and project-less ones; with
         `all_projects` every project is searched but that project's come first.

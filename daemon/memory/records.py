@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult
+from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult, agent_name
 
 SCHEMA_VERSION = 1
 
@@ -71,6 +71,7 @@ def memory_to_record(memory: Memory) -> dict[str, Any]:
         "deleted_at": opt_utc_text(memory.deleted_at),
         "access_count": memory.access_count,
         "last_accessed_at": opt_utc_text(memory.last_accessed_at),
+        **({"private_to": memory.private_to} if memory.private_to else {}),
     }
 
 
@@ -131,6 +132,7 @@ def record_to_memory(record: Mapping[str, Any]) -> Memory:
             deleted_at=opt_from_utc_text(record.get("deleted_at")),
             access_count=int(_number(record.get("access_count") or 0, "access_count")),
             last_accessed_at=opt_from_utc_text(record.get("last_accessed_at")),
+            private_to=agent_name(_opt(str, record.get("private_to"), "private_to")),
         )
     except KeyError as exc:
         raise ValueError(f"missing field {exc.args[0]!r}") from exc
@@ -168,4 +170,5 @@ def result_to_record(result: RecallResult) -> dict[str, Any]:
         "created_at": to_utc_text(result.created_at),
         "provenance": provenance_to_record(result.provenance),
         **({"layer": result.layer} if result.layer else {}),
+        **({"private_to": result.private_to} if result.private_to else {}),
     }

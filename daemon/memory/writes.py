@@ -23,6 +23,7 @@ from daemon.memory.models import (
     Provenance,
     RequestedMemory,
     SessionSummary,
+    agent_name,
     new_memory_id,
 )
 from daemon.memory.redaction import redact
@@ -41,7 +42,7 @@ def _importance(kind: MemoryType, importance: float | None) -> float:
 
 def new_memory(content: str, *, type: MemoryType, importance: float | None,
                project: str | None, tags: Iterable[str], provenance: Provenance | None,
-               now: datetime) -> Memory:
+               now: datetime, private_to: str | None = None) -> Memory:
     """What `remember` stores: a fresh id, the text masked (what a person or an agent types
     may hold a secret too), the project defaulting to the provenance's."""
     if not content.strip():
@@ -51,7 +52,8 @@ def new_memory(content: str, *, type: MemoryType, importance: float | None,
     return Memory(id=new_memory_id(), content=redact(content), type=kind,
                   importance=_importance(kind, importance),
                   project=project if project is not None else prov.project, tags=tuple(tags),
-                  provenance=prov, created_at=now, updated_at=now)
+                  provenance=prov, created_at=now, updated_at=now,
+                  private_to=agent_name(private_to))
 
 
 def correction(old: Memory | None, memory_id: str, new_content: str, *, reason: str | None,
@@ -72,28 +74,33 @@ def correction(old: Memory | None, memory_id: str, new_content: str, *, reason: 
         id=new_memory_id(), content=redact(new_content), type=MemoryType.CORRECTION,
         importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
         project=old.project, tags=old.tags, provenance=provenance or old.provenance,
-        created_at=now, updated_at=now, supersedes=old.id, reason=reason)
+        created_at=now, updated_at=now, supersedes=old.id, reason=reason,
+        private_to=old.private_to)
 
 
 def _auto(memory_id: str, content: str, kind: MemoryType, importance: float | None,
           project: str | None, tags: tuple[str, ...], provenance: Provenance,
-          now: datetime) -> Memory:
+          now: datetime, private_to: str | None) -> Memory:
     return Memory(id=memory_id, content=content, type=kind,
                   importance=_importance(kind, importance), project=project, tags=tags,
-                  provenance=provenance, created_at=now, updated_at=now)
+                  provenance=provenance, created_at=now, updated_at=now,
+                  private_to=agent_name(private_to))
 
 
 def segment_memory(segment: ConversationSegment, now: datetime) -> Memory:
     return _auto(segment.id, segment.text, MemoryType.CONVERSATION, segment.importance,
-                 segment.project, segment.tags, segment.provenance, now)
+                 segment.project, segment.tags, segment.provenance, now,
+                 segment.private_to)
 
 
 def summary_memory(summary: SessionSummary, now: datetime) -> Memory:
     return _auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY, summary.importance,
-                 summary.project, (summary.kind,), summary.provenance, now)
+                 summary.project, (summary.kind,), summary.provenance, now,
+                 summary.private_to)
 
 
 def requested_memory(requested: RequestedMemory, now: datetime) -> Memory:
     # A notch below a fact someone stored on purpose (0.9): it was read out of prose.
     return _auto(requested.id, requested.content, MemoryType.FACT, REQUESTED_IMPORTANCE,
-                 requested.project, (REQUESTED_TAG,), requested.provenance, now)
+                 requested.project, (REQUESTED_TAG,), requested.provenance, now,
+                 requested.private_to)

@@ -171,6 +171,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        6,
+        "project links: a renamed folder's old path saves and recalls as its new one",
+        """
+        CREATE TABLE project_links (
+            old_path TEXT PRIMARY KEY,
+            new_path TEXT NOT NULL,
+            linked_at TEXT NOT NULL
+        );
+        """,
+    ),
 ]
 
 

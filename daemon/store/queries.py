@@ -144,8 +144,10 @@ async def search_messages(
     since: str | None = None,
     until: str | None = None,
     limit: int = 20,
+    hidden_sources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Stored messages holding every one of `words` (case-insensitive), newest first.
+    """Stored messages holding every one of `words` (case-insensitive), newest first,
+    leaving out sessions of the agents in `hidden_sources`.
 
     A scan, not an index: it reads the messages of the selected time span and
     project, which is what "what did I run last Tuesday in this repo?" asks for.
@@ -164,6 +166,9 @@ async def search_messages(
     if until is not None:
         where.append("m.timestamp < ?")
         params.append(until)
+    if hidden_sources:
+        where.append(f"s.source NOT IN ({', '.join('?' for _ in hidden_sources)})")
+        params.extend(hidden_sources)
     async with conn.execute(
         "SELECT s.id AS session_id, s.external_id, s.source, s.project, m.message_index,"
         " m.role, m.kind, m.tool_name, m.timestamp, substr(m.content, 1, 4000) AS content"

@@ -6,6 +6,7 @@ like the instants it names, so no comparison depends on the machine's time zone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -70,8 +71,10 @@ class StoredSummary:
     ended_at: datetime | None = None
 
 
-_SYNC_COLUMNS = ("id, source, external_id, project, status, message_count, memory_sync_index,"
-                 " last_message_at, last_ingested_at")
+# A session of a renamed folder's old path saves under the new one (`project_links`).
+_SYNC_COLUMNS = ("id, source, external_id, COALESCE((SELECT new_path FROM project_links"
+                 " WHERE old_path = sessions.project), project), status, message_count,"
+                 " memory_sync_index, last_message_at, last_ingested_at")
 
 
 def _sync_state(row: aiosqlite.Row) -> SessionSyncState:
@@ -143,12 +146,12 @@ async def messages_from(
 
 async def advance_sync_index(
     conn: aiosqlite.Connection, session_id: int, expected: int, new_index: int, *,
-    audit_event: AuditEvent | None = None, now: datetime | None = None,
+    audit_events: Sequence[AuditEvent] = (), now: datetime | None = None,
 ) -> bool:
     """Move `memory_sync_index` from `expected` to `new_index`; False if someone else moved it.
 
     The compare-and-set keeps two syncs (the daemon's and `memoryd sync`) from
-    ever moving the index backwards. `audit_event` (the save that lets it move) is
+    ever moving the index backwards. `audit_events` (the saves that let it move) are
     recorded in the same transaction.
     """
     async with transaction(conn):
@@ -157,8 +160,9 @@ async def advance_sync_index(
             (new_index, session_id, expected),
         )
         moved = cursor.rowcount > 0
-        if moved and audit_event is not None and now is not None:
-            await audit.record(conn, audit_event, now, in_transaction=True)
+        if moved and now is not None:
+            for event in audit_events:
+                await audit.record(conn, event, now, in_transaction=True)
         return moved
 
 

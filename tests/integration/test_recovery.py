@@ -222,6 +222,11 @@ class FlakyBackend:
             raise RuntimeError("crash between the save and the index update")
         return result
 
+    async def save_conversation_segments(
+            self, segments: list[ConversationSegment]) -> list[SaveResult]:
+        # Each save of a batch may fail: faults land between segments, not only batches.
+        return [await self.save_conversation_segment(s) for s in segments]
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

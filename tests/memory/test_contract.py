@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -19,6 +20,7 @@ from daemon.memory import (
     Provenance,
     SessionSummary,
 )
+from daemon.memory.protocol import ProjectRelabel
 
 BackendFactory = Callable[[str], Awaitable[MemoryBackend]]
 
@@ -548,3 +550,65 @@ async def test_a_forget_as_of_an_earlier_time_spares_what_came_after(
         "the parser talk that began after the forget", session_id=8, project="/p",
         start=asked + timedelta(seconds=30)))
     assert later.created
+
+
+# -- isolation ------------------------------------------------------------------------
+
+async def test_private_memories_reach_only_their_agent(
+        backend: MemoryBackend, make_backend: BackendFactory) -> None:
+    """A memory private to an agent is recalled by that agent only, in every recall path
+    (words, no words, time order); corrections stay private; an export keeps the mark."""
+    shared = await backend.remember("the build cache lives on the nas", project="/work/app")
+    mine = await backend.remember("the nas admin password rotates weekly",
+                                  project="/work/app", private_to="Claude")
+    assert mine.private_to == "claude"
+    for agent in (None, "codex"):
+        for query, order in (("nas", "score"), ("", "score"), ("", "time")):
+            found = await backend.recall(query, project="/work/app", agent=agent,
+                                         order=order)  # type: ignore[arg-type]
+            assert [r.memory_id for r in found] == [shared.id], (agent, query, order)
+    found = await backend.recall("nas password", project="/work/app", agent="claude")
+    assert mine.id in {r.memory_id for r in found}
+    assert next(r for r in found if r.memory_id == mine.id).private_to == "claude"
+    fixed = await backend.correct(mine.id, "the nas admin password rotates daily")
+    assert fixed.private_to == "claude"
+    assert await backend.recall("password rotates daily", agent="codex") == []
+    saved = dataclasses.replace(segment("codex ran the nightly vacuum on the nas"),
+                                private_to="codex")
+    await backend.save_conversation_segment(saved)
+    assert saved.id in {r.memory_id for r in await backend.recall("nightly vacuum",
+                                                                  agent="codex")}
+    assert await backend.recall("nightly vacuum", agent="claude") == []
+    marks = {r["id"]: r.get("private_to") for r in await export_all(backend)}
+    assert marks[fixed.id] == "claude" and marks[saved.id] == "codex"
+    assert marks[shared.id] is None
+    copy = await make_backend("copy")
+    await copy.import_records(await export_all(backend))
+    assert [r.memory_id for r in await copy.recall("nas", project="/work/app")] == [shared.id]
+    with pytest.raises(ValueError, match="agent"):
+        await backend.remember("x", private_to="no spaces allowed")
+
+
+async def test_a_linked_project_moves_with_its_memories(backend: MemoryBackend) -> None:
+    """`relabel_project` moves a renamed folder's memories: recall by the new path finds
+    them by words and without, the old path holds none, other projects stay put."""
+    if not isinstance(backend, ProjectRelabel):
+        pytest.skip(f"{backend.name} keeps memories under the path they were saved with")
+    moved = await backend.remember("the ledger uses bankers rounding", project="/work/old")
+    await backend.save_conversation_segment(segment("the ledger closes at midnight",
+                                                    project="/work/old"))
+    other = await backend.remember("the ledger of api b is kept in euros", project="/work/b")
+    # A memory already in the new project: both sets are searchable there afterwards.
+    there = await backend.remember("the ledger exports to parquet", project="/work/new")
+    assert await backend.relabel_project("/work/old", "/work/new") == 2
+    found = await backend.recall("ledger", project="/work/new")
+    assert {r.memory_id for r in found} >= {moved.id, there.id}
+    assert other.id not in {r.memory_id for r in found}
+    assert all(r.project == "/work/new" for r in found)
+    assert await backend.recall("ledger", project="/work/old") == []
+    listed = await backend.recall("", project="/work/new")
+    assert len(listed) == 3
+    assert (await backend.get(moved.id)).project == "/work/new"  # type: ignore[union-attr]
+    assert await backend.relabel_project("/work/old", "/work/new") == 0
+    with pytest.raises(ValueError):
+        await backend.relabel_project("/work/new", "/work/new")

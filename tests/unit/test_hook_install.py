@@ -162,7 +162,8 @@ def test_mcp_entries_per_agent(tmp_path: Path) -> None:
     inst = installer(tmp_path)
     inst.mcp("claude", "project", install=True, dry_run=False)
     entry = json.loads((tmp_path / "project" / ".mcp.json").read_text())["mcpServers"]["memoryd"]
-    assert entry == {"type": "stdio", "command": MEMORYD, "args": ["mcp"], "env": {}}
+    assert entry == {"type": "stdio", "command": MEMORYD, "args": ["mcp", "--agent", "claude"],
+                     "env": {}}
     inst.mcp("gemini", "user", install=True, dry_run=False)
     status = inst.status("gemini", "user")
     assert status["mcp"] is True and status["hooks"] == []
@@ -208,7 +209,8 @@ def test_config_file_is_passed_to_hooks_and_the_server(tmp_path: Path) -> None:
     assert "--config /etc/memoryd.yaml" in claude["hooks"]["Stop"][0]["hooks"][0]["command"]
     gemini = json.loads(settings_path("gemini", "mcp", "user", inst.home,
                                       inst.project).read_text())
-    assert gemini["mcpServers"]["memoryd"]["args"] == ["--config", "/etc/memoryd.yaml", "mcp"]
+    assert gemini["mcpServers"]["memoryd"]["args"] == ["--config", "/etc/memoryd.yaml", "mcp",
+                                                       "--agent", "gemini"]
 
 
 def test_codex_hooks_feature_flag_is_set_and_removed_exactly(tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ _COLUMNS = (
     "tags", "tags_text", "session_id", "session_external_id", "source", "source_project",
     "first_index", "last_index", "message_uuids", "started_at", "ended_at", "created_at",
     "updated_at", "supersedes", "superseded_by", "reason", "deleted_at", "access_count",
-    "last_accessed_at",
+    "last_accessed_at", "private_to",
 )
 _INSERT_ONCE = (
     f"INSERT INTO memories ({', '.join(_COLUMNS)}) "
@@ -358,7 +358,7 @@ class PostgresMemoryBackend:
             _utc(p.started_at), _utc(p.ended_at), _utc(memory.created_at),
             _utc(memory.updated_at), memory.supersedes, memory.superseded_by, memory.reason,
             _utc(memory.deleted_at), memory.access_count, _utc(memory.last_accessed_at),
-            self._owner.user, memory.id,
+            memory.private_to, self._owner.user, memory.id,
         )
 
     async def _insert_once(self, conn: psycopg.AsyncConnection[Any], memory: Memory) -> bool:
@@ -391,7 +391,8 @@ class PostgresMemoryBackend:
             created_at=row["created_at"], updated_at=row["updated_at"],
             superseded_by=row["superseded_by"], supersedes=row["supersedes"],
             reason=row["reason"], deleted_at=row["deleted_at"],
-            access_count=int(row["access_count"]), last_accessed_at=row["last_accessed_at"])
+            access_count=int(row["access_count"]), last_accessed_at=row["last_accessed_at"],
+            private_to=row["private_to"])
 
     # -- protocol -------------------------------------------------------------
 
@@ -429,9 +430,11 @@ class PostgresMemoryBackend:
         self, content: str, *, type: MemoryType = MemoryType.FACT,
         importance: float | None = None, project: str | None = None,
         tags: Iterable[str] = (), provenance: Provenance | None = None,
+        private_to: str | None = None,
     ) -> Memory:
         memory = writes.new_memory(content, type=type, importance=importance, project=project,
-                                   tags=tags, provenance=provenance, now=self._clock.now())
+                                   tags=tags, provenance=provenance, now=self._clock.now(),
+                                   private_to=private_to)
         async with self._write() as conn:
             await self._insert_once(conn, memory)
         log.info("memory_remembered", backend=BACKEND_NAME, memory_id=memory.id,
@@ -440,9 +443,14 @@ class PostgresMemoryBackend:
 
     def _filters(self, *, now: datetime, project: str | None, since: datetime | None,
                  until: datetime | None, types: Iterable[MemoryType] | None,
-                 all_projects: bool) -> _Filters | None:
+                 all_projects: bool, agent: str | None = None) -> _Filters | None:
         mine, params = self._mine()
         where = [mine, "m.deleted_at IS NULL", "m.superseded_by IS NULL"]
+        if agent is None:
+            where.append("m.private_to IS NULL")
+        else:
+            where.append("(m.private_to IS NULL OR m.private_to = %(agent)s)")
+            params["agent"] = agent
         params.update(now=now, decaying=list(_DECAYING))
         tier = "0"
         chunk_where = ["c.owner_user = %(user)s"]
@@ -473,10 +481,11 @@ class PostgresMemoryBackend:
         self, query: str, *, project: str | None = None, limit: int = 10,
         since: datetime | None = None, until: datetime | None = None,
         types: Iterable[MemoryType] | None = None, all_projects: bool = False,
-        order: RecallOrder = "score",
+        order: RecallOrder = "score", agent: str | None = None,
     ) -> list[RecallResult]:
         filters = self._filters(now=self._clock.now(), project=project, since=since,
-                                until=until, types=types, all_projects=all_projects)
+                                until=until, types=types, all_projects=all_projects,
+                                agent=agent)
         if filters is None or limit <= 0:
             return []
         words = terms(query)
@@ -523,7 +532,8 @@ class PostgresMemoryBackend:
             memory_id=row["id"], type=MemoryType(row["type"]), content=row["content"],
             score=score, provenance=provenance, created_at=row["created_at"],
             project=row["project"], importance=float(row["importance"]),
-            tags=tuple(row["tags"] or ()), excerpt=excerpt, relevance=relevance)
+            tags=tuple(row["tags"] or ()), excerpt=excerpt, relevance=relevance,
+            private_to=row["private_to"])
 
     async def _hybrid(self, query: str, words: list[str], filters: _Filters, limit: int
                       ) -> list[RecallResult]:
@@ -996,6 +1006,22 @@ class PostgresMemoryBackend:
                      r.deleted_at, self._owner.user, r.memory_id, r.mode.value, r.deleted_at))
                 added += len(rows)
         return added
+
+    async def relabel_project(self, old: str, new: str) -> int:
+        """Move this user's memories of project `old` to `new` (a renamed folder)."""
+        if not old or not new or old == new:
+            raise ValueError("give two different projects")
+        async with self._write() as conn:
+            cur = await conn.execute(
+                "UPDATE memories SET project = %(new)s WHERE owner_user = %(user)s"
+                " AND project = %(old)s", {"new": new, "old": old, "user": self._owner.user})
+            moved = cur.rowcount
+            await conn.execute(
+                "UPDATE memory_chunks SET project = %(new)s WHERE owner_user = %(user)s"
+                " AND project = %(old)s", {"new": new, "old": old, "user": self._owner.user})
+        self._scope_sizes.clear()
+        log.info("memory_project_relabelled", backend=BACKEND_NAME, moved=moved)
+        return moved
 
     async def forgotten_scopes(self) -> list[ForgottenScope]:
         """This user's forgotten sessions and projects. memoryd's own session numbers are

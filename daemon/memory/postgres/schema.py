@@ -148,6 +148,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX memory_chunks_by_owner_project ON memory_chunks (owner_user, project);
         """,
     ),
+    (
+        3,
+        "memories private to one agent of their owner",
+        """
+        ALTER TABLE memories ADD COLUMN private_to text;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

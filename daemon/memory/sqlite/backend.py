@@ -47,7 +47,7 @@ import aiosqlite
 import structlog
 
 from daemon.clock import Clock
-from daemon.errors import BackendError, BackendUnavailable
+from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
 from daemon.memory import ranking, writes
 from daemon.memory.chunks import chunk_memory
 from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
@@ -129,6 +129,19 @@ async def _insert_chunks(conn: aiosqlite.Connection, seq: int, content: str,
          for c in chunk_memory(content, memory_type, provenance)])
 
 
+async def _claim(conn: aiosqlite.Connection, owner: str, now: str, path: Path) -> None:
+    await conn.execute("INSERT OR IGNORE INTO store_owner (id, user, claimed_at)"
+                       " VALUES (1, ?, ?)", (owner, now))
+    await conn.commit()
+    async with conn.execute("SELECT user FROM store_owner WHERE id = 1") as cursor:
+        row = await cursor.fetchone()
+    if row is not None and row[0] != owner:
+        raise StoreOwnedElsewhere(
+            f"the memory store {path} belongs to user {row[0]!r}, not {owner!r}: set"
+            f" memory.user to {row[0]!r}, or give {owner!r} a state_dir of their own",
+            backend=BACKEND_NAME)
+
+
 async def _chunk_missing(conn: aiosqlite.Connection) -> int:
     """Chunk every memory that has none yet (after an import, or a database from before v2)."""
     async with conn.execute(
@@ -198,8 +211,13 @@ class SQLiteMemoryBackend:
         fusion: Fusion = "adaptive",
         vector_weight: float = VECTOR_WEIGHT,
         paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
+        owner: str | None = None,
     ) -> SQLiteMemoryBackend:
         """Open or create the memory database at `path` and bring its schema up to date.
+
+        `owner` is the user whose memories these are: the first owner to open the store
+        claims it, and it refuses to open for anyone else (StoreOwnedElsewhere), so
+        memories never cross users (None: no check, for tools that only copy).
 
         `busy_timeout` is how long (seconds) to wait for another writer before a
         write fails with BackendUnavailable. With an `embedder` (or `chunked=True`
@@ -218,6 +236,8 @@ class SQLiteMemoryBackend:
                 sqlite_recall.SCORE_FUNCTION, 5, sqlite_recall.score_sql, deterministic=True
             )
             await _chunk_missing(conn)
+            if owner is not None:
+                await _claim(conn, owner, to_utc_text(clock.now()), path)
         except sqlite3.Error as exc:
             await conn.close()
             raise translate(exc) from exc
@@ -321,9 +341,11 @@ class SQLiteMemoryBackend:
         project: str | None = None,
         tags: Iterable[str] = (),
         provenance: Provenance | None = None,
+        private_to: str | None = None,
     ) -> Memory:
         memory = writes.new_memory(content, type=type, importance=importance, project=project,
-                                   tags=tags, provenance=provenance, now=self._clock.now())
+                                   tags=tags, provenance=provenance, now=self._clock.now(),
+                                   private_to=private_to)
         async with self._write() as conn:
             await self._insert_once(conn, memory)
         log.info("memory_remembered", memory_id=memory.id, type=memory.type.value,
@@ -341,17 +363,18 @@ class SQLiteMemoryBackend:
         types: Iterable[MemoryType] | None = None,
         all_projects: bool = False,
         order: RecallOrder = "score",
+        agent: str | None = None,
     ) -> list[RecallResult]:
         now = self._clock.now()
         if self._chunked and order == "score" and fts.terms(query):
             results = await self._hybrid_recall(
                 query, now=now, project=project, limit=limit, since=since, until=until,
-                types=types, all_projects=all_projects)
+                types=types, all_projects=all_projects, agent=agent)
             log.debug("memory_recalled", results=len(results), project=project, order=order,
                       hybrid=True)
             return results
         recall = sqlite_recall.plan(query, now=now, project=project, since=since, until=until,
-                                    types=types, all_projects=all_projects)
+                                    types=types, all_projects=all_projects, agent=agent)
         if recall is None or limit <= 0:
             return []
 
@@ -372,6 +395,7 @@ class SQLiteMemoryBackend:
                 importance=row["importance"],
                 tags=tuple(json.loads(row["tags"])),
                 relevance=ranking.relevance(row["bm"]),
+                private_to=row["private_to"],
             )
             for row, score in ranked
         ]
@@ -381,10 +405,10 @@ class SQLiteMemoryBackend:
     async def _hybrid_recall(
         self, query: str, *, now: datetime, project: str | None, limit: int,
         since: datetime | None, until: datetime | None,
-        types: Iterable[MemoryType] | None, all_projects: bool,
+        types: Iterable[MemoryType] | None, all_projects: bool, agent: str | None,
     ) -> list[RecallResult]:
         filters = sqlite_recall.plan("", now=now, project=project, since=since, until=until,
-                                     types=types, all_projects=all_projects)
+                                     types=types, all_projects=all_projects, agent=agent)
         if filters is None or limit <= 0:
             return []
         query_vector: asyncio.Task[Floats | None] | None = None
@@ -439,6 +463,7 @@ class SQLiteMemoryBackend:
                 tags=tuple(json.loads(row["tags"])),
                 excerpt=None if excerpt == row["content"] else excerpt,
                 relevance=hit.relevance,
+                private_to=row["private_to"],
             ))
         return results
 
@@ -726,15 +751,25 @@ class SQLiteMemoryBackend:
         The shorter one stays for audit, superseded, so every message is in one live
         segment whatever the session did after the crash.
         """
+        return (await self.save_conversation_segments([segment]))[0]
+
+    async def save_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> list[SaveResult]:
+        """`save_conversation_segment` for each, in one transaction (recovery's batches:
+        one commit, one fsync, for a page of segments)."""
         now = self._clock.now()
-        memory = writes.segment_memory(segment, now)
+        results = []
         async with self._write() as conn:
-            created = (not await self._forgotten(conn, memory)
-                       and await self._insert_once(conn, memory))
-            if created:
-                await self._supersede_shorter_tails(conn, segment, to_utc_text(now))
-        log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
-        return SaveResult(id=memory.id, created=created)
+            for segment in segments:
+                memory = writes.segment_memory(segment, now)
+                created = (not await self._forgotten(conn, memory)
+                           and await self._insert_once(conn, memory))
+                if created:
+                    await self._supersede_shorter_tails(conn, segment, to_utc_text(now))
+                results.append(SaveResult(id=memory.id, created=created))
+        log.debug("memory_segments_saved", segments=len(results),
+                  created=sum(r.created for r in results))
+        return results
 
     async def _supersede_shorter_tails(self, conn: aiosqlite.Connection,
                                        segment: ConversationSegment, now: str) -> None:
@@ -853,6 +888,35 @@ class SQLiteMemoryBackend:
                 added += max(cur.rowcount, 0)
                 await cur.close()
         return added
+
+    async def relabel_project(self, old: str, new: str) -> int:
+        """Move every memory of project `old` to `new` (a renamed folder); how many moved."""
+        if not old or not new or old == new:
+            raise ValueError("give two different projects")
+        async with self._write() as conn:
+            cursor = await conn.execute(
+                "UPDATE memories SET project = ? WHERE project = ?", (new, old))
+            moved = cursor.rowcount
+            await conn.execute("INSERT OR IGNORE INTO memory_projects (project) VALUES (?)",
+                               (new,))
+            ids = {row[0]: row[1] for row in await self._fetch_all(
+                conn, "SELECT project, id FROM memory_projects WHERE project IN (?, ?)",
+                (old, new))}
+            if old in ids:
+                # The chunks' scope token follows their project: re-index the moved ones.
+                before, after = f"p{ids[old]}", f"p{ids[new]}"
+                await conn.execute(
+                    "INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, content, scope)"
+                    " SELECT 'delete', seq, content, scope FROM memory_chunks WHERE scope = ?",
+                    (before,))
+                await conn.execute(
+                    "INSERT INTO memory_chunks_fts (rowid, content, scope)"
+                    " SELECT seq, content, ? FROM memory_chunks WHERE scope = ?",
+                    (after, before))
+                await conn.execute("UPDATE memory_chunks SET scope = ? WHERE scope = ?",
+                                   (after, before))
+        log.info("memory_project_relabelled", moved=moved)
+        return moved
 
     async def forgotten_scopes(self) -> list[ForgottenScope]:
         """The sessions and projects forgotten here (`memoryd memory copy` carries them)."""

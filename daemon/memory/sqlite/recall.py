@@ -88,10 +88,18 @@ def plan(
     until: datetime | None,
     types: Iterable[MemoryType] | None,
     all_projects: bool,
+    agent: str | None = None,
 ) -> RecallPlan | None:
-    """The SQL for a recall, or None when the filters can match nothing."""
+    """The SQL for a recall, or None when the filters can match nothing.
+
+    Memories private to an agent are in it only when `agent` is that agent."""
     params: dict[str, Any] = {"now": to_utc_text(now)}
     where = ["m.deleted_at IS NULL", "m.superseded_by IS NULL"]
+    if agent is None:
+        where.append("m.private_to IS NULL")
+    else:
+        where.append("(m.private_to IS NULL OR m.private_to = :agent)")
+        params["agent"] = agent
     match = fts.match_expression(query)
     if match is not None:
         source = "memories_fts JOIN memories m ON m.seq = memories_fts.rowid"

@@ -14,6 +14,7 @@ COLUMNS = (
     "session_id", "session_external_id", "source", "source_project", "first_index",
     "last_index", "message_uuids", "started_at", "ended_at", "created_at", "updated_at",
     "supersedes", "superseded_by", "reason", "deleted_at", "access_count", "last_accessed_at",
+    "private_to",
 )
 INSERT_ONCE = (
     f"INSERT INTO memories ({', '.join(COLUMNS)}) "
@@ -44,7 +45,7 @@ def row_params(memory: Memory) -> tuple[Any, ...]:
         p.last_index, json.dumps(list(p.message_uuids)), opt_utc_text(p.started_at),
         opt_utc_text(p.ended_at), to_utc_text(memory.created_at), to_utc_text(memory.updated_at),
         memory.supersedes, memory.superseded_by, memory.reason, opt_utc_text(memory.deleted_at),
-        memory.access_count, opt_utc_text(memory.last_accessed_at),
+        memory.access_count, opt_utc_text(memory.last_accessed_at), memory.private_to,
     )
 
 
@@ -79,4 +80,5 @@ def row_memory(row: sqlite3.Row) -> Memory:
         deleted_at=opt_from_utc_text(row["deleted_at"]),
         access_count=row["access_count"],
         last_accessed_at=opt_from_utc_text(row["last_accessed_at"]),
+        private_to=row["private_to"],
     )

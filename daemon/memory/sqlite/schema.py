@@ -228,6 +228,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        6,
+        "isolation: the store's owner, memories private to one agent",
+        """
+        CREATE TABLE store_owner (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            user TEXT NOT NULL,
+            claimed_at TEXT NOT NULL
+        );
+        ALTER TABLE memories ADD COLUMN private_to TEXT;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
