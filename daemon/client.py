@@ -97,6 +97,10 @@ class DirectRuntime:
         # No daemon to wait in: the session is saved when it pauses, or by the next run.
         log.debug("sync_later_without_daemon", session_id=session_id, delay=delay)
 
+    async def open_ui(self) -> str:
+        raise ApiError(503, "no daemon runs to serve the viewer (`memoryd ui` serves it"
+                            " itself then)")
+
 
 @contextlib.asynccontextmanager
 async def direct_ops(settings: Settings, clock: Clock, *,

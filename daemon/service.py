@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import structlog
@@ -45,6 +45,9 @@ from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
 from daemon.store import audit, connect, migrate, queries
 from daemon.store.connection import ensure_private_dir, integrity_problems, translate
+
+if TYPE_CHECKING:
+    from daemon.ui.server import UiServer
 
 log = structlog.get_logger("memoryd.service")
 
@@ -217,6 +220,8 @@ class Service:
         self._open_lock = asyncio.Lock()
         self._sync_lock = asyncio.Lock()
         self._ops: MemoryOps | None = None
+        self._ui: UiServer | None = None
+        self._ui_lock = asyncio.Lock()
         self._api_conn: aiosqlite.Connection | None = None
         self._jobs_conn: aiosqlite.Connection | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
@@ -314,6 +319,7 @@ class Service:
                     self._record_error(exc, "api")
                 else:
                     stack.push_async_callback(api.stop)
+                stack.push_async_callback(self._stop_ui)
                 stack.callback(self._cancel_later)
                 self.ready.set()
                 self._write_status(force=True)
@@ -364,6 +370,23 @@ class Service:
             self._ops = MemoryOps(self.settings, self.clock, self._api_conn, self._backend,
                                   self)
         return self._ops
+
+    async def open_ui(self) -> str:
+        """Start the web viewer on first use (and again after it stopped, idle)."""
+        async with self._ui_lock:
+            if self._ui is None or not self._ui.running:
+                # Starlette, Jinja2 and uvicorn load only when someone opens the viewer.
+                from daemon.ui.data import ViewerData
+                from daemon.ui.server import UiServer
+
+                data = ViewerData(self.settings, self.clock, self._api_ops, self._api_status)
+                self._ui = UiServer(data)
+                await self._ui.start()
+            return self._ui.url
+
+    async def _stop_ui(self) -> None:
+        if self._ui is not None and self._ui.running:
+            await self._ui.stop()
 
     async def _api_status(self) -> dict[str, Any]:
         from daemon.status import collect_status

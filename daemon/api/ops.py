@@ -99,6 +99,10 @@ class Runtime(Protocol):
         """Ask for a sync of this session after `delay` seconds (later asks replace it)."""
         ...
 
+    async def open_ui(self) -> str:
+        """Serve the web viewer (started on first use); the address that logs a browser in."""
+        ...
+
 
 class MemoryOps:
     """The operations, over the daemon's store connection and a memory backend."""
@@ -116,6 +120,15 @@ class MemoryOps:
         self._reranker = None if rerank.provider == "none" else HttpReranker(RerankOptions(
             base_url=rerank.base_url, model=rerank.model, api_key_env=rerank.api_key_env,
             candidates=rerank.candidates, timeout=rerank.timeout))
+
+    @property
+    def store(self) -> aiosqlite.Connection:
+        """The daemon's store connection (the viewer's read-only queries)."""
+        return self._conn
+
+    @property
+    def memory(self) -> MemoryBackend:
+        return self._backend
 
     # -- memory ----------------------------------------------------------------------
 
@@ -498,6 +511,9 @@ class MemoryOps:
             session_id = int(found["id"])
         return {"report": asdict(await self._runtime.sync(session_id))}
 
+    async def open_ui(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"url": await self._runtime.open_ui()}
+
     async def session_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """A hook's event; returns `context` (a block, or None) and the memory ids in it."""
         agent = _text(args, "agent")
@@ -675,6 +691,7 @@ OPERATIONS: dict[str, Operation] = {
     "search_sessions": MemoryOps.search_sessions,
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
+    "open_ui": MemoryOps.open_ui,
 }
 
 

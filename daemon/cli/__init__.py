@@ -7,8 +7,9 @@ from daemon.cli import (
     layer_commands,
     memory_commands,
     service_commands,
+    ui_commands,
 )
 from daemon.cli.common import main
 
 __all__ = ["agent_commands", "daemon_commands", "governance_commands", "layer_commands", "main",
-           "memory_commands", "service_commands"]
+           "memory_commands", "service_commands", "ui_commands"]

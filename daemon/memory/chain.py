@@ -67,6 +67,7 @@ from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
 from daemon.memory.protocol import (
     Capability,
     MemoryBackend,
+    MemoryBrowse,
     ProjectRelabel,
     RecallOrder,
     vector_queue,
@@ -311,6 +312,15 @@ class ChainBackend:
             if isinstance(backend, ProjectRelabel):
                 moved = max(moved, await backend.relabel_project(old, new))
         return moved
+
+    async def session_memories(self, session_id: int) -> list[Memory]:
+        found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).session_memories(
+            session_id))
+        return found
+
+    async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
+        found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).daily_counts(since))
+        return found
 
     def cannot_relabel(self) -> list[str]:
         """The layers that keep a moved project's memories under its old path."""
@@ -631,3 +641,9 @@ def describe_depth(depths: Sequence[Depth], now: datetime) -> list[dict[str, Any
              "oldest": d.oldest.isoformat() if d.oldest else None,
              "oldest_age_seconds": (round((now - d.oldest).total_seconds())
                                     if d.oldest else None)} for d in depths]
+
+
+def _browse(backend: MemoryBackend) -> MemoryBrowse:
+    if not isinstance(backend, MemoryBrowse):
+        raise BackendUnsupported("cannot list a session's memories", backend=backend.name)
+    return backend

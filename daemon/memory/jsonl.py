@@ -484,6 +484,19 @@ class JsonlMemoryBackend:
     async def deletions(self, *, memory_id: str | None = None) -> list[DeletionRecord]:
         return [d for d in self._deletions if memory_id is None or d.memory_id == memory_id]
 
+    async def session_memories(self, session_id: int) -> list[Memory]:
+        found = [m for m in self._memories.values() if m.provenance.session_id == session_id]
+        return sorted(found, key=lambda m: (m.provenance.first_index or 0, m.created_at, m.id))
+
+    async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
+        counts: dict[tuple[str, str | None], int] = {}
+        for m in self._memories.values():
+            began = m.provenance.started_at or m.created_at
+            if m.is_live and began >= since:
+                key = (began.astimezone(UTC).date().isoformat(), m.project)
+                counts[key] = counts.get(key, 0) + 1
+        return sorted((day, project, n) for (day, project), n in counts.items())
+
     async def export(self, project: str | None = None) -> AsyncIterator[dict[str, Any]]:
         for memory_id in sorted(self._memories):
             memory = self._memories[memory_id]

@@ -115,6 +115,21 @@ async def save_segments(backend: MemoryBackend,
 
 
 @runtime_checkable
+class MemoryBrowse(Protocol):
+    """A backend a viewer can browse: a session's memories, and memories per day."""
+
+    async def session_memories(self, session_id: int) -> list[Memory]:
+        """Every stored version made from this memoryd's session `session_id` (live,
+        superseded or soft-deleted), in message order."""
+        ...
+
+    async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
+        """(UTC day as YYYY-MM-DD, project, live memories) for the memories whose
+        conversation (or creation, without one) began on or after `since`."""
+        ...
+
+
+@runtime_checkable
 class ProjectRelabel(Protocol):
     """A backend that can move a project's memories to a new path (a renamed folder)."""
 

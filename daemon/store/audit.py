@@ -1,8 +1,8 @@
 """The audit trail: every read and write of memory, by whom and through what, never content.
 
 One row per operation in `audit_events`: when, the interface (`cli`, `hook`, `mcp`,
-`api`, `daemon` for its own saves), the action (the API operation or what the
-daemon did), the outcome (`ok` or `failed`), the agent and its session when
+`api`, `ui` for the web viewer, `daemon` for its own saves), the action (the API
+operation or what the daemon did), the outcome (`ok` or `failed`), the agent and its session when
 known, the memory ids touched or returned and a count (results, memories
 forgotten, messages saved). `detail` holds a failure's one-line reason, never a
 query, a memory's text or a key. `audit_memory_ids` indexes the ids, so
@@ -21,7 +21,7 @@ import aiosqlite
 
 from daemon.store.connection import iso_utc, transaction
 
-INTERFACES = ("cli", "hook", "mcp", "api", "daemon")
+INTERFACES = ("cli", "hook", "mcp", "api", "daemon", "ui")
 DETAIL_CHARS = 300
 
 

@@ -85,3 +85,16 @@ async def injection_counts(conn: aiosqlite.Connection,
             return {r[0]: r[1] for r in await cursor.fetchall()}
     except sqlite3.OperationalError:
         return {}
+
+
+async def recent_injections(conn: aiosqlite.Connection, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest `limit` context blocks given to agents, newest first."""
+    try:
+        async with conn.execute(
+            "SELECT injected_at, agent, agent_session_id, interface, event, project, memory_ids,"
+            " chars FROM injections ORDER BY id DESC LIMIT ?", (limit,),
+        ) as cursor:
+            rows = await cursor.fetchall()
+    except sqlite3.OperationalError:
+        return []
+    return [{**dict(r), "memory_ids": json.loads(r["memory_ids"])} for r in rows]

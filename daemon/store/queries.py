@@ -192,3 +192,26 @@ async def session_by_transcript(conn: aiosqlite.Connection, path: str) -> dict[s
     ) as cursor:
         row = await cursor.fetchone()
     return _session_dict(row) if row is not None else None
+
+
+async def messages_per_day(conn: aiosqlite.Connection,
+                           since: str) -> list[tuple[str, str | None, int]]:
+    """(UTC day, project, messages) for the messages written on or after `since` (ISO)."""
+    async with conn.execute(
+        "SELECT substr(m.timestamp, 1, 10) AS day, s.project, COUNT(*)"
+        " FROM sessions s JOIN session_messages m ON m.session_id = s.id"
+        # Only sessions active since then are read (a message's session was active when
+        # the message was written), not every message ever stored.
+        " WHERE COALESCE(s.last_message_at, s.created_at) >= ? AND m.timestamp >= ?"
+        " GROUP BY day, s.project ORDER BY day, s.project", (since, since),
+    ) as cursor:
+        return [(r[0], r[1], int(r[2])) for r in await cursor.fetchall()]
+
+
+async def recent_sessions(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+    """The `limit` sessions most recently active, newest first."""
+    async with conn.execute(
+        f"SELECT {SESSION_COLUMNS} FROM sessions"
+        " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC LIMIT ?", (limit,),
+    ) as cursor:
+        return [_session_dict(row) for row in await cursor.fetchall()]

@@ -1007,6 +1007,23 @@ class PostgresMemoryBackend:
                 added += len(rows)
         return added
 
+    async def session_memories(self, session_id: int) -> list[Memory]:
+        rows = await self._read(
+            "SELECT * FROM memories WHERE owner_user = %(user)s AND origin = %(origin)s"
+            " AND session_id = %(sid)s ORDER BY first_index, created_at, id",
+            {"user": self._owner.user, "origin": self._owner.origin, "sid": session_id})
+        return [self._memory(r) for r in rows]
+
+    async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
+        rows = await self._read(
+            "SELECT to_char(COALESCE(started_at, created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+            " AS day, project, COUNT(*) AS n FROM memories WHERE owner_user = %(user)s"
+            " AND deleted_at IS NULL AND superseded_by IS NULL"
+            " AND COALESCE(started_at, created_at) >= %(since)s"
+            " GROUP BY day, project ORDER BY day, project",
+            {"user": self._owner.user, "since": _utc(since)})
+        return [(r["day"], r["project"], int(r["n"])) for r in rows]
+
     async def relabel_project(self, old: str, new: str) -> int:
         """Move this user's memories of project `old` to `new` (a renamed folder)."""
         if not old or not new or old == new:

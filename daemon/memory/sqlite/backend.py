@@ -889,6 +889,22 @@ class SQLiteMemoryBackend:
                 await cur.close()
         return added
 
+    async def session_memories(self, session_id: int) -> list[Memory]:
+        async with self._read() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT * FROM memories WHERE session_id = ?"
+                " ORDER BY first_index, created_at, id", (session_id,))
+        return [row_memory(r) for r in rows]
+
+    async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
+        async with self._read() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT substr(COALESCE(started_at, created_at), 1, 10) AS day, project,"
+                " COUNT(*) AS n FROM memories WHERE deleted_at IS NULL"
+                " AND superseded_by IS NULL AND COALESCE(started_at, created_at) >= ?"
+                " GROUP BY day, project ORDER BY day, project", (to_utc_text(since),))
+        return [(r["day"], r["project"], int(r["n"])) for r in rows]
+
     async def relabel_project(self, old: str, new: str) -> int:
         """Move every memory of project `old` to `new` (a renamed folder); how many moved."""
         if not old or not new or old == new:

@@ -1,0 +1,8 @@
+"""The local web viewer (`memoryd ui`): sessions, memories and what agents were given.
+
+    data.py     what the pages show, through the daemon's own operations
+    app.py      the Starlette application: routes, templates, the token and CSRF guard
+    server.py   serving it on 127.0.0.1 (in the daemon, or in `memoryd ui` itself)
+
+Nothing here is imported until someone opens the viewer.
+"""

@@ -1,0 +1,285 @@
+"""The web viewer, against a real daemon: its guard over HTTP, and its pages in Chromium.
+
+The daemon runs as a subprocess; `memoryd ui --no-browser` asks it for the viewer
+and prints the address. The browser tests drive Debian's Chromium (/usr/bin/chromium)
+with Playwright; without that browser they are skipped, except under `.ci/run`,
+which installs it and sets VIEWER_TESTS_REQUIRE_BROWSER so that a missing browser fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import daemon_env, memoryd_command, wait_for, write_config
+from test_agents import Daemon, claude_line
+
+CHROMIUM = "/usr/bin/chromium"
+PROJECT = "/home/user/payments-api"
+FACT = "the staging database listens on port 5433"
+LONG_SESSION = 10_000
+
+
+def _viewer_url(daemon: Daemon) -> str:
+    done = daemon.cli("ui", "--no-browser")
+    assert done.returncode == 0, done.stderr
+    assert "served by the daemon" in done.stderr
+    url = done.stdout.strip()
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/login\?token=[\w-]{20,}", url), url
+    return url
+
+
+def _long_transcript(root: Path) -> None:
+    """A Claude session of LONG_SESSION messages, with one long tool output."""
+    directory = root / "-home-user-payments-api"
+    directory.mkdir(parents=True)
+    start = datetime.now(UTC) - timedelta(days=2)
+    lines = []
+    for i in range(LONG_SESSION):
+        role = "user" if i % 2 == 0 else "assistant"
+        text = (f"step {i}: " + ("the full build log follows " + "x" * 5000 if i == 41
+                                 else f"message number {i} about the ledger"))
+        lines.append(claude_line("long-session", f"u{i:05d}", role, text,
+                                 start + timedelta(seconds=i)))
+    (directory / "long-session.jsonl").write_text("".join(lines))
+
+
+@pytest.fixture
+def viewer(tmp_path: Path) -> Iterator[tuple[Daemon, str]]:
+    roots = {"claude": tmp_path / "claude"}
+    roots["claude"].mkdir()
+    _long_transcript(roots["claude"])
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
+                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s")
+    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
+    daemon = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
+    assert daemon.cli("ingest", "--once").returncode == 0
+    done = daemon.cli("remember", FACT, "--project", PROJECT)
+    assert done.returncode == 0, done.stderr
+    daemon.start()
+    try:
+        yield daemon, _viewer_url(daemon)
+    finally:
+        if daemon.proc is not None:
+            daemon.proc.kill()
+            daemon.proc.wait(10)
+
+
+def _base(url: str) -> str:
+    return url.split("/login")[0]
+
+
+# -- the guard, over plain HTTP ---------------------------------------------------------
+
+def test_the_viewer_refuses_whoever_lacks_the_token(viewer: tuple[Daemon, str]) -> None:
+    """No token, a wrong token, another Host, a POST without the form token or from
+    another origin: refused. With the token: pages with a strict CSP and nothing
+    fetched from elsewhere."""
+    daemon, url = viewer
+    base = _base(url)
+    with httpx.Client(base_url=base, timeout=30) as anonymous:
+        for path in ("/", "/sessions", "/memories?q=staging", "/activity", "/chart.svg"):
+            refused = anonymous.get(path)
+            assert refused.status_code == 403 and "staging" not in refused.text, path
+        assert anonymous.get("/login?token=wrong").status_code == 403
+        assert "memoryd_ui" not in anonymous.cookies
+    with httpx.Client(base_url=base, timeout=30) as browser:
+        assert browser.get(url.replace(base, "")).status_code == 303
+        assert browser.get("/", headers={"Host": "evil.example"}).status_code == 400
+        page = browser.get("/")
+        assert page.status_code == 200
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+        for path in ("/", "/sessions", "/memories?q=staging+database", "/activity"):
+            html = browser.get(path).text
+            outside = [u for u in re.findall(r"(?:src|href)=\"(https?://[^\"]+)", html)]
+            assert outside == [], (path, outside)
+        token = re.search(r'name="csrf" value="(\w+)"', browser.get("/memories").text)
+        assert token is not None
+        missing = browser.post("/memories", data={"content": "planted without a token"})
+        assert missing.status_code == 403
+        foreign = browser.post("/memories", data={"content": "planted cross-site",
+                                                  "csrf": token.group(1)},
+                               headers={"Origin": "http://evil.example"})
+        assert foreign.status_code == 403
+        made = browser.post("/memories", data={"content": "the deploy window is noon",
+                                               "csrf": token.group(1)})
+        assert made.status_code == 303
+        new_id = made.headers["location"].split("/memories/")[1].split("?")[0]
+        fixed = browser.post(f"/memories/{new_id}/correct",
+                             data={"content": "the deploy window is one o'clock",
+                                   "reason": "moved", "csrf": token.group(1)})
+        assert fixed.status_code == 303
+        shown = browser.get(fixed.headers["location"])
+        assert "one o&#39;clock" in shown.text and "moved" in shown.text
+    exported = daemon.cli("export").stdout
+    assert "planted" not in exported and "the deploy window is one o'clock" in exported
+    recalled = json.loads(daemon.cli("recall", "deploy window", "--json").stdout)
+    assert [r["content"] for r in recalled] == ["the deploy window is one o'clock"]
+    # What the viewer did is in the audit trail, as coming from it.
+    trail = json.loads(daemon.cli("audit", "--json").stdout)
+    assert any(e["interface"] == "ui" and e["action"] == "remember" for e in trail)
+    # The token never reaches the daemon's log.
+    secret = url.split("token=")[1]
+    assert secret not in (daemon.tmp / "daemon.log").read_text()
+
+
+# -- pages in a real browser ------------------------------------------------------------
+
+def _chromium() -> str:
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    if os.environ.get("VIEWER_TESTS_REQUIRE_BROWSER"):
+        pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+    pytest.skip(f"no {CHROMIUM} (apt-get install chromium)")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=executable, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def _shoot(page: Any, name: str) -> None:
+    """Screenshots for the README, when VIEWER_SCREENSHOTS names a directory."""
+    where = os.environ.get("VIEWER_SCREENSHOTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=False)
+
+
+def test_search_finds_a_fact_and_forget_removes_it(viewer: tuple[Daemon, str],
+                                                   browser: Any) -> None:
+    daemon, url = viewer
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(url)
+    assert page.locator("h1").inner_text() == "Overview"
+    assert page.locator("img[alt^='messages per day']").evaluate("i => i.naturalWidth") > 0
+    _shoot(page, "overview")
+    page.click("text=Memories")
+    page.fill("input[name=q]", "staging database port")
+    page.click("button:has-text('Search')")
+    result = page.locator(".result").first
+    assert FACT in result.inner_text()
+    _shoot(page, "memories")
+    result.locator("a").first.click()
+    assert page.locator("pre.content").inner_text() == FACT
+    _shoot(page, "memory")
+    page.click("text=Forget…")
+    assert "never recalled" in page.locator("main").inner_text()
+    page.click("button:has-text('Forget')")
+    assert "forgot" in page.locator(".notice").inner_text()
+    page.fill("input[name=q]", "staging database port")
+    page.click("button:has-text('Search')")
+    assert FACT not in page.locator("main").inner_text()
+    assert errors == []
+    # The CLI agrees: forgotten for everyone.
+    assert json.loads(daemon.cli("recall", "staging database port", "--json").stdout) == []
+
+
+def test_pages_stay_usable_with_a_ten_thousand_message_session(
+        viewer: tuple[Daemon, str], browser: Any) -> None:
+    daemon, url = viewer
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    page.click("text=Sessions")
+    assert "10,000" in page.locator("main").inner_text()
+    _shoot(page, "sessions")
+    page.click("a:has-text('long-session')")
+    assert page.locator("li.msg").count() == 200
+    assert "Messages 1–200 of 10000" in page.locator("nav.pager").inner_text()
+    folded = page.locator("#m41 details").first
+    assert folded.count() == 1 and not folded.evaluate("d => d.open")
+    _shoot(page, "session")
+    page.click("nav.pager >> text=next")
+    assert page.locator("li.msg").first.get_attribute("id") == "m200"
+    # Synced, the session's messages link to the memories made from them.
+    wait_for(lambda: daemon.cli("sessions", "--json").returncode == 0
+             and json.loads(daemon.cli("sessions", "--json").stdout)[0]["unsynced_messages"]
+             == 0, timeout=120, what="the long session saved to memory")
+    page.reload()
+    page.locator("li.msg a.tag").first.click()
+    assert page.locator("h1").inner_text().startswith("Memory ")
+    page.click("text=Activity")
+    assert page.locator("h1").inner_text() == "Activity"
+    _shoot(page, "activity")
+
+
+def test_memoryd_ui_serves_the_viewer_itself_without_a_daemon(tmp_path: Path) -> None:
+    """No daemon: `memoryd ui` serves it until SIGTERM, with the same guard."""
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {})
+    env = daemon_env(tmp_path)
+    assert subprocess.run(memoryd_command("--config", str(config), "remember", FACT),
+                          env=env, capture_output=True, timeout=60).returncode == 0
+    with (tmp_path / "ui.log").open("wb") as log, subprocess.Popen(
+            memoryd_command("--config", str(config), "ui", "--no-browser"), env=env,
+            stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            base = _base(url)
+            with httpx.Client(base_url=base, timeout=30) as client:
+                assert client.get("/memories?q=staging").status_code == 403
+                client.get(url.replace(base, ""))
+                page = client.get("/memories", params={"q": "staging database"})
+                assert FACT in page.text
+        finally:
+            proc.terminate()
+            assert proc.wait(20) == 0
+    assert "served by this command" in (tmp_path / "ui.log").read_text()
+
+
+def test_the_viewer_costs_nothing_until_opened_and_stops_when_idle(tmp_path: Path) -> None:
+    """The daemon's modules load no web framework; a viewer nobody uses stops by itself."""
+    probe = ("import sys, daemon.service, daemon.api.server, daemon.cli;"
+             " print([m for m in ('starlette', 'jinja2', 'uvicorn') if m in sys.modules])")
+    done = subprocess.run([*memoryd_command()[:1], "-c", probe], capture_output=True,
+                          text=True, timeout=60, env=daemon_env(tmp_path))
+    assert done.stdout.strip() == "[]", done.stderr
+
+    import asyncio
+
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.ui.data import ViewerData
+    from daemon.ui.server import UiServer
+
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {})
+
+    async def go() -> None:
+        async def never() -> Any:
+            raise AssertionError("nothing asked")
+
+        server = UiServer(ViewerData(load_settings(config), SystemClock(), never, never),
+                          idle_timeout=0.4)
+        await server.start()
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(f"http://127.0.0.1:{server.port}/")).status_code == 403
+        await asyncio.wait_for(server.wait(), timeout=10)
+        assert not server.running
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient() as client:
+                await client.get(f"http://127.0.0.1:{server.port}/")
+
+    asyncio.run(go())
