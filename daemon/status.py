@@ -17,7 +17,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
-from daemon.layers import is_chain
+from daemon.layers import is_chain, memory_user
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend, describe_depth
 from daemon.memory.protocol import vector_queue
@@ -95,6 +95,7 @@ def where_is(kind: str, settings: Settings) -> str:
 
 async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
     memory: dict[str, Any] = {"backend": settings.memory.backend,
+                              "user": memory_user(settings),
                               "path": where_is(settings.memory.backend, settings),
                               "available": False,
                               "embedder": None, "chunks_waiting_for_vector": 0}

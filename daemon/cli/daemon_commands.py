@@ -126,7 +126,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
                    f"{s['sessions']} sessions, {s['messages']} messages")
     memory = report["memory"]
     state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
-    click.echo(f"memory: {memory['backend']} {memory['path']}: {state}")
+    click.echo(f"memory: {memory['backend']} {memory['path']}: {state}"
+               f" (user {memory['user']})")
     for layer in memory.get("layers", [])[1:]:
         answer = "available" if layer["available"] else (
             f"unavailable ({layer.get('detail', '?')})")

@@ -194,6 +194,11 @@ def test_search_finds_a_fact_and_forget_removes_it(viewer: tuple[Daemon, str],
     page.click("button:has-text('Search')")
     assert FACT not in page.locator("main").inner_text()
     assert errors == []
+    # Another browser profile, without the token: refused, and shown nothing.
+    stranger = browser.new_context().new_page()
+    answer = stranger.goto(f"{_base(url)}/memories?q=staging")
+    assert answer is not None and answer.status == 403
+    assert "open it with `memoryd ui`" in stranger.content()
     # The CLI agrees: forgotten for everyone.
     assert json.loads(daemon.cli("recall", "staging database port", "--json").stdout) == []
 
@@ -283,3 +288,45 @@ def test_the_viewer_costs_nothing_until_opened_and_stops_when_idle(tmp_path: Pat
                 await client.get(f"http://127.0.0.1:{server.port}/")
 
     asyncio.run(go())
+
+
+async def test_the_overview_shows_a_chain_of_layers_and_its_outbox(tmp_path: Path,
+                                                                  clean_environment: Path
+                                                                  ) -> None:
+    """With `backends: [sqlite, jsonl]` the overview lists both layers and the outbox."""
+    from daemon.client import direct_ops
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.status import collect_status
+    from daemon.ui.data import ViewerData
+    from daemon.ui.server import UiServer
+
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {},
+                          memory={"backends": ["sqlite", "jsonl"]})
+    settings = load_settings(config)
+    clock = SystemClock()
+    async with direct_ops(settings, clock) as ops:
+        await ops.run("remember", {"content": FACT})
+
+        async def provide() -> Any:
+            return ops
+
+        async def status() -> dict[str, Any]:
+            return await collect_status(settings, clock)
+
+        server = UiServer(ViewerData(settings, clock, provide, status), idle_timeout=None)
+        await server.start()
+        try:
+            base = f"http://127.0.0.1:{server.port}"
+            async with httpx.AsyncClient(base_url=base) as client:
+                await client.get(server.url[len(base):])
+                page = (await client.get("/")).text
+                layers = re.search(r"<h2>Memory layers</h2>(.*?)</table>", page, re.S)
+                assert layers is not None, page
+                assert "<td>sqlite</td>" in layers.group(1)
+                assert "<td>jsonl</td>" in layers.group(1)
+                assert "outbox: empty" in page
+                found = (await client.get("/memories", params={"q": "staging"})).text
+                assert FACT in found
+        finally:
+            await server.stop()
