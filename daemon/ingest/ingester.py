@@ -253,14 +253,18 @@ class Ingester:
         for known_state in states.values():
             if known_state.head_length and known_state.head_hash != "document":
                 by_head.setdefault(known_state.head_hash, []).append(known_state)
-        for path, (candidate, st) in found.items():
-            if (path in tracked or path in states or candidate.mode is Mode.DOCUMENT
-                    or not by_head or path in self._tracked):
+        # In path order: of two new files beginning alike, the first continues the session.
+        for path, (candidate, st) in sorted(found.items()):
+            if (path in tracked or candidate.mode is Mode.DOCUMENT or not by_head
+                    or self._known_here(path, states)):
                 continue  # (a new file already read as new in an earlier scan stays new)
             head = _head_of(path)
-            gone = next((c for c in by_head.get(head or "", ())
-                         if c.path not in found and c.path not in claimed
-                         and st.st_size >= c.offset and _same_prefix(path, c)), None)
+            # Several gone files may begin alike (a history replayed into each): the copy
+            # continues the newest session of them.
+            gone = max((c for c in by_head.get(head or "", ())
+                        if c.path not in found and c.path not in claimed
+                        and st.st_size >= c.offset and _same_prefix(path, c)),
+                       key=lambda c: c.session_id, default=None)
             if gone is not None:
                 await move_state(self._conn, gone, path, self._clock.now(),
                                  (st.st_dev, st.st_ino))
@@ -305,6 +309,16 @@ class Ingester:
             if path not in claimed:
                 self._states.append(state)
         self._tracked = tracked
+
+    def _known_here(self, path: str, states: dict[str, FileState]) -> bool:
+        """Whether `path` names a file this ingester already knows there. A path whose
+        file was just found renamed elsewhere (step 2) is not: what now lies there is new,
+        and may be the copy half of another move."""
+        known = states.get(path)
+        if known is not None and known.path == path:
+            return True
+        previous = self._tracked.get(path)
+        return previous is not None and (previous.state is None or previous.state.path == path)
 
     def _hold(self, path: str, st: os.stat_result,
               held: tuple[tuple[int, int], float] | None, twin: str) -> bool:
