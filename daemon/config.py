@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +32,7 @@ from pydantic_settings import (
 )
 
 from daemon.errors import ConfigError
+from daemon.locations import default_config_path, default_state_dir
 
 if TYPE_CHECKING:
     from daemon.memory.redaction import ExtraMasks
@@ -115,19 +115,6 @@ class SourceConfig(BaseModel):
 
 def default_sources() -> list[SourceConfig]:
     return [SourceConfig(kind=kind, root=Path(root)) for kind, root in DEFAULT_ROOTS.items()]
-
-
-def default_state_dir() -> Path:
-    if sys.platform == "darwin":
-        return Path("~/Library/Application Support/memoryd").expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path("~/.local/share").expanduser()) / "memoryd"
-
-
-def default_config_path() -> Path:
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    base = Path(xdg) if xdg else Path("~/.config").expanduser()
-    return base / "memoryd" / "config.yaml"
 
 
 class OpenAIEmbeddingSettings(BaseModel):

@@ -1,7 +1,9 @@
 """The `memoryd` executable: `memoryd hook` starts without loading the rest of memoryd.
 
 A hook runs on every prompt an agent sends, so it must not pay for importing
-the command line, the stores and their libraries; every other command does.
+the command line, the stores and their libraries. `status`, `sessions`, `recall`,
+`context` and `remember` ask a running daemon the same way (`cli.quick`); every
+other command, and these when no daemon answers, loads the full command line.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ def main() -> None:
         from daemon.hooks.fast import main as hook_main
 
         hook_main(args[1:])
+    if {"status", "sessions", "recall", "context", "remember"} & set(args[:3]):
+        # With the daemon running, these ask it without loading the full command line.
+        from daemon.cli.quick import run
+
+        status = run(args)
+        if status is not None:
+            sys.stdout.flush()
+            sys.exit(status)
     from daemon.cli import main as cli_main
 
     cli_main()

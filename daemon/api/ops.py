@@ -56,7 +56,12 @@ from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
 from daemon.store import audit, holds, links, queries, raw, transcripts
-from daemon.store.injections import Injection, injected_memory_ids, record_injection
+from daemon.store.injections import (
+    Injection,
+    injected_memory_ids,
+    injection_counts,
+    record_injection,
+)
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
 
@@ -501,6 +506,15 @@ class MemoryOps:
             limit=_int(args, "limit", 20, 1, MAX_LIMIT), hidden_sources=hidden)
         return {"messages": rows}
 
+    async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """`memoryd sessions`: every session, newest first, with the blocks it was given."""
+        status, source = _opt_text(args, "status"), _opt_text(args, "source")
+        rows = await queries.list_sessions(self._conn, status=status, source=source)
+        given = await injection_counts(self._conn, [r["external_id"] for r in rows])
+        for row in rows:
+            row["context_blocks_given"] = given.get(row["external_id"], 0)
+        return {"sessions": rows}
+
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session = _opt_text(args, "session")
         session_id = None
@@ -689,6 +703,7 @@ OPERATIONS: dict[str, Operation] = {
     "project_links": MemoryOps.project_links,
     "unlink_project": MemoryOps.unlink_project,
     "search_sessions": MemoryOps.search_sessions,
+    "list_sessions": MemoryOps.list_sessions,
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
     "open_ui": MemoryOps.open_ui,

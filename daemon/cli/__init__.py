@@ -1,15 +1,26 @@
-"""The `memoryd` command line: the group lives in `common`, commands in one module per topic."""
+"""The `memoryd` command line: the group lives in `common`, commands in one module per topic.
 
-from daemon.cli import (
-    agent_commands,
-    daemon_commands,
-    governance_commands,
-    layer_commands,
-    memory_commands,
-    service_commands,
-    ui_commands,
-)
-from daemon.cli.common import main
+`main` is loaded on first use (PEP 562), so that `cli.quick` and `cli.render` can be
+imported without loading every command and what they import.
+"""
 
-__all__ = ["agent_commands", "daemon_commands", "governance_commands", "layer_commands", "main",
-           "memory_commands", "service_commands", "ui_commands"]
+from __future__ import annotations
+
+from typing import Any
+
+_COMMAND_MODULES = ("agent_commands", "daemon_commands", "governance_commands",
+                    "layer_commands", "memory_commands", "service_commands", "ui_commands")
+
+__all__ = ["main", *_COMMAND_MODULES]
+
+
+def __getattr__(name: str) -> Any:
+    if name != "main" and name not in _COMMAND_MODULES:
+        raise AttributeError(f"module 'daemon.cli' has no attribute {name!r}")
+    import importlib
+
+    for module in _COMMAND_MODULES:
+        importlib.import_module(f"daemon.cli.{module}")
+    from daemon.cli.common import main
+
+    return main if name == "main" else importlib.import_module(f"daemon.cli.{name}")

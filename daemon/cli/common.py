@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
-import os
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
@@ -24,6 +22,7 @@ from typing import Any, TypeVar
 import click
 
 from daemon import __version__
+from daemon.cli import render
 from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings
 from daemon.errors import (
@@ -110,7 +109,7 @@ agent_option = click.option(
 
 
 def print_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    click.echo(render.json_text(data))
 
 
 class _Group(click.Group):
@@ -173,7 +172,7 @@ def project_path(value: str | None) -> str | None:
         # An empty --project must not quietly become the current directory.
         raise click.BadParameter("an empty project is not a project; leave --project out",
                                  param_hint="--project")
-    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
+    return render.project_path(value)
 
 
 def iso_or_none(moment: datetime | None) -> str | None:

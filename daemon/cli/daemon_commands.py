@@ -10,6 +10,7 @@ from typing import Any
 import click
 import structlog
 
+from daemon.cli import render
 from daemon.cli.common import (
     EX_NOT_FOUND,
     config_option,
@@ -102,57 +103,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
-    d = report["daemon"]
-    if d["running"]:
-        click.echo(f"daemon: running (pid {d['pid']}, up {_duration(d['uptime_seconds'])})")
-        click.echo(f"api: {d['api_socket']}"
-                   + ("" if d["api_listening"] else " (not listening yet)"))
-    elif d["pid"]:
-        click.echo(f"daemon: not running; `memoryd {d['command']}` holds the lock (pid {d['pid']})")
-    else:
-        click.echo("daemon: not running")
-    click.echo(f"state:  {report['state_dir']}")
-    db = report["database"]
-    if db.get("detail"):
-        click.echo(f"store:  {db['path']} ({db['detail']}: its creation did not finish;"
-                   " see `memoryd doctor`)")
-    else:
-        click.echo(f"store:  {db['path']} ({_size(db['size_bytes'])})" if db["exists"]
-                   else f"store:  {db['path']} (not created yet)")
-    for s in report["sources"]:
-        where = "" if s["exists"] else " (not found)"
-        state = "" if s["enabled"] else " [disabled]"
-        click.echo(f"source {s['kind']:<6} {s['root']}{where}{state}: {s['files']} files, "
-                   f"{s['sessions']} sessions, {s['messages']} messages")
-    memory = report["memory"]
-    state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
-    click.echo(f"memory: {memory['backend']} {memory['path']}: {state}"
-               f" (user {memory['user']})")
-    for layer in memory.get("layers", [])[1:]:
-        answer = "available" if layer["available"] else (
-            f"unavailable ({layer.get('detail', '?')})")
-        click.echo(f"  then: {layer['backend']} {layer['where']}: {answer}")
-    for depth in memory.get("outbox", []):
-        click.echo(f"outbox for {depth['layer']}: {depth['waiting']} waiting"
-                   + (f", {depth['parked']} parked" if depth["parked"] else "")
-                   + (f", oldest {depth['oldest']}" if depth["oldest"] else ""))
-    if memory["available"] and memory["embedder"] is None:
-        click.echo("vectors: none (keyword recall only)")
-    elif memory["available"]:
-        weights = memory.get("model_weights")
-        click.echo(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']} chunks "
-                   "waiting for one"
-                   + (f" (model weights {weights}: keyword recall until then)"
-                      if weights not in (None, "present") else ""))
-    by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
-    click.echo(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
-    click.echo(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
-               "not yet in memory")
-    click.echo(f"ingestion lag: {_size(report['ingestion_lag_bytes'])} not yet stored")
-    if report["rejected_lines"]:
-        click.echo(f"rejected lines: {report['rejected_lines']} (kept in table rejected_lines)")
-    if report["last_error"]:
-        click.echo(f"last error: {report['last_error']} at {report['last_error_at']}")
+    for line in render.status_lines(report):
+        click.echo(line)
 
 
 @main.command()
@@ -185,15 +137,8 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
     if as_json:
         print_json(rows)
         return
-    if not rows:
-        click.echo("no sessions yet")
-        return
-    click.echo(f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
-               f"{'GIVEN':>5}  {'LAST MESSAGE':<24}  PROJECT")
-    for r in rows:
-        click.echo(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  {r['message_count']:>6}  "
-                   f"{r['unsynced_messages']:>8}  {r['context_blocks_given']:>5}  "
-                   f"{r['last_message_at'] or '-':<24}  {r['project'] or '-'}")
+    for line in render.session_lines(rows):
+        click.echo(line)
 
 
 VIEWS = ("person", "model", "export", "raw")
@@ -284,28 +229,6 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
                    f"{len(g['memory_ids'])} memories, {g['chars']} chars"
                    + (f" ({', '.join(g['memory_ids'][:5])}"
                       f"{', …' if len(g['memory_ids']) > 5 else ''})" if g["memory_ids"] else ""))
-
-
-def _size(n_bytes: int) -> str:
-    value = float(n_bytes)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GB"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
 
 
 @main.command()

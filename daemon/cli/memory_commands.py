@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 import click
 
 from daemon.api.ops import ApiError
+from daemon.cli import render
 from daemon.cli.common import (
     EX_CANTCREAT,
     EX_DATAERR,
     EX_NOT_FOUND,
-    EX_UNAVAILABLE,
     agent_callback,
     agent_option,
     config_option,
@@ -119,8 +119,6 @@ async def _with_backend(settings: Settings, work: Callable[[MemoryBackend], Awai
         await backend.close()
 
 
-#: An API refusal's HTTP status -> the command's exit status.
-_EXIT_FOR_STATUS = {400: 2, 404: EX_NOT_FOUND, 503: EX_UNAVAILABLE, 504: EX_UNAVAILABLE}
 
 
 def with_client(settings: Settings, work: Callable[[MemoryClient], Awaitable[T]]) -> T:
@@ -134,7 +132,7 @@ def with_client(settings: Settings, work: Callable[[MemoryClient], Awaitable[T]]
     try:
         return run_async(go())
     except ApiError as exc:
-        fail(str(exc), _EXIT_FOR_STATUS.get(exc.status, 1))
+        fail(str(exc), render.EXIT_FOR_STATUS.get(exc.status, 1))
         raise AssertionError("fail exits") from None
 
 
@@ -439,19 +437,8 @@ def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(results)
         return
-    if not results:
-        click.echo("no memories found")
-    for r in results:
-        p = r["provenance"]
-        where = f"session {p['session_id']}" if p.get("session_id") is not None else "explicit"
-        if p.get("first_index") is not None:
-            where += f" messages {p['first_index']}-{p['last_index']}"
-        when = p.get("ended_at") or r["created_at"] or "?"
-        click.echo(f"[{r['score']:.3f}] {r['type']} {when[:16]} {where} {r['memory_id']}"
-                   f"{' ' + r['project'] if r.get('project') else ''}")
-        # The excerpt is the matching part of a long memory (its chunk).
-        text = str(r.get("excerpt") or r["content"]).strip().replace("\n", "\n    ")
-        click.echo("    " + (text if len(text) <= 600 else text[:599] + "…"))
+    for line in render.result_lines(results):
+        click.echo(line)
 
 
 def _gateway_event(call: dict[str, Any]) -> dict[str, Any]:

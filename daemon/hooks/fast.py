@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from typing import Any
+
+from daemon.localhttp import Unreachable, request
+from daemon.locations import default_config_path, default_state_dir
 
 #: The agent's event name -> memoryd's (see `api.ops.EVENTS`).
 AGENT_EVENTS: dict[str, dict[str, str]] = {
@@ -39,15 +41,10 @@ AGENT_EVENTS: dict[str, dict[str, str]] = {
 }
 DEFAULT_TIMEOUT = 2.0
 MAX_PAYLOAD_BYTES = 8 << 20
-MAX_ANSWER_BYTES = 4 << 20
 
 
 class _Usage(Exception):
     pass
-
-
-class Unreachable(OSError):
-    """No daemon to connect to on the socket (as opposed to one that is slow to answer)."""
 
 
 class Arguments:
@@ -103,19 +100,11 @@ def _seconds(value: str | None) -> float | None:
 
 def _state_dir() -> str:
     explicit = os.environ.get("MEMORYD_STATE_DIR")
-    if explicit:
-        return os.path.expanduser(explicit)
-    if sys.platform == "darwin":
-        return os.path.expanduser("~/Library/Application Support/memoryd")
-    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return os.path.join(data, "memoryd")
+    return os.path.expanduser(explicit) if explicit else str(default_state_dir())
 
 
 def _has_config_file() -> bool:
-    if os.environ.get("MEMORYD_CONFIG"):
-        return True
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
-    return os.path.exists(os.path.join(config, "memoryd", "config.yaml"))
+    return bool(os.environ.get("MEMORYD_CONFIG")) or default_config_path().exists()
 
 
 def _log(state_dir: str | None, event: str, **fields: Any) -> None:
@@ -139,51 +128,12 @@ def ask_daemon(socket_path: str, body: bytes, deadline: float) -> dict[str, Any]
     `Unreachable` when nothing listens there; any other error (a daemon too slow
     for the deadline) must not send the caller to the stores beside a live daemon.
     """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(max(0.05, deadline - time.monotonic()))
-        try:
-            sock.connect(socket_path)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
-            raise Unreachable(str(exc)) from None
-        sock.sendall(b"POST /v1/session_event HTTP/1.1\r\nHost: memoryd\r\n"
-                     b"Content-Type: application/json\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            sock.settimeout(max(0.05, deadline - time.monotonic()))
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                raise ValueError("answer too large")
-    finally:
-        sock.close()
-    head, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
-    status_line = head.split(b"\r\n", 1)[0].split()
-    if len(status_line) < 2 or status_line[1] != b"200":
-        raise ValueError(f"daemon answered {b' '.join(status_line[1:]).decode(errors='replace')}")
-    if b"transfer-encoding: chunked" in head.lower():
-        payload = _unchunk(payload)
-    answer = json.loads(payload)
+    status, answer = request(socket_path, "POST", "/v1/session_event", body, deadline)
+    if status != 200:
+        raise ValueError(f"daemon answered {status}")
     if not isinstance(answer, dict) or not answer.get("ok"):
         raise ValueError("daemon refused the event")
     return answer
-
-
-def _unchunk(data: bytes) -> bytes:
-    out = bytearray()
-    while data:
-        size_line, _, rest = data.partition(b"\r\n")
-        size = int(size_line.split(b";", 1)[0], 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        data = rest[size + 2:]
-    return bytes(out)
 
 
 def agent_output(agent: str, agent_event: str, context: str | None) -> str | None:

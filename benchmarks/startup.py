@@ -1,0 +1,135 @@
+"""Commands as whole processes: status, sessions, recall, context, remember.
+
+    python -m benchmarks.startup                     # empty store, then 100,000 memories
+    python -m benchmarks.startup --memories 10000 --runs 10
+
+Each command is started `--runs` times as its own process, the way people and
+scripts run it (the `memoryd` executable beside this Python, else `python -m daemon`),
+and its wall time from start to exit is taken; p50 and p95 are printed (target:
+p50 under 150 ms on an empty store, under 250 ms with 100,000 memories, with the
+daemon running). The same commands are timed without a daemon too (the full
+command line opens the stores itself). Settings are the defaults but
+`memory.embeddings.fetch_model: false` (no model download in a benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks._common import isolated_env, machine, percentile, write_config
+
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("status", ["status"]),
+    ("sessions", ["sessions"]),
+    ("recall", ["recall", "QUERY"]),
+    ("context", ["context", "--query", "QUERY"]),
+    ("remember", ["remember", "the benchmark remembers a fact"]),
+]
+
+
+def executable() -> list[str]:
+    beside = Path(sys.executable).with_name("memoryd")
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "daemon"]
+
+
+def _query() -> str:
+    """Two words of a synthetic memory (`benchmarks.backends.fill`): a query that finds."""
+    import random
+
+    from benchmarks.locomo import _synthetic
+
+    words = [w.strip(".,:") for w in _synthetic(random.Random(11))[0].split() if len(w) > 4]
+    return " ".join(words[:2])
+
+
+def time_commands(config: Path, env: dict[str, str], runs: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    query = _query()
+    for name, template in COMMANDS:
+        args = [query if a == "QUERY" else a for a in template]
+        samples = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            done = subprocess.run([*executable(), "--config", str(config), *args], env=env,
+                                  capture_output=True, timeout=120)
+            samples.append((time.perf_counter() - began) * 1000)
+            if done.returncode != 0:
+                raise RuntimeError(f"{name}: {done.stderr.decode()[-400:]}")
+        out[name] = samples
+    return out
+
+
+def wait_for_socket(socket: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while not socket.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("the daemon did not start")
+        time.sleep(0.05)
+
+
+def measure(label: str, config: Path, env: dict[str, str], socket: Path, runs: int,
+            work: Path) -> list[str]:
+    rows = []
+    without = time_commands(config, env, runs)
+    with (work / f"daemon-{label}.log").open("wb") as log:
+        proc = subprocess.Popen([*executable(), "--config", str(config), "run"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_socket(socket, proc)
+        time_commands(config, env, 1)  # warm the page cache and the daemon's stores
+        passes = [time_commands(config, env, runs) for _ in range(2)]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    for name, _args in COMMANDS:
+        cells = [f"{percentile(p[name], 50):.0f} / {percentile(p[name], 95):.0f} ms"
+                 for p in passes]
+        rows.append(f"| {label} | {name} | {cells[0]} | {cells[1]} |"
+                    f" {percentile(without[name], 50):.0f} ms |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args(argv)
+    from benchmarks.backends import fill
+    from daemon.config import load_settings
+
+    work = Path(tempfile.mkdtemp(prefix="memoryd-bench-startup-"))
+    claude = work / "claude"
+    claude.mkdir()
+    config = write_config(work / "config.yaml", work / "state", claude,
+                          memory={"embeddings": {"fetch_model": False}})
+    env = isolated_env(work / "xdg")
+    socket = load_settings(config).socket_path
+    try:
+        print(machine())
+        print(f"executable: {' '.join(executable())}")
+        rows = ["| store | command | daemon running, pass 1 p50 / p95 | pass 2 p50 / p95 |"
+                " no daemon, p50 |", "|---|---|---|---|---|"]
+        rows += measure("empty", config, env, socket, args.runs, work)
+        began = time.perf_counter()
+        asyncio.run(fill(config, args.memories, None))
+        print(f"filled {args.memories:,} memories in {time.perf_counter() - began:.0f} s")
+        rows += measure(f"{args.memories:,} memories", config, env, socket, args.runs, work)
+        print("\n".join(rows))
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""What `status`, `sessions` and `recall` print, as lines: shared by the full command line
+and its quick path (`cli.quick`), so both print the same. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+#: An API refusal's HTTP status -> the command's exit status.
+EXIT_FOR_STATUS = {400: 2, 403: 1, 404: 66, 503: 69, 504: 69}
+
+
+def json_text(data: object) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def project_path(value: str) -> str:
+    """A project as memoryd names it: the directory's absolute path."""
+    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
+
+
+def size(n_bytes: int) -> str:
+    value = float(n_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def result_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Recall results, best first, with where each came from."""
+    if not results:
+        return ["no memories found"]
+    lines = []
+    for r in results:
+        p = r["provenance"]
+        where = f"session {p['session_id']}" if p.get("session_id") is not None else "explicit"
+        if p.get("first_index") is not None:
+            where += f" messages {p['first_index']}-{p['last_index']}"
+        when = p.get("ended_at") or r["created_at"] or "?"
+        lines.append(f"[{r['score']:.3f}] {r['type']} {when[:16]} {where} {r['memory_id']}"
+                     f"{' ' + r['project'] if r.get('project') else ''}")
+        # The excerpt is the matching part of a long memory (its chunk).
+        text = str(r.get("excerpt") or r["content"]).strip().replace("\n", "\n    ")
+        lines.append("    " + (text if len(text) <= 600 else text[:599] + "…"))
+    return lines
+
+
+def session_lines(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return ["no sessions yet"]
+    lines = [f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
+             f"{'GIVEN':>5}  {'LAST MESSAGE':<24}  PROJECT"]
+    for r in rows:
+        lines.append(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  "
+                     f"{r['message_count']:>6}  {r['unsynced_messages']:>8}  "
+                     f"{r['context_blocks_given']:>5}  {r['last_message_at'] or '-':<24}  "
+                     f"{r['project'] or '-'}")
+    return lines
+
+
+def status_lines(report: dict[str, Any]) -> list[str]:
+    out = []
+    d = report["daemon"]
+    if d["running"]:
+        out.append(f"daemon: running (pid {d['pid']}, up {duration(d['uptime_seconds'])})")
+        out.append(f"api: {d['api_socket']}"
+                   + ("" if d["api_listening"] else " (not listening yet)"))
+    elif d["pid"]:
+        out.append(f"daemon: not running; `memoryd {d['command']}` holds the lock"
+                   f" (pid {d['pid']})")
+    else:
+        out.append("daemon: not running")
+    out.append(f"state:  {report['state_dir']}")
+    db = report["database"]
+    if db.get("detail"):
+        out.append(f"store:  {db['path']} ({db['detail']}: its creation did not finish;"
+                   " see `memoryd doctor`)")
+    else:
+        out.append(f"store:  {db['path']} ({size(db['size_bytes'])})" if db["exists"]
+                   else f"store:  {db['path']} (not created yet)")
+    for s in report["sources"]:
+        where = "" if s["exists"] else " (not found)"
+        state = "" if s["enabled"] else " [disabled]"
+        out.append(f"source {s['kind']:<6} {s['root']}{where}{state}: {s['files']} files, "
+                   f"{s['sessions']} sessions, {s['messages']} messages")
+    memory = report["memory"]
+    state = "available" if memory["available"] else f"unavailable ({memory.get('detail', '?')})"
+    out.append(f"memory: {memory['backend']} {memory['path']}: {state}"
+               f" (user {memory['user']})")
+    for layer in memory.get("layers", [])[1:]:
+        answer = "available" if layer["available"] else (
+            f"unavailable ({layer.get('detail', '?')})")
+        out.append(f"  then: {layer['backend']} {layer['where']}: {answer}")
+    for depth in memory.get("outbox", []):
+        out.append(f"outbox for {depth['layer']}: {depth['waiting']} waiting"
+                   + (f", {depth['parked']} parked" if depth["parked"] else "")
+                   + (f", oldest {depth['oldest']}" if depth["oldest"] else ""))
+    if memory["available"] and memory["embedder"] is None:
+        out.append("vectors: none (keyword recall only)")
+    elif memory["available"]:
+        weights = memory.get("model_weights")
+        out.append(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']}"
+                   " chunks waiting for one"
+                   + (f" (model weights {weights}: keyword recall until then)"
+                      if weights not in (None, "present") else ""))
+    by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
+    out.append(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
+    out.append(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
+               "not yet in memory")
+    out.append(f"ingestion lag: {size(report['ingestion_lag_bytes'])} not yet stored")
+    if report["rejected_lines"]:
+        out.append(f"rejected lines: {report['rejected_lines']} (kept in table rejected_lines)")
+    if report["last_error"]:
+        out.append(f"last error: {report['last_error']} at {report['last_error_at']}")
+    return out
