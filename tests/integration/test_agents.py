@@ -6,6 +6,7 @@ Unix socket, and `memoryd hook` processes fed the payloads each agent documents.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,12 +86,15 @@ class Daemon:
                               env=self.env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Daemon]:
+@contextlib.contextmanager
+def quick_daemon(tmp_path: Path, **settings: Any) -> Iterator[Daemon]:
+    """A daemon (not started) over `<tmp>/claude` with fast sync and polling, and
+    `settings` on top; killed afterwards if it still runs."""
     roots = {"claude": tmp_path / "claude"}
-    roots["claude"].mkdir()
+    roots["claude"].mkdir(exist_ok=True)
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
-                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s")
+                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s",
+                          **settings)
     env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
     found = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
     try:
@@ -99,6 +103,12 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         if found.proc is not None:
             found.proc.kill()
             found.proc.wait(10)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    with quick_daemon(tmp_path) as found:
+        yield found
 
 
 def in_parallel(count: int, call: Callable[[int], int]) -> list[int]:

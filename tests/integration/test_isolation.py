@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import daemon_env, memoryd_command, wait_for, write_config
+from helpers import memoryd_command, wait_for, write_config
 from mcp import Client
-from test_agents import Daemon, claude_line, context_of
+from test_agents import Daemon, claude_line, context_of, quick_daemon
 
 from daemon.config import load_settings
 from daemon.mcp_server import build_server
@@ -39,19 +39,8 @@ def _recall_ids(done: subprocess.CompletedProcess[str]) -> set[str]:
 
 @pytest.fixture
 def isolated(tmp_path: Path) -> Iterator[Daemon]:
-    roots = {"claude": tmp_path / "claude"}
-    roots["claude"].mkdir()
-    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
-                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s",
-                          memory={"user": "alice", "private_agents": ["claude"]})
-    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
-    found = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
-    try:
+    with quick_daemon(tmp_path, memory={"user": "alice", "private_agents": ["claude"]}) as found:
         yield found
-    finally:
-        if found.proc is not None:
-            found.proc.kill()
-            found.proc.wait(10)
 
 
 def _remember(daemon: Daemon, text: str, *extra: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import daemon_env, memoryd_command, wait_for, write_config
-from test_agents import PROJECT, Daemon, claude_line
+from test_agents import PROJECT, Daemon, claude_line, quick_daemon
 
 FULL = ("import sys; sys.argv = ['memoryd'] + sys.argv[1:];"
         " from daemon.cli import main; main()")
@@ -24,25 +24,16 @@ FULL = ("import sys; sys.argv = ['memoryd'] + sys.argv[1:];"
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Daemon]:
-    roots = {"claude": tmp_path / "claude"}
-    project_dir = roots["claude"] / "-home-user-payments-api"
+    project_dir = tmp_path / "claude" / "-home-user-payments-api"
     project_dir.mkdir(parents=True)
     start = datetime.now(UTC) - timedelta(hours=1)
     (project_dir / "s1.jsonl").write_text(
         claude_line("s1", "u1", "user", "the ledger rounds half to even", start)
         + claude_line("s1", "u2", "assistant", "Bankers rounding, noted.",
                       start + timedelta(seconds=3)))
-    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
-                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s")
-    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
-    daemon = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
-    daemon.start()
-    try:
+    with quick_daemon(tmp_path) as daemon:
+        daemon.start()
         yield daemon
-    finally:
-        if daemon.proc is not None:
-            daemon.proc.kill()
-            daemon.proc.wait(10)
 
 
 def _both(daemon: Daemon, *args: str) -> tuple[subprocess.CompletedProcess[str],

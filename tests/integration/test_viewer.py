@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers import daemon_env, memoryd_command, wait_for, write_config
-from test_agents import Daemon, claude_line
+from test_agents import Daemon, claude_line, quick_daemon
 
 CHROMIUM = "/usr/bin/chromium"
 PROJECT = "/home/user/payments-api"
@@ -54,23 +54,13 @@ def _long_transcript(root: Path) -> None:
 
 @pytest.fixture
 def viewer(tmp_path: Path) -> Iterator[tuple[Daemon, str]]:
-    roots = {"claude": tmp_path / "claude"}
-    roots["claude"].mkdir()
-    _long_transcript(roots["claude"])
-    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
-                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s")
-    env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
-    daemon = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
-    assert daemon.cli("ingest", "--once").returncode == 0
-    done = daemon.cli("remember", FACT, "--project", PROJECT)
-    assert done.returncode == 0, done.stderr
-    daemon.start()
-    try:
+    _long_transcript(tmp_path / "claude")
+    with quick_daemon(tmp_path) as daemon:
+        assert daemon.cli("ingest", "--once").returncode == 0
+        done = daemon.cli("remember", FACT, "--project", PROJECT)
+        assert done.returncode == 0, done.stderr
+        daemon.start()
         yield daemon, _viewer_url(daemon)
-    finally:
-        if daemon.proc is not None:
-            daemon.proc.kill()
-            daemon.proc.wait(10)
 
 
 def _base(url: str) -> str:
@@ -226,8 +216,16 @@ def test_pages_stay_usable_with_a_ten_thousand_message_session(
     page.reload()
     page.locator("li.msg a.tag").first.click()
     assert page.locator("h1").inner_text().startswith("Memory ")
+    # What a hook gives an agent shows in Activity, linked to the memories given.
+    given = daemon.hook("claude", "UserPromptSubmit", {
+        "session_id": "long-session", "transcript_path": None, "cwd": PROJECT,
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": "which port does the staging database listen on?"})
+    assert "5433" in given.stdout
     page.click("text=Activity")
     assert page.locator("h1").inner_text() == "Activity"
+    row = page.locator("table").first.locator("tbody tr").first
+    assert "hook" in row.inner_text() and "prompt" in row.inner_text()
     _shoot(page, "activity")
 
 
