@@ -2,8 +2,8 @@
 
 The daemon runs as a subprocess; `memoryd ui --no-browser` asks it for the viewer
 and prints the address. The browser tests drive Debian's Chromium (/usr/bin/chromium)
-with Playwright; without that browser they are skipped, except under `.ci/run`,
-which installs it and sets VIEWER_TESTS_REQUIRE_BROWSER so that a missing browser fails.
+with Playwright; without that browser they are skipped. `.ci/run` installs it and
+then sets VIEWER_TESTS_REQUIRE_BROWSER, so that a browser gone missing fails.
 """
 
 from __future__ import annotations
