@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
+import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +90,23 @@ def db_size(path: Path) -> int:
         if side.exists():
             total += side.stat().st_size
     return total
+
+
+@contextlib.contextmanager
+def workspace(name: str, *, keep: bool = False) -> Iterator[tuple[Path, Path, dict[str, str]]]:
+    """A fresh work directory with a default-settings config over an empty Claude root
+    (`memory.embeddings.fetch_model: false`: no model download in a benchmark), and the
+    isolated environment to run memoryd in: (work, config, env). Removed afterwards
+    unless `keep`."""
+    work = Path(tempfile.mkdtemp(prefix=f"memoryd-bench-{name}-"))
+    claude = work / "claude"
+    claude.mkdir()
+    config = write_config(work / "config.yaml", work / "state", claude,
+                          memory={"embeddings": {"fetch_model": False}})
+    try:
+        yield work, config, isolated_env(work / "xdg")
+    finally:
+        if keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import isolated_env, machine, percentile, write_config
+from benchmarks._common import machine, percentile, workspace
 
 COMMANDS: list[tuple[str, list[str]]] = [
     ("status", ["status"]),
@@ -161,14 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.backends import fill
     from daemon.config import load_settings
 
-    work = Path(tempfile.mkdtemp(prefix="memoryd-bench-startup-"))
-    claude = work / "claude"
-    claude.mkdir()
-    config = write_config(work / "config.yaml", work / "state", claude,
-                          memory={"embeddings": {"fetch_model": False}})
-    env = isolated_env(work / "xdg")
-    socket = load_settings(config).socket_path
-    try:
+    with workspace("startup", keep=args.keep) as (work, config, env):
+        socket = load_settings(config).socket_path
         print(machine())
         print(f"executable: {' '.join(executable())}")
         if args.scale:
@@ -182,13 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"filled {args.memories:,} memories in {time.perf_counter() - began:.0f} s")
         rows += measure(f"{args.memories:,} memories", config, env, socket, args.runs, work)
         print("\n".join(rows))
-    finally:
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

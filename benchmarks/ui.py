@@ -26,23 +26,15 @@ import argparse
 import asyncio
 import random
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 
-from benchmarks._common import (
-    isolated_env,
-    machine,
-    memoryd_command,
-    percentile,
-    write_config,
-)
+from benchmarks._common import machine, memoryd_command, percentile, workspace
 
 
 def _queries(rng: random.Random, count: int = 10) -> list[str]:
@@ -123,94 +115,85 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.recovery import build_state
     from daemon.config import load_settings
 
-    work = Path(tempfile.mkdtemp(prefix="memoryd-bench-ui-"))
-    claude = work / "claude"
-    claude.mkdir()
-    config = write_config(work / "config.yaml", work / "state", claude,
-                          memory={"embeddings": {"fetch_model": False}})
-    env = isolated_env(work / "xdg")
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        print(machine())
-        began = time.perf_counter()
-        settings = load_settings(config)
-        build_state(settings, args.sessions, args.messages, args.seed)
-        import sqlite3
+    with workspace("ui", keep=args.keep) as (work, config, env):
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            print(machine())
+            began = time.perf_counter()
+            settings = load_settings(config)
+            build_state(settings, args.sessions, args.messages, args.seed)
+            import sqlite3
 
-        with sqlite3.connect(settings.database_path) as db:
-            db.execute("UPDATE sessions SET memory_sync_index = message_count")
-            largest = db.execute("SELECT id, message_count FROM sessions"
-                                 " ORDER BY message_count DESC LIMIT 1").fetchone()
-        ids = asyncio.run(fill_memories(config, args.memories, args.seed))
-        print(f"data: {args.sessions:,} sessions, {args.messages:,} messages (largest session"
-              f" {largest[1]:,}), {args.memories:,} memories; built in"
-              f" {time.perf_counter() - began:.0f} s")
-        with (work / "daemon.log").open("wb") as log:
-            proc = subprocess.Popen(memoryd_command(config, "run"), env=env, stdout=log,
-                                    stderr=subprocess.STDOUT)
-        socket = settings.socket_path
-        deadline = time.monotonic() + 120
-        while not socket.exists():
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"the daemon did not start (see {work / 'daemon.log'})")
-            time.sleep(0.1)
-        done = subprocess.run(memoryd_command(config, "ui", "--no-browser"), env=env,
-                              capture_output=True, text=True, timeout=120, check=True)
-        url = done.stdout.strip()
-        base = url.split("/login")[0]
-        rng = random.Random(args.seed)
-        with httpx.Client(base_url=base, timeout=60) as client:
-            client.get(url[len(base):])
-            page_of_memory = f"/memories/{rng.choice(ids)}"
-            pages: dict[str, list[str]] = {
-                "overview /": ["/"],
-                "sessions /sessions": ["/sessions"],
-                f"session (largest, {largest[1]:,} messages), first page":
-                    [f"/sessions/{largest[0]}"],
-                "session, a page in the middle":
-                    [f"/sessions/{largest[0]}?offset={(largest[1] // 400) * 200}"],
-                "memories search (10 queries)": [
-                    f"/memories?{httpx.QueryParams({'q': q})}" for q in _queries(rng)],
-                "memory detail": [page_of_memory],
-                "activity": ["/activity"],
-            }
-            chart_first = _time(client, "/chart.svg?what=messages", 1)[0]
-            rows = []
-            for name, paths in pages.items():
-                for path in paths:
-                    _time(client, path, 1)
-                passes = []
-                for _ in range(2):
-                    samples: list[float] = []
+            with sqlite3.connect(settings.database_path) as db:
+                db.execute("UPDATE sessions SET memory_sync_index = message_count")
+                largest = db.execute("SELECT id, message_count FROM sessions"
+                                     " ORDER BY message_count DESC LIMIT 1").fetchone()
+            ids = asyncio.run(fill_memories(config, args.memories, args.seed))
+            print(f"data: {args.sessions:,} sessions, {args.messages:,} messages (largest session"
+                  f" {largest[1]:,}), {args.memories:,} memories; built in"
+                  f" {time.perf_counter() - began:.0f} s")
+            with (work / "daemon.log").open("wb") as log:
+                proc = subprocess.Popen(memoryd_command(config, "run"), env=env, stdout=log,
+                                        stderr=subprocess.STDOUT)
+            socket = settings.socket_path
+            deadline = time.monotonic() + 120
+            while not socket.exists():
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"the daemon did not start (see {work / 'daemon.log'})")
+                time.sleep(0.1)
+            done = subprocess.run(memoryd_command(config, "ui", "--no-browser"), env=env,
+                                  capture_output=True, text=True, timeout=120, check=True)
+            url = done.stdout.strip()
+            base = url.split("/login")[0]
+            rng = random.Random(args.seed)
+            with httpx.Client(base_url=base, timeout=60) as client:
+                client.get(url[len(base):])
+                page_of_memory = f"/memories/{rng.choice(ids)}"
+                pages: dict[str, list[str]] = {
+                    "overview /": ["/"],
+                    "sessions /sessions": ["/sessions"],
+                    f"session (largest, {largest[1]:,} messages), first page":
+                        [f"/sessions/{largest[0]}"],
+                    "session, a page in the middle":
+                        [f"/sessions/{largest[0]}?offset={(largest[1] // 400) * 200}"],
+                    "memories search (10 queries)": [
+                        f"/memories?{httpx.QueryParams({'q': q})}" for q in _queries(rng)],
+                    "memory detail": [page_of_memory],
+                    "activity": ["/activity"],
+                }
+                chart_first = _time(client, "/chart.svg?what=messages", 1)[0]
+                rows = []
+                for name, paths in pages.items():
                     for path in paths:
-                        samples += _time(client, path, max(1, args.requests // len(paths)))
-                    passes.append(samples)
-                rows.append((name, passes))
-            chart_cached = _time(client, "/chart.svg?what=memories", args.requests)
-            found = client.get(pages["memories search (10 queries)"][0]).text
-            size, results = len(found), found.count('class="result"')
-        print("\n| page | pass 1 p50 / p95 | pass 2 p50 / p95 |")
-        print("|---|---|---|")
-        worst = 0.0
-        for name, passes in rows:
-            cells = [f"{percentile(p, 50):.0f} / {percentile(p, 95):.0f} ms" for p in passes]
-            worst = max(worst, *(percentile(p, 95) for p in passes))
-            print(f"| {name} | {cells[0]} | {cells[1]} |")
-        print(f"| chart image, first draw / cached | {chart_first:.0f} ms |"
-              f" {percentile(chart_cached, 50):.0f} ms |")
-        print(f"\nslowest p95 of any page: {worst:.0f} ms (target < 300 ms);"
-              f" a search page is {size / 1024:.0f} KB with {results} results")
-        log_text = (work / "daemon.log").read_text(errors="replace")
-        if re.search(re.escape(url.split("token=")[1]), log_text):
-            print("WARNING: the viewer's token is in the daemon's log")
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
-        if args.keep:
-            print(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+                        _time(client, path, 1)
+                    passes = []
+                    for _ in range(2):
+                        samples: list[float] = []
+                        for path in paths:
+                            samples += _time(client, path, max(1, args.requests // len(paths)))
+                        passes.append(samples)
+                    rows.append((name, passes))
+                chart_cached = _time(client, "/chart.svg?what=memories", args.requests)
+                found = client.get(pages["memories search (10 queries)"][0]).text
+                size, results = len(found), found.count('class="result"')
+            print("\n| page | pass 1 p50 / p95 | pass 2 p50 / p95 |")
+            print("|---|---|---|")
+            worst = 0.0
+            for name, passes in rows:
+                cells = [f"{percentile(p, 50):.0f} / {percentile(p, 95):.0f} ms" for p in passes]
+                worst = max(worst, *(percentile(p, 95) for p in passes))
+                print(f"| {name} | {cells[0]} | {cells[1]} |")
+            print(f"| chart image, first draw / cached | {chart_first:.0f} ms |"
+                  f" {percentile(chart_cached, 50):.0f} ms |")
+            print(f"\nslowest p95 of any page: {worst:.0f} ms (target < 300 ms);"
+                  f" a search page is {size / 1024:.0f} KB with {results} results")
+            log_text = (work / "daemon.log").read_text(errors="replace")
+            if re.search(re.escape(url.split("token=")[1]), log_text):
+                print("WARNING: the viewer's token is in the daemon's log")
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
     return 0
 
 

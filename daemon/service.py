@@ -391,7 +391,8 @@ class Service:
     async def _api_status(self) -> dict[str, Any]:
         from daemon.status import collect_status
 
-        return await collect_status(self.settings, self.clock)
+        # The daemon's own backend once it is open: not another one (and its embedder) per ask.
+        return await collect_status(self.settings, self.clock, self._backend)
 
     async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
         """Follow a transcript a hook named; with `read_to_end`, wait until it is stored."""

@@ -20,7 +20,7 @@ from daemon.ingest.discovery import discover
 from daemon.layers import is_chain, memory_user
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend, describe_depth
-from daemon.memory.protocol import vector_queue
+from daemon.memory.protocol import MemoryBackend, vector_queue
 from daemon.service import open_memory_backend, read_runtime_status
 from daemon.store import queries
 from daemon.store.connection import connect
@@ -93,7 +93,8 @@ def where_is(kind: str, settings: Settings) -> str:
     return kind
 
 
-async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
+async def _memory_status(settings: Settings, clock: Clock,
+                         opened: MemoryBackend | None) -> dict[str, Any]:
     memory: dict[str, Any] = {"backend": settings.memory.backend,
                               "user": memory_user(settings),
                               "path": where_is(settings.memory.backend, settings),
@@ -101,11 +102,11 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
                               "embedder": None, "chunks_waiting_for_vector": 0}
     if is_chain(settings):
         memory["backends"] = list(settings.memory.backends)
-    elif not settings.memory_path.exists():
+    elif not settings.memory_path.exists() and opened is None:
         memory["detail"] = "not created yet"
         return memory
     try:
-        backend = await open_memory_backend(settings, clock)
+        backend = opened or await open_memory_backend(settings, clock)
     except MemorydError as exc:
         memory["detail"] = str(exc)
         return memory
@@ -131,11 +132,15 @@ async def _memory_status(settings: Settings, clock: Clock) -> dict[str, Any]:
                 except MemorydError as exc:  # status reports trouble, it never fails on it
                     memory["detail"] = str(exc)
     finally:
-        await backend.close()
+        if opened is None:
+            await backend.close()
     return memory
 
 
-async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
+async def collect_status(settings: Settings, clock: Clock,
+                         memory: MemoryBackend | None = None) -> dict[str, Any]:
+    """`memoryd status`; `memory`: a backend the caller holds open (the daemon's, the
+    viewer's), asked instead of opening another (its embedder, its migrations) per call."""
     holder = read_lock_info(settings.lock_path)
     runtime = read_runtime_status(settings) or {}
     daemon: dict[str, Any] = {"running": False, "pid": None, "uptime_seconds": None,
@@ -161,7 +166,7 @@ async def collect_status(settings: Settings, clock: Clock) -> dict[str, Any]:
         for s in settings.sources
     ]
     report["sources"] = sources
-    report["memory"] = await _memory_status(settings, clock)
+    report["memory"] = await _memory_status(settings, clock, memory)
     db = settings.database_path
     totals: dict[str, Any] | None = None
     offsets: list[tuple[str, str, int, bool]] = []

@@ -25,7 +25,6 @@ Every block given is recorded in `injections` (never its text).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -50,17 +49,18 @@ from daemon.memory import (
 )
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
-from daemon.memory.models import Memory, agent_name, visible_to
-from daemon.memory.protocol import ProjectRelabel
+from daemon.memory.models import Memory, visible_to
+from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
+from daemon.names import agent_name, project_path
 from daemon.store import audit, holds, links, queries, raw, transcripts
 from daemon.store.injections import (
     Injection,
     injected_memory_ids,
-    injection_counts,
     record_injection,
+    sessions_with_given,
 )
 from daemon.store.sessions import mark_ended
 from daemon.timephrases import WhenError, parse_when
@@ -450,28 +450,24 @@ class MemoryOps:
 
     async def link_project(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """Link a renamed folder's old path to its new one and move what memory holds."""
-        old, new = _project({"project": _text(args, "old")}), _project(
-            {"project": _text(args, "new")})
-        assert old is not None and new is not None
+        old, new = project_path(_text(args, "old")), project_path(_text(args, "new"))
         try:
             async with self._writing:
                 sessions = await links.link(self._conn, old, new, self.clock.now())
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        moved, unable = 0, [self._backend.name]
-        if isinstance(self._backend, ProjectRelabel):
-            moved, unable = await self._backend.relabel_project(old, new), []
-            cannot = getattr(self._backend, "cannot_relabel", None)
-            unable = cannot() if cannot is not None else []
-        return {"old": old, "new": new, "sessions_moved": sessions, "memories_moved": moved,
-                **({"unmoved_in": unable} if unable else {})}
+        done = (await self._backend.relabel_project(old, new)
+                if isinstance(self._backend, ProjectRelabel)
+                else Relabelled(0, (self._backend.name,)))
+        return {"old": old, "new": new, "sessions_moved": sessions,
+                "memories_moved": done.moved,
+                **({"unmoved_in": list(done.unmoved)} if done.unmoved else {})}
 
     async def project_links(self, args: Mapping[str, Any]) -> dict[str, Any]:
         return {"links": [asdict(link) for link in await links.all_links(self._conn)]}
 
     async def unlink_project(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        old = _project({"project": _text(args, "old")})
-        assert old is not None
+        old = project_path(_text(args, "old"))
         async with self._writing:
             removed = await links.unlink(self._conn, old)
         if not removed:
@@ -508,12 +504,8 @@ class MemoryOps:
 
     async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """`memoryd sessions`: every session, newest first, with the blocks it was given."""
-        status, source = _opt_text(args, "status"), _opt_text(args, "source")
-        rows = await queries.list_sessions(self._conn, status=status, source=source)
-        given = await injection_counts(self._conn, [r["external_id"] for r in rows])
-        for row in rows:
-            row["context_blocks_given"] = given.get(row["external_id"], 0)
-        return {"sessions": rows}
+        return {"sessions": await sessions_with_given(
+            self._conn, status=_opt_text(args, "status"), source=_opt_text(args, "source"))}
 
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session = _opt_text(args, "session")
@@ -539,7 +531,7 @@ class MemoryOps:
         agent_session = _opt_text(args, "session_id")
         transcript = _opt_text(args, "transcript_path")
         cwd = _opt_text(args, "cwd")
-        project = await links.resolve(self._conn, _normal_path(cwd) if cwd else None)
+        project = await links.resolve(self._conn, project_path(cwd) if cwd else None)
         kind = SourceKind(agent)
         if transcript is not None:
             await self._runtime.follow(transcript, kind,
@@ -803,11 +795,9 @@ def _agent(args: Mapping[str, Any]) -> str | None:
 
 def _project(args: Mapping[str, Any]) -> str | None:
     value = _opt_text(args, "project")
-    return _normal_path(value) if value is not None else None
+    return project_path(value) if value is not None else None
 
 
-def _normal_path(value: str) -> str:
-    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
 
 
 def _iso(moment: datetime) -> str:

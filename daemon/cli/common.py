@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
-from daemon import __version__
+from daemon import __version__, names
 from daemon.cli import render
 from daemon.clock import SystemClock
 from daemon.config import Settings, load_settings
@@ -94,7 +94,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print stable
 
 
 def agent_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from daemon.memory.models import agent_name
+    from daemon.names import agent_name
 
     try:
         return agent_name(value)
@@ -172,7 +172,7 @@ def project_path(value: str | None) -> str | None:
         # An empty --project must not quietly become the current directory.
         raise click.BadParameter("an empty project is not a project; leave --project out",
                                  param_hint="--project")
-    return render.project_path(value)
+    return names.project_path(value)
 
 
 def iso_or_none(moment: datetime | None) -> str | None:

@@ -33,7 +33,7 @@ from daemon.service import Service, ingest_once, sync_now
 from daemon.status import collect_status
 from daemon.store import queries
 from daemon.store.connection import connect
-from daemon.store.injections import injection_counts, injections_for
+from daemon.store.injections import injections_for, sessions_with_given
 from daemon.store.sessions import StoredMessage
 from daemon.units import ServiceManager
 
@@ -125,13 +125,9 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
             return []
         conn = await connect(settings.database_path, readonly=True)
         try:
-            rows = await queries.list_sessions(conn, status=status_filter, source=source)
-            given = await injection_counts(conn, [r["external_id"] for r in rows])
+            return await sessions_with_given(conn, status=status_filter, source=source)
         finally:
             await conn.close()
-        for row in rows:
-            row["context_blocks_given"] = given.get(row["external_id"], 0)
-        return rows
 
     rows = run_async(_load())
     if as_json:

@@ -25,6 +25,7 @@ from typing import Any
 from daemon.cli import render
 from daemon.localhttp import Unreachable, request
 from daemon.locations import default_config_path, default_state_dir, expanded
+from daemon.names import agent_name, project_path
 
 COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember"})
 #: Environment variables that change nothing here (the rest may: leave them to the CLI).
@@ -162,13 +163,11 @@ def _number(value: str | None, kind: type, low: float, high: float) -> Any:
 
 
 def _agent(options: dict[str, Any]) -> dict[str, str]:
-    agent = options.get("--agent")
-    if agent is None:
-        return {}
-    name = agent.strip().lower()
-    if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name):
-        raise _Fallback
-    return {"agent": name}
+    try:
+        name = agent_name(options.get("--agent"))
+    except ValueError:
+        raise _Fallback from None
+    return {} if name is None else {"agent": name}
 
 
 def _project(options: dict[str, Any]) -> str | None:
@@ -177,7 +176,7 @@ def _project(options: dict[str, Any]) -> str | None:
         return None
     if not value.strip():
         raise _Fallback
-    return render.project_path(value)
+    return project_path(value)
 
 
 # -- talking to the daemon ------------------------------------------------------------------

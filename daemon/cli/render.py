@@ -4,7 +4,6 @@ and its quick path (`cli.quick`), so both print the same. Standard library only.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 #: An API refusal's HTTP status -> the command's exit status.
@@ -13,11 +12,6 @@ EXIT_FOR_STATUS = {400: 2, 403: 1, 404: 66, 503: 69, 504: 69}
 
 def json_text(data: object) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def project_path(value: str) -> str:
-    """A project as memoryd names it: the directory's absolute path."""
-    return os.path.abspath(os.path.expanduser(value)).rstrip("/") or "/"
 
 
 def size(n_bytes: int) -> str:

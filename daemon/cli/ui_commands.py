@@ -53,7 +53,7 @@ async def _serve_here(settings: Settings, port: int, browser: bool) -> None:
             return ops
 
         async def status() -> dict[str, Any]:
-            return await collect_status(settings, clock)
+            return await collect_status(settings, clock, ops.memory)
 
         server = UiServer(ViewerData(settings, clock, provide, status), port=port,
                           idle_timeout=None)

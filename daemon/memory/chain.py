@@ -70,6 +70,7 @@ from daemon.memory.protocol import (
     MemoryBrowse,
     ProjectRelabel,
     RecallOrder,
+    Relabelled,
     vector_queue,
 )
 from daemon.memory.records import from_utc_text, memory_to_record, to_utc_text
@@ -299,19 +300,25 @@ class ChainBackend:
             return
         raise BackendUnavailable("no memory layer can export right now", backend=self.name)
 
-    async def relabel_project(self, old: str, new: str) -> int:
-        """Move project `old`'s memories to `new` in every layer that can (the gateway
-        and the JSONL file cannot); how many moved in the layer that moved most."""
-        moved = 0
+    async def relabel_project(self, old: str, new: str) -> Relabelled:
+        """Move project `old`'s memories to `new` in every layer that can; `moved` counts
+        the layer that moved most, `unmoved` names the layers that cannot (the gateway,
+        the JSONL file) or could not be reached."""
+        moved, unmoved = 0, []
         for layer in self.layers:
             try:
                 backend = await layer.get()
             except BackendUnavailable as exc:
                 log.warning("memory_layer_relabel_skipped", layer=layer.name, error=exc.detail)
+                unmoved.append(layer.name)
                 continue
-            if isinstance(backend, ProjectRelabel):
-                moved = max(moved, await backend.relabel_project(old, new))
-        return moved
+            if not isinstance(backend, ProjectRelabel):
+                unmoved.append(layer.name)
+                continue
+            done = await backend.relabel_project(old, new)
+            moved = max(moved, done.moved)
+            unmoved += done.unmoved
+        return Relabelled(moved, tuple(unmoved))
 
     async def session_memories(self, session_id: int) -> list[Memory]:
         found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).session_memories(
@@ -321,10 +328,6 @@ class ChainBackend:
     async def daily_counts(self, since: datetime) -> list[tuple[str, str | None, int]]:
         found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).daily_counts(since))
         return found
-
-    def cannot_relabel(self) -> list[str]:
-        """The layers that keep a moved project's memories under its old path."""
-        return [layer.name for layer in self.layers if layer.name in ("jsonl", "gateway")]
 
     async def record_use(self, memory_ids: Sequence[str]) -> None:
         for layer in self.layers:

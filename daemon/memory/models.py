@@ -57,16 +57,6 @@ def visible_to(private_to: str | None, agent: str | None) -> bool:
     return private_to is None or private_to == agent
 
 
-def agent_name(value: str | None) -> str | None:
-    """An agent's name as stored in `private_to`, or ValueError for one that cannot be."""
-    if value is None:
-        return None
-    name = value.strip().lower()
-    if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name):
-        raise ValueError(f"agent {value!r} is not an agent's name (letters, digits, - _ .)")
-    return name
-
-
 def new_memory_id() -> str:
     """A random, collision-safe memory id."""
     return uuid.uuid4().hex

@@ -29,6 +29,7 @@ Rules every backend follows (the contract tests in tests/memory check them):
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -129,12 +130,21 @@ class MemoryBrowse(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Relabelled:
+    """What `relabel_project` did: how many memories moved, and the layers that could not
+    move theirs (they keep them under the old path)."""
+
+    moved: int
+    unmoved: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class ProjectRelabel(Protocol):
     """A backend that can move a project's memories to a new path (a renamed folder)."""
 
-    async def relabel_project(self, old: str, new: str) -> int:
-        """Move every memory of project `old` to project `new`; how many moved."""
+    async def relabel_project(self, old: str, new: str) -> Relabelled:
+        """Move every memory of project `old` to project `new`."""
         ...
 
 

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult, agent_name
+from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult
+from daemon.names import agent_name
 
 SCHEMA_VERSION = 1
 

@@ -23,10 +23,10 @@ from daemon.memory.models import (
     Provenance,
     RequestedMemory,
     SessionSummary,
-    agent_name,
     new_memory_id,
 )
 from daemon.memory.redaction import redact
+from daemon.names import agent_name
 
 
 def fraction(name: str, value: float) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 import aiosqlite
 
 from daemon.store.connection import iso_utc, transaction
+from daemon.store.queries import list_sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +99,14 @@ async def recent_injections(conn: aiosqlite.Connection, limit: int = 200) -> lis
     except sqlite3.OperationalError:
         return []
     return [{**dict(r), "memory_ids": json.loads(r["memory_ids"])} for r in rows]
+
+
+async def sessions_with_given(conn: aiosqlite.Connection, *, status: str | None = None,
+                              source: str | None = None) -> list[dict[str, Any]]:
+    """`memoryd sessions`: every session, newest first, with how many context blocks it
+    was given (`context_blocks_given`)."""
+    rows = await list_sessions(conn, status=status, source=source)
+    given = await injection_counts(conn, [r["external_id"] for r in rows])
+    for row in rows:
+        row["context_blocks_given"] = given.get(row["external_id"], 0)
+    return rows

@@ -600,7 +600,7 @@ async def test_a_linked_project_moves_with_its_memories(backend: MemoryBackend) 
     other = await backend.remember("the ledger of api b is kept in euros", project="/work/b")
     # A memory already in the new project: both sets are searchable there afterwards.
     there = await backend.remember("the ledger exports to parquet", project="/work/new")
-    assert await backend.relabel_project("/work/old", "/work/new") == 2
+    assert (await backend.relabel_project("/work/old", "/work/new")).moved == 2
     found = await backend.recall("ledger", project="/work/new")
     assert {r.memory_id for r in found} >= {moved.id, there.id}
     assert other.id not in {r.memory_id for r in found}
@@ -609,6 +609,6 @@ async def test_a_linked_project_moves_with_its_memories(backend: MemoryBackend) 
     listed = await backend.recall("", project="/work/new")
     assert len(listed) == 3
     assert (await backend.get(moved.id)).project == "/work/new"  # type: ignore[union-attr]
-    assert await backend.relabel_project("/work/old", "/work/new") == 0
+    assert (await backend.relabel_project("/work/old", "/work/new")).moved == 0
     with pytest.raises(ValueError):
         await backend.relabel_project("/work/new", "/work/new")

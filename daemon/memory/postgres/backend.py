@@ -69,7 +69,7 @@ from daemon.memory.postgres.schema import (
     translate,
     vector_literal,
 )
-from daemon.memory.protocol import Capability, RecallOrder
+from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.records import memory_to_record, record_to_memory
 from daemon.memory.redaction import redact
 from daemon.memory.words import terms
@@ -1024,7 +1024,7 @@ class PostgresMemoryBackend:
             {"user": self._owner.user, "since": _utc(since)})
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
 
-    async def relabel_project(self, old: str, new: str) -> int:
+    async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move this user's memories of project `old` to `new` (a renamed folder)."""
         if not old or not new or old == new:
             raise ValueError("give two different projects")
@@ -1038,7 +1038,7 @@ class PostgresMemoryBackend:
                 " AND project = %(old)s", {"new": new, "old": old, "user": self._owner.user})
         self._scope_sizes.clear()
         log.info("memory_project_relabelled", backend=BACKEND_NAME, moved=moved)
-        return moved
+        return Relabelled(moved)
 
     async def forgotten_scopes(self) -> list[ForgottenScope]:
         """This user's forgotten sessions and projects. memoryd's own session numbers are

@@ -64,7 +64,7 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
-from daemon.memory.protocol import Capability, RecallOrder
+from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.records import (
     from_utc_text,
     memory_to_record,
@@ -905,7 +905,7 @@ class SQLiteMemoryBackend:
                 " GROUP BY day, project ORDER BY day, project", (to_utc_text(since),))
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
 
-    async def relabel_project(self, old: str, new: str) -> int:
+    async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move every memory of project `old` to `new` (a renamed folder); how many moved."""
         if not old or not new or old == new:
             raise ValueError("give two different projects")
@@ -932,7 +932,7 @@ class SQLiteMemoryBackend:
                 await conn.execute("UPDATE memory_chunks SET scope = ? WHERE scope = ?",
                                    (after, before))
         log.info("memory_project_relabelled", moved=moved)
-        return moved
+        return Relabelled(moved)
 
     async def forgotten_scopes(self) -> list[ForgottenScope]:
         """The sessions and projects forgotten here (`memoryd memory copy` carries them)."""
