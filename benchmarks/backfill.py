@@ -128,6 +128,34 @@ def baseline(files: list[Path], db: Path) -> Result:
     return Result("baseline", time.perf_counter() - began, messages, db_size(db))
 
 
+def bare(files: list[Path], db: Path) -> Result:
+    """The issue's bare loop: every line parsed with orjson and inserted, as it is, with
+    one executemany a file into a WAL table. It keeps no message fields, so it writes
+    about half the bytes of `baseline` and is the harder bar."""
+    began = time.perf_counter()
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE lines (session TEXT, idx INTEGER, line TEXT)")
+    lines = 0
+    for path in files:
+        session = path.stem
+        rows = []
+        with open(path, "rb") as handle:
+            for line in handle:
+                try:
+                    orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                rows.append((session, len(rows), line.rstrip(b"\r\n").decode("utf-8", "replace")))
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO lines VALUES (?, ?, ?)", rows)
+        conn.execute("COMMIT")
+        lines += len(rows)
+    conn.close()
+    return Result("bare", time.perf_counter() - began, lines, db_size(db))
+
+
 # -- memoryd -------------------------------------------------------------------------------
 
 def _stored_messages(db: Path) -> int:
@@ -155,8 +183,8 @@ def memoryd_subprocess(root: Path, work: Path) -> Result:
 def _ingest_in_process(root: Path, work: Path) -> tuple[float, Path]:
     from daemon.clock import SystemClock
     from daemon.config import load_settings
+    from daemon.ingest.once import ingest_once
     from daemon.logging import configure_logging
-    from daemon.service import ingest_once
 
     isolate_this_process(work / "xdg")
     settings = load_settings(None, state_dir=work / "state",
@@ -234,13 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         mode += f"; its interpreter start-up, included, is {fixed:.2f} s"
     print(f"memoryd: {mode}")
 
-    runs: dict[str, list[Result]] = {"baseline": [], "memoryd": []}
+    runs: dict[str, list[Result]] = {"bare": [], "baseline": [], "memoryd": []}
     for round_no in range(args.rounds):
-        order = ["baseline", "memoryd"] if round_no % 2 == 0 else ["memoryd", "baseline"]
+        order = ["bare", "baseline", "memoryd"]
+        if round_no % 2:
+            order.reverse()
         for name in order:
             work = Path(tempfile.mkdtemp(prefix=f"memoryd-bench-{name}-"))
             try:
-                if name == "baseline":
+                if name == "bare":
+                    result = bare(files, work / "bare.db")
+                elif name == "baseline":
                     result = baseline(files, work / "baseline.db")
                 elif args.inprocess:
                     result = memoryd_in_process(root, work)
@@ -258,11 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         chosen[name] = Result(name, median([r.seconds for r in results]),
                               results[-1].messages, results[-1].db_bytes)
         print(_row(chosen[name], total_bytes))
-    base, mem = chosen["baseline"], chosen["memoryd"]
-    ratio = base.seconds / mem.seconds
+    bare_run, base, mem = chosen["bare"], chosen["baseline"], chosen["memoryd"]
+    ratio = bare_run.seconds / mem.seconds
     verdict = "meets" if ratio >= 0.5 else "MISSES"
-    print(f"\nratio memoryd/baseline: {ratio:.0%} of the baseline's MB/s and messages/s "
-          f"(target >= 50 %: {verdict})")
+    print(f"\nratio memoryd/bare (every line parsed and inserted as it is; the issue's bar):"
+          f" {ratio:.2f} of its MB/s (target >= 0.50: {verdict})")
+    print(f"ratio memoryd/baseline (message lines kept as fields + raw):"
+          f" {base.seconds / mem.seconds:.2f}")
     if mem.messages != info.messages or base.messages != info.messages:
         print(f"WARNING: messages stored differ from the corpus: generated {info.messages}, "
               f"memoryd {mem.messages}, baseline {base.messages}")

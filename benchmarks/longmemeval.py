@@ -78,7 +78,8 @@ async def build(data: list[dict[str, Any]], work: Path) -> Path:
     """Transcripts stored and saved by the daemon's own entry points; the default config."""
     from daemon.clock import SystemClock
     from daemon.config import load_settings
-    from daemon.service import ingest_once, sync_now
+    from daemon.ingest.once import ingest_once
+    from daemon.service import sync_now
 
     isolate_this_process(work / "xdg")
     root = work / "claude"

@@ -114,7 +114,7 @@ def _iso(moment: datetime) -> str:
 
 
 async def _migrate(settings: Any) -> None:
-    from daemon.service import open_store
+    from daemon.store.opening import open_store
 
     async with open_store(settings):
         pass
@@ -229,8 +229,9 @@ async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]
     from daemon.clock import SystemClock
     from daemon.lifecycle import recovery as recovery_module
     from daemon.lifecycle.recovery import Recovery
-    from daemon.service import open_memory_backend, open_store, recovery_policy
+    from daemon.service import open_memory_backend, recovery_policy
     from daemon.store import sessions as store
+    from daemon.store.opening import open_store
 
     clock = SystemClock()
     for name in ("messages_from", "advance_sync_index"):

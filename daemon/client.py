@@ -22,10 +22,12 @@ from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import AlreadyRunningError, MemorydError
+from daemon.ingest.once import ingest_once
 from daemon.layers import memory_user
 from daemon.lifecycle.recovery import Recovery, SyncReport
 from daemon.memory import MemoryBackend
-from daemon.service import ingest_once, open_memory_backend, open_store, recovery_policy
+from daemon.service import open_memory_backend, recovery_policy
+from daemon.store.opening import open_store
 
 log = structlog.get_logger("memoryd.client")
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.errors import AlreadyRunningError
+from daemon.store.connection import ensure_private_dir
+
+if TYPE_CHECKING:
+    from daemon.config import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +81,15 @@ def read_lock_info(path: Path) -> LockInfo | None:
         data = {}
     return LockInfo(int(data.get("pid", 0)), str(data.get("started_at", "")),
                     str(data.get("command", "")))
+
+
+@contextlib.contextmanager
+def hold_lock(settings: Settings, command: str, now: datetime) -> Iterator[StateLock]:
+    """The state directory's lock: raises AlreadyRunningError when another memoryd holds it."""
+    ensure_private_dir(settings.state_dir)
+    lock = StateLock(settings.lock_path)
+    lock.acquire(command, now)
+    try:
+        yield lock
+    finally:
+        lock.release()

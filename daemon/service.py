@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,22 +29,23 @@ from daemon.api.ops import ApiError, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import ConfigError, MemorydError, StoreDamaged, StoreError
-from daemon.ingest.ingester import Ingester, PassStats
+from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
 from daemon.layers import open_layers
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
 from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
-from daemon.lock import StateLock
+from daemon.lock import hold_lock
 from daemon.memory import MemoryBackend
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
 from daemon.memory.gateway import expire_calls as expire_gateway_calls
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
-from daemon.store import audit, connect, migrate, queries
-from daemon.store.connection import ensure_private_dir, integrity_problems, translate
+from daemon.store import audit, queries
+from daemon.store.connection import integrity_problems, translate
+from daemon.store.opening import open_store
 
 if TYPE_CHECKING:
     from daemon.ui.server import UiServer
@@ -103,18 +104,6 @@ def read_runtime_status(settings: Settings) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-@contextlib.asynccontextmanager
-async def open_store(settings: Settings) -> AsyncIterator[aiosqlite.Connection]:
-    """The daemon's database, created and migrated, closed on exit."""
-    ensure_private_dir(settings.state_dir)
-    conn = await connect(settings.database_path)
-    try:
-        await migrate(conn)
-        yield conn
-    finally:
-        await conn.close()
-
-
 async def open_memory_backend(settings: Settings, clock: Clock, *,
                               vectors: bool = True) -> MemoryBackend:
     """The configured memory, opened: the embedded backend, or the chain of layers
@@ -142,40 +131,6 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
         private_agents=frozenset(settings.memory.private_agents),
     )
-
-
-@contextlib.contextmanager
-def hold_lock(settings: Settings, command: str, now: datetime) -> Iterator[StateLock]:
-    """The state directory's lock: raises AlreadyRunningError when another memoryd holds it."""
-    ensure_private_dir(settings.state_dir)
-    lock = StateLock(settings.lock_path)
-    lock.acquire(command, now)
-    try:
-        yield lock
-    finally:
-        lock.release()
-
-
-async def ingest_once(
-    settings: Settings,
-    clock: Clock,
-    *,
-    on_total: Callable[[int], None] | None = None,
-    progress: Callable[[int], None] | None = None,
-    extra: tuple[tuple[str, SourceKind], ...] = (),
-) -> PassStats:
-    """One full pass over every source (and `extra` transcripts), under the lock;
-    the daemon's `ingest --once`."""
-    with hold_lock(settings, "ingest", clock.now()):
-        async with open_store(settings) as conn:
-            ingester = Ingester(conn, settings, clock)
-            await ingester.load()
-            for path, kind in extra:
-                ingester.follow(path, kind)
-            await ingester.scan()
-            if on_total is not None:
-                on_total(ingester.pending_bytes())
-            return await ingester.run_once(progress=progress)
 
 
 async def sync_now(settings: Settings, clock: Clock, session: str | None) -> SyncReport | None:

@@ -19,8 +19,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'daemon.cli' has no attribute {name!r}")
     import importlib
 
-    for module in _COMMAND_MODULES:
-        importlib.import_module(f"daemon.cli.{module}")
     from daemon.cli.common import main
 
+    # Commands register on `main` as their module loads; `main` loads each on first use.
     return main if name == "main" else importlib.import_module(f"daemon.cli.{name}")

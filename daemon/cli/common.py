@@ -17,7 +17,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -36,9 +36,10 @@ from daemon.errors import (
     StateDirError,
 )
 from daemon.logging import configure_logging
-from daemon.memory import RecallResult
-from daemon.memory.records import result_to_record
 from daemon.timephrases import WhenError, parse_when
+
+if TYPE_CHECKING:
+    from daemon.memory import RecallResult
 
 _FULL = {errno.ENOSPC, errno.EDQUOT}
 T = TypeVar("T")
@@ -112,8 +113,36 @@ def print_json(data: object) -> None:
     click.echo(render.json_text(data))
 
 
+#: Which module of `daemon.cli` defines each command: a command loads only its own
+#: module (and what that imports); listing them all (`--help`) loads every one.
+COMMAND_MODULES: dict[str, str] = {
+    **dict.fromkeys(("hook", "hooks", "mcp"), "agent_commands"),
+    **dict.fromkeys(("run", "ingest", "status", "sessions", "show", "sync", "doctor"),
+                    "daemon_commands"),
+    **dict.fromkeys(("recall", "remember", "correct", "forget", "show-memory",
+                     "recall-temporal", "context", "export", "import", "audit"),
+                    "memory_commands"),
+    **dict.fromkeys(("retention", "hold", "transcripts", "project"), "governance_commands"),
+    "memory": "layer_commands",
+    "service": "service_commands",
+    "ui": "ui_commands",
+}
+
+
 class _Group(click.Group):
-    """Turns memoryd's own errors into one line on stderr and a meaningful exit status."""
+    """Turns memoryd's own errors into one line on stderr and a meaningful exit status,
+    and loads each command's module when the command is first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMAND_MODULES.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            import importlib
+
+            importlib.import_module(f"daemon.cli.{module}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -181,4 +210,6 @@ def iso_or_none(moment: datetime | None) -> str | None:
 
 def result_json(result: RecallResult) -> dict[str, Any]:
     """One recall result as stable JSON: content, score and full provenance."""
+    from daemon.memory.records import result_to_record
+
     return result_to_record(result)

@@ -23,19 +23,14 @@ from daemon.cli.common import (
 )
 from daemon.clock import SystemClock
 from daemon.config import load_settings, resolve_config_path
-from daemon.doctor import run_checks
 from daemon.errors import EX_CONFIG, ConfigError
-from daemon.lifecycle.segments import render_message
+from daemon.ingest.once import ingest_once
 from daemon.logging import configure_logging
-from daemon.memory.redaction import mask_extra, redact
-from daemon.notify import Notifier
-from daemon.service import Service, ingest_once, sync_now
-from daemon.status import collect_status
 from daemon.store import queries
 from daemon.store.connection import connect
-from daemon.store.injections import injections_for, sessions_with_given
-from daemon.store.sessions import StoredMessage
-from daemon.units import ServiceManager
+
+# Each command imports what it alone needs: a command's start-up is part of its time
+# (`ingest` should not load the memory backends, the embedders or the scheduler).
 
 
 @main.command()
@@ -43,6 +38,9 @@ from daemon.units import ServiceManager
 @click.pass_context
 def run(ctx: click.Context) -> None:
     """Run the daemon in the foreground until SIGTERM or SIGINT."""
+    from daemon.notify import Notifier
+    from daemon.service import Service
+
     settings = settings_for(ctx)
 
     async def _main() -> None:
@@ -98,6 +96,8 @@ def ingest(ctx: click.Context, once: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Whether the daemon runs, what each source holds, and what is not stored yet."""
+    from daemon.status import collect_status
+
     settings = settings_for(ctx)
     report = run_async(collect_status(settings, SystemClock()))
     if as_json:
@@ -118,6 +118,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
              as_json: bool) -> None:
     """Every session, newest first, with how many messages are not yet in memory."""
+    from daemon.store.injections import sessions_with_given
+
     settings = settings_for(ctx)
 
     async def _load() -> list[dict[str, Any]]:
@@ -156,6 +158,11 @@ VIEWS = ("person", "model", "export", "raw")
 def show(ctx: click.Context, session: str, limit: int | None, offset: int, view: str,
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
+    from daemon.lifecycle.segments import render_message
+    from daemon.memory.redaction import mask_extra, redact
+    from daemon.store.injections import injections_for
+    from daemon.store.sessions import StoredMessage
+
     settings = settings_for(ctx)
     masks = settings.extra_masks()
 
@@ -233,6 +240,8 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
 @click.pass_context
 def sync(ctx: click.Context, session: str | None) -> None:
     """Save unsynced messages to memory now (all sessions, or SESSION)."""
+    from daemon.service import sync_now
+
     settings = settings_for(ctx)
     clock = SystemClock()
 
@@ -248,8 +257,6 @@ def sync(ctx: click.Context, session: str | None) -> None:
               "skipped, run again later", 1)
 
 
-
-
 @main.command()
 @config_option
 @click.option("--full", is_flag=True,
@@ -257,6 +264,9 @@ def sync(ctx: click.Context, session: str | None) -> None:
 @click.pass_context
 def doctor(ctx: click.Context, full: bool) -> None:
     """Check the installation: each check prints ok, warn or fail, with a fix."""
+    from daemon.doctor import run_checks
+    from daemon.units import ServiceManager
+
     obj: dict[str, Any] = ctx.ensure_object(dict)
     try:
         settings = load_settings(obj.get("config"))

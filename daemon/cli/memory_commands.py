@@ -48,9 +48,10 @@ from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.gateway import call_events as gateway_calls
 from daemon.memory.models import visible_to
 from daemon.memory.records import record_to_memory
-from daemon.service import open_memory_backend, open_store
+from daemon.service import open_memory_backend
 from daemon.store import audit
 from daemon.store.connection import iso_utc
+from daemon.store.opening import open_store
 
 T = TypeVar("T")
 

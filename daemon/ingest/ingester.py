@@ -19,7 +19,6 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import Settings, SourceConfig, SourceKind
-from daemon.errors import StoreError
 from daemon.ingest.discovery import (
     UNREADABLE,
     Candidate,
@@ -30,9 +29,18 @@ from daemon.ingest.discovery import (
     unchanged,
 )
 from daemon.ingest.fingerprint import MARKER_BYTES, digest
-from daemon.ingest.tailer import Tailer, Tracked, TurnOutcome, TurnResult, open_transcript
-from daemon.store.ingest import load_states, mark_missing, move_state
-from daemon.store.records import FileState
+from daemon.ingest.tailer import (
+    Prepared,
+    Tailer,
+    Tracked,
+    TurnOutcome,
+    TurnResult,
+    open_transcript,
+)
+from daemon.store.checkpoint import Checkpointer
+from daemon.store.connection import database_file, disable_autocheckpoint
+from daemon.store.ingest import discard_outcome, load_states, mark_missing, move_state
+from daemon.store.records import CommitResult, FileState
 
 log = structlog.get_logger("memoryd.ingest")
 
@@ -136,6 +144,15 @@ class Ingester:
     async def load(self) -> None:
         """Read every file's saved state; paths are resolved against it on the first scan."""
         self._states = await load_states(self._conn)
+        path = await database_file(self._conn)
+        if path is not None:
+            self._tailer.checkpointer = Checkpointer(path)
+            await disable_autocheckpoint(self._conn)
+
+    async def settle(self) -> None:
+        """Until the background work of the last pass (a checkpoint) has ended."""
+        if self._tailer.checkpointer is not None:
+            await self._tailer.checkpointer.wait()
 
     def notify(self, paths: Iterable[str]) -> None:
         """A watch notification: a hint that these paths changed."""
@@ -362,36 +379,63 @@ class Ingester:
         stop: asyncio.Event | None = None,
         progress: ProgressCallback | None = None,
     ) -> PassStats:
-        """Give every file a turn, round after round, until none has anything new."""
+        """Give every file a turn, round after round, until none has anything new.
+
+        One commit is in flight while the next file is read and parsed: the store's
+        thread writes while this one parses (a backfill's two halves overlap). A file
+        whose commit is still in flight waits for it before its next turn.
+        """
         stats = PassStats()
         touched: set[str] = set()
         active = list(self._tracked.values())
-        while active:
-            still: list[Tracked] = []
-            for tracked in active:
-                if stop is not None and stop.is_set():
-                    return stats
-                result = await self._turn(tracked)
-                if result.outcome is TurnOutcome.PROGRESS:
-                    still.append(tracked)
-                    touched.add(tracked.path)
-                    stats.bytes_read += result.bytes_read
-                    stats.messages += result.stored
-                    if progress is not None:
-                        progress(result.bytes_read)
-                elif result.outcome is TurnOutcome.RESCAN:
-                    self._rescan_requested = True
-            active = still
-            if self._rescan_requested:
-                break
+        in_flight: tuple[Prepared, asyncio.Task[CommitResult]] | None = None
+        still: list[Tracked] = []
+
+        async def settle() -> None:
+            nonlocal in_flight
+            if in_flight is None:
+                return
+            prepared, commit = in_flight
+            in_flight = None
+            result = await self._tailer.finish(prepared, commit)
+            still.append(prepared.tracked)
+            touched.add(prepared.tracked.path)
+            stats.bytes_read += result.bytes_read
+            stats.messages += result.stored
+            if progress is not None:
+                progress(result.bytes_read)
+
+        try:
+            while active:
+                still = []
+                for tracked in active:
+                    if stop is not None and stop.is_set():
+                        await settle()
+                        return stats
+                    if in_flight is not None and in_flight[0].tracked is tracked:
+                        await settle()
+                    outcome = self._prepare(tracked)
+                    if isinstance(outcome, TurnResult):
+                        if outcome.outcome is TurnOutcome.RESCAN:
+                            self._rescan_requested = True
+                        continue
+                    await settle()
+                    in_flight = (outcome, await self._tailer.submit(outcome))
+                await settle()
+                active = still
+                if self._rescan_requested:
+                    break
+        finally:
+            if in_flight is not None:
+                # Cancelled or failed mid-pass: the commit under way still ends as one
+                # transaction (the file moves on if it stored); its outcome is not wanted.
+                in_flight[1].add_done_callback(discard_outcome)
         stats.files = len(touched)
         return stats
 
-    async def _turn(self, tracked: Tracked) -> TurnResult:
+    def _prepare(self, tracked: Tracked) -> Prepared | TurnResult:
         try:
-            return await self._tailer.turn(tracked)
-        except StoreError:
-            raise
+            return self._tailer.prepare(tracked)
         except OSError as exc:
             log.warning("transcript_read_failed", path=tracked.path, error=str(exc))
             return TurnResult(TurnOutcome.IDLE)

@@ -6,6 +6,7 @@ crash before the commit re-reads the same lines and a crash after it never does.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -25,8 +26,9 @@ from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw
-from daemon.store.ingest import commit_batch
-from daemon.store.records import Batch, FileState, MessageRow, NewSession
+from daemon.store.checkpoint import Checkpointer
+from daemon.store.ingest import submit_batch
+from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 
 log = structlog.get_logger("memoryd.ingest")
 
@@ -69,6 +71,18 @@ class TurnResult:
     bytes_read: int = 0
     stored: int = 0
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A turn read and parsed, its commit not yet made: `commit` stores it, and only then
+    does `tracked` move on (a failed commit leaves it where it was)."""
+
+    tracked: Tracked
+    batch: Batch
+    bytes_read: int
+    # The document's change mark, remembered once its content is stored.
+    document_mark: tuple[int, str] | None = None
 
 
 class NotARegularFile(OSError):
@@ -129,6 +143,8 @@ def _dedupe_key(uuid: str | None, raw: bytes) -> str:
 class Tailer:
     def __init__(self, conn: aiosqlite.Connection, clock: Clock, read_chunk: int) -> None:
         self._conn = conn
+        # Set by the ingester once it knows the database's file (see store.checkpoint).
+        self.checkpointer: Checkpointer | None = None
         self._clock = clock
         self._read_chunk = read_chunk
         self._parsers: dict[str, RecordParser] = {}
@@ -143,6 +159,15 @@ class Tailer:
         return parser
 
     async def turn(self, tracked: Tracked) -> TurnResult:
+        """Read, parse and store what is new in one file."""
+        prepared = self.prepare(tracked)
+        if isinstance(prepared, TurnResult):
+            return prepared
+        return await self.finish(prepared, await self.submit(prepared))
+
+    def prepare(self, tracked: Tracked) -> Prepared | TurnResult:
+        """Read and parse what is new (synchronous: no other task runs meanwhile); a
+        TurnResult when there is nothing to store."""
         if tracked.idle_stat is not None:
             try:
                 st = os.stat(tracked.path)
@@ -168,17 +193,45 @@ class Tailer:
         self._unreadable.pop(tracked.path, None)
         try:
             if tracked.candidate.mode is Mode.DOCUMENT:
-                result = await self._document_turn(tracked, fd, before)
+                result = self._document_turn(tracked, fd, before)
             else:
-                result = await self._lines_turn(tracked, fd, before)
+                result = self._lines_turn(tracked, fd, before)
         finally:
             os.close(fd)
         # Trusted only for a file not modified in the last SETTLE_NS: within one tick of
         # a coarse mtime, a second write could leave size and mtime as they were.
-        if (result.outcome is TurnOutcome.IDLE
+        if (isinstance(result, TurnResult) and result.outcome is TurnOutcome.IDLE
                 and time.time_ns() - before.st_mtime_ns > SETTLE_NS):
             tracked.idle_stat = _signature(before)
         return result
+
+    async def submit(self, prepared: Prepared) -> asyncio.Task[CommitResult]:
+        """Start storing `prepared` on the store's thread; `finish` awaits it. The file
+        moves on when, and only if, the commit succeeds, whoever waits for it."""
+        commit = await submit_batch(self._conn, prepared.batch, self._clock.now())
+        commit.add_done_callback(lambda task: self._stored(prepared, task))
+        return commit
+
+    async def finish(self, prepared: Prepared,
+                     commit: asyncio.Task[CommitResult]) -> TurnResult:
+        """Wait for the commit. Shielded: the transaction runs to its end on the store's
+        thread anyway, and cancelling the wait must not lose what it stored."""
+        result = await asyncio.shield(commit)
+        self._stored(prepared, commit)
+        return TurnResult(TurnOutcome.PROGRESS, bytes_read=prepared.bytes_read,
+                          stored=result.stored)
+
+    def _stored(self, prepared: Prepared, commit: asyncio.Task[CommitResult]) -> None:
+        if commit.cancelled() or commit.exception() is not None:
+            return
+        if self.checkpointer is not None:
+            self.checkpointer.committed(prepared.bytes_read)
+        tracked = prepared.tracked
+        tracked.state = prepared.batch.state
+        tracked.verify = False
+        if prepared.document_mark is not None:
+            tracked.stalled = prepared.document_mark
+        self._log_rejections(tracked, prepared.batch)
 
     def _warn_once(self, path: str, event: str, error: str | None) -> None:
         if self._unreadable.get(path) != event:
@@ -187,7 +240,8 @@ class Tailer:
 
     # -- append-only JSONL -------------------------------------------------------------
 
-    async def _lines_turn(self, tracked: Tracked, fd: int, st: os.stat_result) -> TurnResult:
+    def _lines_turn(self, tracked: Tracked, fd: int,
+                    st: os.stat_result) -> Prepared | TurnResult:
         # Work on a copy: the tracked state moves only once the commit has succeeded.
         state = dataclasses.replace(tracked.state) if tracked.state is not None else None
         if state is not None and (st.st_dev, st.st_ino) != (state.device, state.inode):
@@ -250,11 +304,7 @@ class Tailer:
         marker_start = max(0, end - MARKER_BYTES)
         state.marker_hash = digest(os.pread(fd, end - marker_start, marker_start))
         state.missing = False
-        result = await commit_batch(self._conn, batch, self._clock.now())
-        tracked.state = state
-        tracked.verify = False
-        self._log_rejections(tracked, batch)
-        return TurnResult(TurnOutcome.PROGRESS, bytes_read=end - offset, stored=result.stored)
+        return Prepared(tracked, batch, end - offset)
 
     def _check_rewrite(self, tracked: Tracked, state: FileState, fd: int, size: int) -> None:
         """A file shorter than its offset, or with other bytes before it, was rewritten; a
@@ -330,8 +380,8 @@ class Tailer:
 
     # -- whole documents (Gemini classic JSON) -----------------------------------------
 
-    async def _document_turn(self, tracked: Tracked, fd: int,
-                             st: os.stat_result) -> TurnResult:
+    def _document_turn(self, tracked: Tracked, fd: int,
+                       st: os.stat_result) -> Prepared | TurnResult:
         state = dataclasses.replace(tracked.state) if tracked.state is not None else None
         mark = _document_mark(fd, st.st_size)
         if tracked.stalled == mark:
@@ -374,7 +424,4 @@ class Tailer:
         for entry in document.entries:
             batch.lines_read += 1
             batch.messages.append(_row(entry.message, entry.raw, 0))
-        result = await commit_batch(self._conn, batch, self._clock.now())
-        tracked.state = state
-        tracked.stalled = mark
-        return TurnResult(TurnOutcome.PROGRESS, bytes_read=len(data), stored=result.stored)
+        return Prepared(tracked, batch, len(data), document_mark=mark)

@@ -9,6 +9,8 @@
     sqlite/       the embedded backend (the default)
 """
 
+from typing import TYPE_CHECKING, Any
+
 from daemon.memory.models import (
     DECAYING_TYPES,
     DEFAULT_IMPORTANCE,
@@ -29,7 +31,9 @@ from daemon.memory.models import (
 )
 from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, require
 from daemon.memory.records import SCHEMA_VERSION, memory_to_record, record_to_memory
-from daemon.memory.sqlite import SQLiteMemoryBackend
+
+if TYPE_CHECKING:
+    from daemon.memory.sqlite import SQLiteMemoryBackend
 
 __all__ = [
     "DECAYING_TYPES",
@@ -57,3 +61,13 @@ __all__ = [
     "segment_id",
     "summary_id",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The embedded backend loads on first use: commands that only mask text
+    # (redaction, for logging) or read records should not pay for it.
+    if name == "SQLiteMemoryBackend":
+        from daemon.memory.sqlite import SQLiteMemoryBackend
+
+        return SQLiteMemoryBackend
+    raise AttributeError(f"module 'daemon.memory' has no attribute {name!r}")

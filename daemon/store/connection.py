@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
 
@@ -160,6 +161,49 @@ async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[aiosqlite.Con
             with suppress(sqlite3.Error):
                 await conn.execute("ROLLBACK")
             raise translate(exc) from exc
+
+
+async def database_file(conn: aiosqlite.Connection) -> Path | None:
+    """The file behind `conn`'s main database; None for an in-memory one."""
+    async with conn.execute("PRAGMA database_list") as cursor:
+        async for row in cursor:
+            if row[1] == "main":
+                return Path(row[2]) if row[2] else None
+    return None
+
+
+async def disable_autocheckpoint(conn: aiosqlite.Connection) -> None:
+    """Commits on `conn` no longer copy the log into the database (a Checkpointer does)."""
+    await conn.execute("PRAGMA wal_autocheckpoint = 0")
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+async def run_on_connection(
+    conn: aiosqlite.Connection,
+    fn: Callable[Concatenate[sqlite3.Connection, _P], _T],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
+    """`fn(sqlite3_connection, *args)` run on the connection's own thread, in one hop.
+
+    Work of many statements (a batch commit) then costs one round trip through the
+    event loop instead of one per statement, and holds the loop's thread only to
+    hand it over. aiosqlite has no public call for this: its `_execute` (stable
+    since 0.17) is the one place it is used; sqlite errors become StoreErrors.
+    """
+    raw: sqlite3.Connection = conn._conn
+
+    def call() -> _T:
+        return fn(raw, *args, **kwargs)
+
+    try:
+        result: Any = await conn._execute(call)  # type: ignore[no-untyped-call]
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    return result  # type: ignore[no-any-return]
 
 
 def iso_utc(moment: datetime) -> str:

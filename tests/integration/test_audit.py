@@ -86,8 +86,8 @@ def test_every_interface_is_recorded_and_no_content_is(daemon: Daemon) -> None:
 
 def test_old_events_expire_and_since_filters(daemon: Daemon) -> None:
     from daemon.config import load_settings
-    from daemon.service import open_store
     from daemon.store import audit
+    from daemon.store.opening import open_store
 
     d = daemon
     settings = load_settings(d.config)

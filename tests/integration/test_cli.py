@@ -6,6 +6,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -311,3 +312,22 @@ def test_recall_rejects_bad_times(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "recall", "x", "--since", "whenever")
     assert result.returncode == 2
     assert "ISO date" in result.stderr
+
+
+def test_ingest_loads_only_what_ingestion_needs(tmp_path: Path) -> None:
+    """`memoryd ingest` stores transcripts without importing the memory backends, the
+    embedders, HTTP or the scheduler: their import time is most of a small backfill's."""
+    roots = lay_out_fixtures(tmp_path / "roots")
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots)
+    heavy = ("numpy", "httpx", "apscheduler", "daemon.service", "daemon.layers",
+             "daemon.memory.sqlite", "daemon.memory.embeddings")
+    probe = ("import sys\nfrom daemon.entry import main\n"
+             f"sys.argv = ['memoryd', '--config', {str(config)!r}, 'ingest', '--once']\n"
+             "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, env=daemon_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    stored, loaded = done.stdout.strip().splitlines()
+    assert stored.startswith("stored ") and not stored.startswith("stored 0 ")
+    assert loaded == "[]"

@@ -27,7 +27,7 @@ from daemon.memory import (
     SaveResult,
     SQLiteMemoryBackend,
 )
-from daemon.service import open_store
+from daemon.store.opening import open_store
 
 COMPACTED = TRANSCRIPTS / "claude" / (
     "daaain+claude-code-log__test__test_data__dag_compact_after_rewind.jsonl")

@@ -455,3 +455,35 @@ async def test_unreadable_directories_and_files_warn_once(
     monkeypatch.setattr(tailer, "open_transcript", real_open)
     await harness.ingester.run_once()
     assert [r[0] for r in harness.rows(path)] == ["u-0", "u-1"]
+
+
+# -- overlapping commits -----------------------------------------------------------------
+
+
+async def test_a_failed_commit_moves_no_file_on_and_the_next_pass_stores_each_once(
+        harness: Harness) -> None:
+    """Files are committed one while the next is parsed: a commit that fails (here the
+    write, refused by a trigger) leaves its file where it was, a file committed before it
+    stays stored, and the next pass stores everything exactly once."""
+    from daemon.errors import StoreError
+
+    paths = [harness.project / f"s{i}.jsonl" for i in range(4)]
+    for i, path in enumerate(paths):
+        text = "boom" if i == 2 else "fine"
+        path.write_bytes(b"".join(line(f"u-{i}-{n}", f"{text} {n}") for n in range(30)))
+    with harness.db() as db:
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON session_messages"
+                   " WHEN NEW.content LIKE 'boom%' BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    with pytest.raises(StoreError, match="refused"):
+        await harness.ingester.run_once()
+    assert harness.rows(paths[2]) == []
+    stored_before = {p.name: len(harness.rows(p)) for p in paths}
+    assert set(stored_before.values()) <= {0, 30}  # whole files or nothing
+    with harness.db() as db:
+        db.execute("DROP TRIGGER refuse")
+    await harness.ingester.run_once()
+    for i, path in enumerate(paths):
+        assert [r[0] for r in harness.rows(path)] == [f"u-{i}-{n}" for n in range(30)]
+    with harness.db() as db:
+        assert db.execute("SELECT COUNT(*), COUNT(DISTINCT uuid) FROM session_messages"
+                          ).fetchone() == (120, 120)

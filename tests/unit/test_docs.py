@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import click
 import yaml
 from click import Group
 from helpers import REPO
@@ -24,8 +25,24 @@ def test_readme_documents_every_command() -> None:
     """Each `memoryd` command appears in the README's command table."""
     readme = (REPO / "README.md").read_text()
     assert isinstance(main, Group)
-    for name in main.commands:
+    names = main.list_commands(click.Context(main))
+    assert "ingest" in names
+    for name in names:
         assert re.search(rf"`memoryd {name}\b", readme), name
+
+
+def test_every_command_is_found_where_the_group_looks_for_it() -> None:
+    """The lazily loaded group's table names every command each module defines, and
+    each command loads without the others."""
+    import importlib
+
+    from daemon.cli.common import COMMAND_MODULES
+
+    for module in set(COMMAND_MODULES.values()):
+        importlib.import_module(f"daemon.cli.{module}")
+    defined = {name: command.callback.__module__.rsplit(".", 1)[1]
+               for name, command in main.commands.items() if command.callback}
+    assert defined == COMMAND_MODULES
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -49,11 +50,16 @@ class RecordParser(Protocol):
     def parse(self, record: dict[str, Any]) -> RecordOutcome: ...
 
 
+_CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII)
+
+
 def utc_timestamp(value: object) -> str | None:
     """An ISO-8601 UTC string (`...Z`, milliseconds) from what transcripts write, else None."""
     try:
         if isinstance(value, str) and value:
             parsed = datetime.fromisoformat(value)
+            if _CANONICAL.fullmatch(value):
+                return value  # valid, and already in the form stored (most transcripts)
         elif isinstance(value, int | float) and not isinstance(value, bool):
             seconds = value / 1000 if value > 1e11 else value
             parsed = datetime.fromtimestamp(seconds, UTC)
