@@ -1,22 +1,24 @@
-"""Backfill throughput: memoryd's `ingest --once` beside a bare orjson + SQLite baseline.
+"""Backfill throughput: memoryd's `ingest --once` beside two baselines, as whole processes.
 
-    python -m benchmarks.backfill                # 200 MB corpus, one round
-    python -m benchmarks.backfill --mb 50 --rounds 2
+    python -m benchmarks.backfill                # 200 MB corpus, two rounds
+    python -m benchmarks.backfill --mb 100 --rounds 4
     python -m benchmarks.backfill --mb 50 --profile   # where memoryd's time goes
 
-Both read the same generated Claude-format files (benchmarks.gen_corpus; reused
-from `--corpus` when already there). memoryd runs as `python -m daemon ingest
---once` in a subprocess on a fresh state_dir (its interpreter start-up is
-included, and printed separately); `--inprocess` calls `service.ingest_once`
-instead. The baseline reads each file line by line, parses every line with
-orjson, keeps the same lines memoryd stores as messages (user, assistant,
-compact_boundary) as rows (session, index, role, content, raw) and inserts each
-file's rows with one executemany in one transaction, into a bare table (no
-index) in WAL mode with synchronous=NORMAL, like memoryd's database.
+All read the same generated Claude-format files (benchmarks.gen_corpus; reused from
+`--corpus` when already there), each as a process of its own, timed from start to
+exit: memoryd as `python -m daemon ingest --once` on a fresh state_dir, the baselines
+as `python benchmarks/baseline_loops.py` (`--inprocess` runs all three in this
+process instead). The baselines, both into a table without indexes, in WAL mode with
+synchronous=NORMAL like memoryd's database, one executemany and one transaction a
+file:
+
+- `bare` (the issue's bar): every line parsed with orjson and inserted as it is;
+- `baseline`: the lines memoryd stores as messages (user, assistant,
+  compact_boundary) kept as rows (session, index, role, content, raw).
 
 The page cache cannot be dropped without root, so every file is read once before
-timing (both then read from memory), and with `--rounds 2` or more the order of
-baseline and memoryd alternates; the median round is reported.
+timing (all then read from memory), and the order alternates between rounds; the
+median round is reported.
 """
 
 from __future__ import annotations
@@ -35,9 +37,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from benchmarks import gen_corpus
 from benchmarks._common import (
@@ -52,6 +51,7 @@ from benchmarks._common import (
     startup_seconds,
     write_config,
 )
+from benchmarks.baseline_loops import LOOPS
 
 
 @dataclass(slots=True)
@@ -72,88 +72,25 @@ def warm(files: list[Path]) -> tuple[int, float]:
     return total, time.perf_counter() - began
 
 
-# -- the baseline --------------------------------------------------------------------------
+# -- the baselines (benchmarks/baseline_loops.py) ------------------------------------------
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    parts = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text":
-            parts.append(block.get("text") or "")
-        elif kind == "thinking":
-            parts.append(block.get("thinking") or "")
-        elif kind == "tool_result" and isinstance(block.get("content"), str):
-            parts.append(block["content"])
-    return "\n".join(parts)
-
-
-def baseline(files: list[Path], db: Path) -> Result:
+def loop_subprocess(name: str, files_list: Path, db: Path) -> Result:
+    """A baseline loop as a whole process of its own, like memoryd's: its interpreter's
+    start-up counts as memoryd's does."""
     began = time.perf_counter()
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("CREATE TABLE messages (session TEXT, idx INTEGER, role TEXT, content TEXT,"
-                 " raw TEXT)")
-    messages = 0
-    for path in files:
-        session = path.stem
-        rows = []
-        with open(path, "rb") as handle:
-            for line in handle:
-                try:
-                    record = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                kind = record.get("type") if isinstance(record, dict) else None
-                if kind not in ("user", "assistant") and record.get("subtype") != (
-                    "compact_boundary"
-                ):
-                    continue
-                message = record.get("message")
-                content = _text(message.get("content") if isinstance(message, dict) else
-                                record.get("content"))
-                rows.append((session, len(rows), kind, content,
-                             line.rstrip(b"\r\n").decode("utf-8", "replace")))
-        conn.execute("BEGIN")
-        conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)", rows)
-        conn.execute("COMMIT")
-        messages += len(rows)
-    conn.close()
-    return Result("baseline", time.perf_counter() - began, messages, db_size(db))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "baseline_loops.py"),
+                           name, str(files_list), str(db)],
+                          capture_output=True, text=True, cwd=REPO)
+    seconds = time.perf_counter() - began
+    if done.returncode != 0:
+        sys.exit(f"baseline loop {name} failed:\n{done.stderr[-3000:]}")
+    return Result(name, seconds, int(done.stdout.split()[0]), db_size(db))
 
 
-def bare(files: list[Path], db: Path) -> Result:
-    """The issue's bare loop: every line parsed with orjson and inserted, as it is, with
-    one executemany a file into a WAL table. It keeps no message fields, so it writes
-    about half the bytes of `baseline` and is the harder bar."""
+def loop_in_process(name: str, files: list[Path], db: Path) -> Result:
     began = time.perf_counter()
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("CREATE TABLE lines (session TEXT, idx INTEGER, line TEXT)")
-    lines = 0
-    for path in files:
-        session = path.stem
-        rows = []
-        with open(path, "rb") as handle:
-            for line in handle:
-                try:
-                    orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                rows.append((session, len(rows), line.rstrip(b"\r\n").decode("utf-8", "replace")))
-        conn.execute("BEGIN")
-        conn.executemany("INSERT INTO lines VALUES (?, ?, ?)", rows)
-        conn.execute("COMMIT")
-        lines += len(rows)
-    conn.close()
-    return Result("bare", time.perf_counter() - began, lines, db_size(db))
+    rows = LOOPS[name](files, db)
+    return Result(name, time.perf_counter() - began, rows, db_size(db))
 
 
 # -- memoryd -------------------------------------------------------------------------------
@@ -262,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         mode += f"; its interpreter start-up, included, is {fixed:.2f} s"
     print(f"memoryd: {mode}")
 
+    files_list = Path(tempfile.mkdtemp(prefix="memoryd-bench-files-")) / "files.txt"
+    files_list.write_text("\n".join(str(f) for f in files))
     runs: dict[str, list[Result]] = {"bare": [], "baseline": [], "memoryd": []}
     for round_no in range(args.rounds):
         order = ["bare", "baseline", "memoryd"]
@@ -270,10 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in order:
             work = Path(tempfile.mkdtemp(prefix=f"memoryd-bench-{name}-"))
             try:
-                if name == "bare":
-                    result = bare(files, work / "bare.db")
-                elif name == "baseline":
-                    result = baseline(files, work / "baseline.db")
+                if name in LOOPS and args.inprocess:
+                    result = loop_in_process(name, files, work / f"{name}.db")
+                elif name in LOOPS:
+                    result = loop_subprocess(name, files_list, work / f"{name}.db")
                 elif args.inprocess:
                     result = memoryd_in_process(root, work)
                 else:
