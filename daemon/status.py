@@ -18,6 +18,7 @@ from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
 from daemon.layers import is_chain, memory_user
+from daemon.lifecycle.rate import eta_seconds
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend, describe_depth
 from daemon.memory.protocol import MemoryBackend, vector_queue
@@ -93,13 +94,15 @@ def where_is(kind: str, settings: Settings) -> str:
     return kind
 
 
-async def _memory_status(settings: Settings, clock: Clock,
-                         opened: MemoryBackend | None) -> dict[str, Any]:
+async def _memory_status(settings: Settings, clock: Clock, opened: MemoryBackend | None,
+                         runtime: dict[str, Any] | None = None) -> dict[str, Any]:
     memory: dict[str, Any] = {"backend": settings.memory.backend,
                               "user": memory_user(settings),
                               "path": where_is(settings.memory.backend, settings),
                               "available": False,
-                              "embedder": None, "chunks_waiting_for_vector": 0}
+                              "embedder": None, "chunks_waiting_for_vector": 0,
+                              "embedding_per_second": None,
+                              "embedding_done_in_seconds": None}
     if is_chain(settings):
         memory["backends"] = list(settings.memory.backends)
     elif not settings.memory_path.exists() and opened is None:
@@ -131,6 +134,11 @@ async def _memory_status(settings: Settings, clock: Clock,
                     memory["chunks_waiting_for_vector"] = await queue.pending_embeddings()
                 except MemorydError as exc:  # status reports trouble, it never fails on it
                     memory["detail"] = str(exc)
+            # The daemon's embedding job: its pace, and when the backlog should be done.
+            pace = (runtime or {}).get("embedding")
+            memory["embedding_per_second"] = pace.get("per_second") if pace else None
+            eta = eta_seconds(memory["chunks_waiting_for_vector"], pace)
+            memory["embedding_done_in_seconds"] = round(eta) if eta is not None else None
     finally:
         if opened is None:
             await backend.close()
@@ -166,7 +174,8 @@ async def collect_status(settings: Settings, clock: Clock,
         for s in settings.sources
     ]
     report["sources"] = sources
-    report["memory"] = await _memory_status(settings, clock, memory)
+    report["memory"] = await _memory_status(settings, clock, memory,
+                                            runtime if daemon["running"] else None)
     db = settings.database_path
     totals: dict[str, Any] | None = None
     offsets: list[tuple[str, str, int, bool]] = []

@@ -107,10 +107,14 @@ def status_lines(report: dict[str, Any]) -> list[str]:
         out.append("vectors: none (keyword recall only)")
     elif memory["available"]:
         weights = memory.get("model_weights")
+        pace = memory.get("embedding_per_second")
+        done_in = memory.get("embedding_done_in_seconds")
         out.append(f"vectors: {memory['embedder']}, {memory['chunks_waiting_for_vector']}"
                    " chunks waiting for one"
                    + (f" (model weights {weights}: keyword recall until then)"
-                      if weights not in (None, "present") else ""))
+                      if weights not in (None, "present") else "")
+                   + (f", {pace:g} a second, done in about {duration(done_in)}"
+                      if pace and done_in is not None else ""))
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     out.append(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     out.append(f"messages: {report['messages']} stored, {report['unsynced_messages']} "

@@ -47,6 +47,19 @@ def test_batching_does_not_change_vectors(embedder: local.LocalEmbedder) -> None
 
 
 @needs_model
+@pytest.mark.skipif(not bert_onnx.available(), reason="onnxruntime and onnx are not installed")
+def test_background_threads_give_the_vectors_one_thread_gives(
+        embedder: local.LocalEmbedder) -> None:
+    """Stored texts go to lowest-priority threads in batches of like length; the vectors
+    are those the same texts get in one thread, in the order given."""
+    assert embedder.yields_cores
+    texts = [f"note {i}: " + "the ledger service restarts " * (i % 9) for i in range(40)]
+    spread = embedder.embed(texts)
+    one_by_one = np.stack([embedder.embed([text])[0] for text in texts])
+    assert np.allclose(spread, one_by_one, atol=1e-5)
+
+
+@needs_model
 def test_make_embedder_loads_the_model_lazily() -> None:
     """`local` from the settings is cheap to make; the model loads on the first embed."""
     embedder = make_embedder(EmbeddingSettings(provider="local"))

@@ -89,12 +89,21 @@ class LazyLocalEmbedder:
         self._last_used = time.monotonic()
         return self._loaded(may_fetch=False).embed_query(text)
 
+    @property
+    def yields_cores(self) -> bool:
+        """See `LocalEmbedder.yields_cores` (before loading: whether ONNX Runtime will run)."""
+        model = self._model
+        if model is not None:
+            return model.yields_cores
+        return local.runtime_name(self._runtime) == "onnxruntime"
+
     def release_if_idle(self, seconds: float) -> bool:
         """Drop the loaded model when unused for `seconds` (about 190 MB of an idle
         daemon); the next embedding or query loads it again (0.4-1 s)."""
         with self._lock:
             if self._model is None or time.monotonic() - self._last_used < seconds:
                 return False
+            self._model.close()
             self._model = None
         gc.collect()
         _return_freed_memory()

@@ -17,8 +17,11 @@ Texts are embedded in batches sorted by length, so padding stays small.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
 
@@ -77,15 +80,16 @@ def runtime_name(runtime: Runtime = "auto") -> str:
 
 
 def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto", *,
-                 int8: bool = False) -> Encoder:
+                 int8: bool = False, threads: int | None = None) -> Encoder:
     """The encoder for `runtime`; `auto` falls back to NumPy if ONNX Runtime fails to load.
 
     `int8` asks ONNX Runtime for int8 dense layers; NumPy always computes in float32.
+    `threads`: ONNX Runtime's own threads for one call (default: one per core, up to 4).
     """
     if runtime_name(runtime) == "numpy":
         return NumpyEncoder(weights, config)
     try:
-        return bert_onnx.OnnxEncoder(weights, config, int8=int8)
+        return bert_onnx.OnnxEncoder(weights, config, int8=int8, threads=threads)
     except (EmbeddingError, ImportError) as exc:
         if runtime == "onnx":
             raise EmbeddingError(f"ONNX Runtime is not usable: {exc}", provider=PROVIDER) from exc
@@ -94,8 +98,31 @@ def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto"
         return NumpyEncoder(weights, config)
 
 
+def background_workers() -> int:
+    """Threads that embed stored texts: one per core, as many as ONNX Runtime would use."""
+    return max(1, min(bert_onnx.MAX_THREADS, os.cpu_count() or 1))
+
+
+def _lower_this_thread() -> None:
+    """Run the calling thread only when a core would otherwise be idle (Linux SCHED_IDLE;
+    elsewhere the lowest nice value a thread can take, else as it is). The daemon's
+    ingest and recall then keep their speed while vectors are computed."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):
+        pass
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions); `LocalEmbedder.load()` reads the package.
+
+    Stored texts are embedded in the background: under ONNX Runtime, batches of
+    similar length run at once on `background_workers()` threads of the lowest
+    priority, each through a single-threaded session (runs are thread-safe), so a
+    backlog uses every idle core and yields each core to the daemon's own work.
 
     Stored texts are embedded in float32. A recall's query goes through an int8 copy
     of the network when ONNX Runtime runs it: a query is one short sequence, so its
@@ -117,8 +144,12 @@ class LocalEmbedder:
         self._runtime = runtime
         self._config = BertConfig.from_file(directory / "config.json")
         self._encoder = make_encoder(read_safetensors(directory / "model.safetensors"),
-                                     self._config, runtime)
+                                     self._config, runtime, threads=1)
         self.runtime = self._encoder.runtime
+        self._pool: ThreadPoolExecutor | None = None
+        if self._encoder.runtime != "numpy":
+            self._pool = ThreadPoolExecutor(background_workers(), "memoryd-embed",
+                                            initializer=_lower_this_thread)
         self._query_encoder: Encoder | None = None
         self._query_encoder_lock = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -140,12 +171,38 @@ class LocalEmbedder:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), BATCH):
-            chunk = order[start:start + BATCH]
-            out[chunk] = self._forward([encodings[i].ids for i in chunk])
+        if self._pool is None:
+            encodings = self._tokenizer.encode_batch(list(texts))
+            order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+            for start in range(0, len(order), BATCH):
+                batch = order[start:start + BATCH]
+                out[batch] = self._forward([encodings[i].ids for i in batch])
+            return out
+        # Batches of similar length (by characters: tokens are counted on the worker
+        # threads, one text at a time, so that no tokenizer thread of normal priority
+        # runs either), at most BATCH a run and at least one batch for every thread.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        size = max(1, min(BATCH, -(-len(order) // background_workers())))
+        batches = [order[start:start + size] for start in range(0, len(order), size)]
+        done = self._pool.map(self._background_batch,
+                              [[texts[i] for i in batch] for batch in batches])
+        for batch, vectors in zip(batches, done, strict=True):
+            out[batch] = vectors
         return out
+
+    def _background_batch(self, texts: list[str]) -> Vectors:
+        return self._forward([self._tokenizer.encode(text).ids for text in texts])
+
+    @property
+    def yields_cores(self) -> bool:
+        """True when stored texts are embedded on lowest-priority threads (ONNX Runtime):
+        a backlog may then run without pause, taking only cores nothing else wants."""
+        return self._pool is not None
+
+    def close(self) -> None:
+        """Stop the background threads (they also end with the process)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def embed_query(self, text: str) -> Vectors:
         with self._query_encoder_lock:
