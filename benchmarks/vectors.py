@@ -1,7 +1,7 @@
 """Vectors in the background: how fast the daemon embeds a backlog, and what it costs
 ingest and recall meanwhile.
 
-    python -m benchmarks.vectors [--ingest-mb 20] [--queries 100]
+    python -m benchmarks.vectors [--ingest-mb 100] [--queries 100]
 
 1. LoCoMo's conversations as Claude transcripts (as `benchmarks.locomo` writes them),
    stored and saved by `memoryd ingest --once` and `memoryd sync`: every chunk waits
@@ -13,9 +13,9 @@ ingest and recall meanwhile.
    embedded / time from the first one to the last.
 3. While it embeds, and again once it is done, on the same daemon:
    - recall: `--queries` LoCoMo questions through `POST /v1/recall` (limit 10), twice;
-   - ingest: a generated Claude corpus of `--ingest-mb` MB (`benchmarks.gen_corpus`,
-     another seed each time) copied into the watched root; the time from the copy to
-     every message committed.
+   - ingest: a generated Claude corpus of `--ingest-mb` MB (`benchmarks.gen_corpus`)
+     (another seed each time) copied into the watched root, twice in each phase; MB/s
+     from the copy to every message committed.
    The ratios during / after are the cost of embedding to the daemon's own work.
 """
 
@@ -25,6 +25,7 @@ import argparse
 import json
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,20 +81,19 @@ def stored_messages(db: Path) -> int:
         conn.close()
 
 
-def ingest_seconds(root: Path, db: Path, mb: float, seed: int, work: Path) -> tuple[float, int]:
-    info, _ = gen_corpus.ensure(work / f"corpus-{seed}", int(mb * MB), seed)
-    before = stored_messages(db)
+def ingest_rate(root: Path, db: Path, corpus: gen_corpus.CorpusInfo) -> float:
+    """MB/s from copying `corpus` into the watched root to all its messages stored."""
+    want = stored_messages(db) + corpus.messages
     began = time.perf_counter()
-    shutil.copytree(info.root, root / f"bench-{seed}")
-    want = before + info.messages
+    shutil.copytree(corpus.root, root / Path(corpus.root).parent.name)
     while stored_messages(db) < want:
         time.sleep(0.02)
-    return time.perf_counter() - began, info.messages
+    return corpus.bytes / MB / (time.perf_counter() - began)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ingest-mb", type=float, default=20.0)
+    parser.add_argument("--ingest-mb", type=float, default=100.0)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     # No sync while measuring: the corpora added in step 3 must not add chunks.
     config = write_config(work / "config.yaml", state, root, sync_check_interval="1h")
     env = isolated_env(work / "xdg")
+    # Four corpora, each of other names (a file named like a live transcript elsewhere
+    # would be held back as a possible move): two while embedding, two after.
+    corpora = [gen_corpus.ensure(work / f"corpus-{seed}", int(args.ingest_mb * MB), seed)[0]
+               for seed in (11, 12, 13, 14)]
     proc = None
     try:
         cli(config, env, "ingest", "--once")
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
         first = seen[-1][0]
         during = [recall_pass(socket, questions) for _ in range(2)]
-        ingest_during = ingest_seconds(root, state / "memoryd.db", args.ingest_mb, 11, work)
+        ingest_during = [ingest_rate(root, state / "memoryd.db", corpus)
+                         for corpus in corpora[:2]]
         still = look()
         if still == 0:
             print("WARNING: the backlog ended before the measurements while embedding did")
@@ -148,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(1.0)
         last = seen[-1][0]
         after = [recall_pass(socket, questions) for _ in range(2)]
-        ingest_after = ingest_seconds(root, state / "memoryd.db", args.ingest_mb, 12, work)
+        ingest_after = [ingest_rate(root, state / "memoryd.db", corpus)
+                        for corpus in corpora[2:]]
     finally:
         if proc is not None:
             proc.terminate()
@@ -174,12 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p50_after = percentile([t for p in after for t in p], 50)
     print(f"recall p50 while embedding / after: {p50_during / p50_after:.2f} "
           "(target <= 1.10)")
-    for label, (seconds, messages) in (("while embedding", ingest_during),
-                                       ("after", ingest_after)):
-        print(f"ingest {label}: {args.ingest_mb:g} MB, {messages} messages in {seconds:.2f} s"
-              f" ({args.ingest_mb / seconds:.1f} MB/s)")
-    print(f"ingest time while embedding / after: {ingest_during[0] / ingest_after[0]:.2f} "
-          "(target <= 1.10)")
+    for label, rates in (("while embedding", ingest_during), ("after", ingest_after)):
+        print(f"ingest {label}: two corpora of {args.ingest_mb:g} MB at "
+              + " and ".join(f"{r:.1f}" for r in rates) + " MB/s")
+    ratio = statistics.mean(ingest_after) / statistics.mean(ingest_during)
+    print(f"ingest time while embedding / after (mean MB/s): {ratio:.2f} (target <= 1.10)")
     return 0
 
 

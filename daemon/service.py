@@ -55,6 +55,9 @@ log = structlog.get_logger("memoryd.service")
 
 #: How often the status snapshot (`memoryd status` reads it) is rewritten while busy.
 STATUS_INTERVAL = 1.0
+#: Background embedding waits until the ingester and the API's clients have been quiet
+#: this long.
+FOREGROUND_QUIET = 1.0
 #: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks (sorted by
 #: length within a batch, so the more the less padding; ~1.5 s of the local model on 2
 #: cores, which bounds how long a stop waits), until the backlog is done or, for an
@@ -178,6 +181,7 @@ class Service:
         self._open_lock = asyncio.Lock()
         self._sync_lock = asyncio.Lock()
         self._embedding = Throughput()
+        self._client_asked_at = float("-inf")
         self._ops: MemoryOps | None = None
         self._ui: UiServer | None = None
         self._ui_lock = asyncio.Lock()
@@ -267,7 +271,8 @@ class Service:
                 # aiohttp is the daemon's alone: commands that import this module skip it.
                 from daemon.api.server import ApiServer, make_app
 
-                api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status))
+                api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status,
+                                                                  self._client_asked))
                 try:
                     await api.start()
                 except (OSError, MemorydError) as exc:
@@ -318,6 +323,16 @@ class Service:
         return self._recovery
 
     # -- the local API (`daemon.api`) -------------------------------------------------
+
+    def _client_asked(self) -> None:
+        self._client_asked_at = self.clock.monotonic()
+
+    def _foreground_busy(self) -> bool:
+        """Whether the daemon's own work is under way: a turn stored messages, or a client
+        asked something, in the last FOREGROUND_QUIET seconds. Asked from other threads."""
+        ingester = self._ingester
+        return ((ingester is not None and ingester.busy(FOREGROUND_QUIET))
+                or self.clock.monotonic() - self._client_asked_at < FOREGROUND_QUIET)
 
     async def _api_ops(self) -> MemoryOps:
         if self._ops is None:
@@ -429,6 +444,10 @@ class Service:
             if backend is None:
                 return
             unpaused = bool(getattr(backend.embedder, "yields_cores", False))
+            if isinstance(backend.embedder, LazyLocalEmbedder):
+                # Ingest and clients first: the background threads wait while either is
+                # busy (`_foreground_busy`).
+                backend.embedder.defer_to = self._foreground_busy
             deadline = clock.monotonic() + EMBED_SLICE
             while not self.stop_event.is_set() and (unpaused or clock.monotonic() < deadline):
                 began = clock.monotonic()

@@ -51,11 +51,16 @@ def _error(status: int, message: str) -> web.Response:
     return _answer(status, {"ok": False, "error": message})
 
 
-def make_app(ops: OpsProvider, status: StatusProvider) -> web.Application:
-    """The API as an aiohttp application (served on the socket by `ApiServer`)."""
+def make_app(ops: OpsProvider, status: StatusProvider,
+             on_request: Callable[[], None] | None = None) -> web.Application:
+    """The API as an aiohttp application (served on the socket by `ApiServer`);
+    `on_request` is told of every operation asked for (the daemon's background work
+    gives way to its clients)."""
 
     async def run_operation(request: web.Request) -> web.Response:
         name = request.match_info["operation"]
+        if on_request is not None:
+            on_request()
         operation = OPERATIONS.get(name)
         if operation is None:
             return _error(404, f"no operation {name!r}")

@@ -136,6 +136,12 @@ class Ingester:
         self._passes_started = 0
         self._passes_done = 0
         self._pass_done = asyncio.Condition()
+        self._stored_at = float("-inf")  # monotonic time of the last turn that stored
+
+    def busy(self, within: float = 1.0) -> bool:
+        """Whether a turn stored something in the last `within` seconds (a backfill or a
+        burst of appends under way). Safe to ask from another thread."""
+        return self._clock.monotonic() - self._stored_at < within
 
     @property
     def tracked(self) -> dict[str, Tracked]:
@@ -398,6 +404,7 @@ class Ingester:
             prepared, commit = in_flight
             in_flight = None
             result = await self._tailer.finish(prepared, commit)
+            self._stored_at = self._clock.monotonic()
             still.append(prepared.tracked)
             touched.add(prepared.tracked.path)
             stats.bytes_read += result.bytes_read

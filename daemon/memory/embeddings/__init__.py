@@ -19,7 +19,7 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
@@ -76,6 +76,18 @@ class LazyLocalEmbedder:
         self._lock = threading.Lock()
         self._fetch_failed_at: float | None = None
         self._last_used = time.monotonic()
+        self._defer_to: Callable[[], bool] | None = None
+
+    @property
+    def defer_to(self) -> Callable[[], bool] | None:
+        """See `LocalEmbedder.defer_to`; kept across a release and a reload."""
+        return self._defer_to
+
+    @defer_to.setter
+    def defer_to(self, busy: Callable[[], bool] | None) -> None:
+        self._defer_to = busy
+        if self._model is not None:
+            self._model.defer_to = busy
 
     @property
     def loaded(self) -> bool:
@@ -117,6 +129,7 @@ class LazyLocalEmbedder:
                         local.model_dir(self._models) is None):
                     self._fetch_weights(self._models)
                 self._model = local.LocalEmbedder.load(self._runtime, self._models)
+                self._model.defer_to = self._defer_to
             return self._model
 
     def _fetch_weights(self, models: Path) -> None:

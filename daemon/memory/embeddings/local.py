@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,12 @@ PROVIDER = "local"
 MODEL_NAME = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256
 BATCH = 32
+#: A background run's batch: small enough (~0.35 s of one core for long chunks) that
+#: the threads give way soon after the daemon gets busy, large enough to cost nothing.
+BACKGROUND_BATCH = 8
+#: Background batches wait while the daemon is busy: checked every DEFER_POLL s, for
+#: at most DEFER_MAX s a batch (a backlog always moves on).
+DEFER_POLL, DEFER_MAX = 0.05, 30.0
 
 Runtime = Literal["auto", "onnx", "numpy"]
 
@@ -147,6 +154,10 @@ class LocalEmbedder:
                                      self._config, runtime, threads=1)
         self.runtime = self._encoder.runtime
         self._pool: ThreadPoolExecutor | None = None
+        # What the background threads give way to: while it answers True (the daemon's
+        # ingester is busy), they wait between batches instead of sharing the caches
+        # and memory bandwidth with it, for at most DEFER_MAX seconds a batch.
+        self.defer_to: Callable[[], bool] | None = None
         if self._encoder.runtime != "numpy":
             self._pool = ThreadPoolExecutor(background_workers(), "memoryd-embed",
                                             initializer=_lower_this_thread)
@@ -171,27 +182,27 @@ class LocalEmbedder:
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return out
-        if self._pool is None:
-            encodings = self._tokenizer.encode_batch(list(texts))
-            order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-            for start in range(0, len(order), BATCH):
-                batch = order[start:start + BATCH]
-                out[batch] = self._forward([encodings[i].ids for i in batch])
-            return out
-        # Batches of similar length (by characters: tokens are counted on the worker
-        # threads, one text at a time, so that no tokenizer thread of normal priority
-        # runs either), at most BATCH a run and at least one batch for every thread.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        size = max(1, min(BATCH, -(-len(order) // background_workers())))
-        batches = [order[start:start + size] for start in range(0, len(order), size)]
-        done = self._pool.map(self._background_batch,
-                              [[texts[i] for i in batch] for batch in batches])
-        for batch, vectors in zip(batches, done, strict=True):
-            out[batch] = vectors
+        # Tokenised here, at the caller's priority and without Python's lock (the
+        # tokenizer's own threads): a lowest-priority thread holding that lock would
+        # make the daemon's own threads wait until it is scheduled again.
+        encodings = self._tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        # Batches of like length, and at least one for every thread.
+        size = BATCH if self._pool is None else max(
+            1, min(BACKGROUND_BATCH, -(-len(order) // background_workers())))
+        batches = [[encodings[i].ids for i in order[start:start + size]]
+                   for start in range(0, len(order), size)]
+        done = (self._pool.map(self._forward_when_quiet, batches) if self._pool is not None
+                else map(self._forward, batches))
+        for start, vectors in zip(range(0, len(order), size), done, strict=True):
+            out[order[start:start + size]] = vectors
         return out
 
-    def _background_batch(self, texts: list[str]) -> Vectors:
-        return self._forward([self._tokenizer.encode(text).ids for text in texts])
+    def _forward_when_quiet(self, batch_ids: list[list[int]]) -> Vectors:
+        deadline = time.monotonic() + DEFER_MAX
+        while (busy := self.defer_to) is not None and busy() and time.monotonic() < deadline:
+            time.sleep(DEFER_POLL)
+        return self._forward(batch_ids)
 
     @property
     def yields_cores(self) -> bool:
