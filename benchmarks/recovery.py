@@ -376,6 +376,28 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
     return results
 
 
+def sync_through_cli(settings: Any, root: Path, work: Path) -> None:
+    """`memoryd sync` as a process on two copies of the built state: messages/s as a user
+    gets them (start-up, default settings, a fresh memory store each time)."""
+    for run in (1, 2):
+        state = work / f"state-{run}"
+        shutil.copytree(settings.state_dir, state)
+        config = write_config(work / f"config-{run}.yaml", state, root,
+                              log_level="warning")
+        began = time.perf_counter()
+        done = subprocess.run(memoryd_command(config, "sync"), env=isolated_env(work / "xdg"),
+                              cwd=REPO, capture_output=True, text=True)
+        seconds = time.perf_counter() - began
+        if done.returncode != 0:
+            sys.exit(f"memoryd sync failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        # "saved S segments (M messages) from N sessions, ..."
+        words = done.stdout.split()
+        segments, messages = int(words[1]), int(words[3].lstrip("("))
+        print(f"memoryd sync, run {run}: {seconds:.1f} s, {messages} messages in {segments}"
+              f" segments: {messages / seconds:,.0f} messages/s")
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
@@ -392,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run the recovery pass under cProfile (slower) and print hot spots")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--cli", action="store_true",
+                        help="the user's path instead of the in-process pass: `memoryd sync`"
+                             " as a process, twice, each on a copy of the state")
     args = parser.parse_args(argv)
     if args.quick:
         args.sessions, args.messages = 100, 100_000
@@ -421,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{db_size(settings.database_path) / MB:.0f} MB")
         print(f"policy: segment_max_chars {settings.segment_max_chars}, segment_idle_gap "
               f"{settings.segment_idle_gap:.0f} s; fresh embedded SQLite memory backend")
+
+        if args.cli:
+            sync_through_cli(settings, root, work)
+            return 0
 
         profiler = cProfile.Profile() if args.profile else None
         if profiler is not None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
 
@@ -21,6 +21,7 @@ from daemon.errors import (
     StoreError,
     is_damage,
 )
+from daemon.sqlitecall import call_on_connection
 
 _TRANSIENT_MARKERS = ("database is locked", "database or disk is full", "disk i/o error",
                       "database table is locked", "unable to open database")
@@ -187,23 +188,17 @@ async def run_on_connection(
     *args: _P.args,
     **kwargs: _P.kwargs,
 ) -> _T:
-    """`fn(sqlite3_connection, *args)` run on the connection's own thread, in one hop.
+    """`fn(sqlite3_connection, *args)` run on the connection's own thread, in one hop;
+    sqlite errors become StoreErrors (`daemon.sqlitecall` leaves them as they are).
 
     Work of many statements (a batch commit) then costs one round trip through the
     event loop instead of one per statement, and holds the loop's thread only to
-    hand it over. aiosqlite has no public call for this: its `_execute` (stable
-    since 0.17) is the one place it is used; sqlite errors become StoreErrors.
+    hand it over.
     """
-    raw: sqlite3.Connection = conn._conn
-
-    def call() -> _T:
-        return fn(raw, *args, **kwargs)
-
     try:
-        result: Any = await conn._execute(call)  # type: ignore[no-untyped-call]
+        return await call_on_connection(conn, fn, *args, **kwargs)
     except sqlite3.Error as exc:
         raise translate(exc) from exc
-    return result  # type: ignore[no-any-return]
 
 
 def iso_utc(moment: datetime) -> str:

@@ -90,6 +90,7 @@ from daemon.memory.sqlite.schema import (
     migrate,
     translate,
 )
+from daemon.sqlitecall import call_on_connection
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.embeddings.base import Embedder
@@ -118,15 +119,93 @@ _SCOPE_OF_MEMORY = (
 )
 
 
+_INSERT_CHUNK = (
+    "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
+    f" first_index, last_index, message_uuids, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+    f" {_SCOPE_OF_MEMORY})")
+_FORGOTTEN = (
+    "SELECT 1 FROM forgotten_scopes WHERE (kind = 'session' AND value = :external)"
+    " OR (kind = 'session_id' AND value = :session_id)"
+    " OR (kind = 'project' AND value = :project AND forgotten_at >= :began) LIMIT 1")
+_SHORTER_TAILS = (
+    "SELECT id FROM memories WHERE type = 'conversation' AND id != :id"
+    " AND superseded_by IS NULL AND deleted_at IS NULL"
+    " AND session_id IS :session_id AND session_external_id IS :external"
+    " AND source IS :source AND first_index = :first AND last_index < :last")
+_SUPERSEDE_TAIL = ("UPDATE memories SET superseded_by = ?, updated_at = ?,"
+                   " reason = 'extended by a later save of the same messages' WHERE id = ?")
+_SUPERSEDES = "UPDATE memories SET supersedes = ? WHERE id = ?"
+
+ChunkRow = tuple[int, int, int, str, int | None, int | None, str]
+
+
+def _chunk_rows(memory: Memory) -> list[ChunkRow]:
+    return [(c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+             json.dumps(list(c.message_uuids)))
+            for c in chunk_memory(memory.content, memory.type, memory.provenance)]
+
+
 async def _insert_chunks(conn: aiosqlite.Connection, seq: int, content: str,
                          memory_type: MemoryType | str, provenance: Provenance) -> None:
     await conn.executemany(
-        "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-        f" first_index, last_index, message_uuids, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
-        f" {_SCOPE_OF_MEMORY})",
+        _INSERT_CHUNK,
         [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
           json.dumps(list(c.message_uuids)), seq)
          for c in chunk_memory(content, memory_type, provenance)])
+
+
+def _forgotten_params(memory: Memory) -> dict[str, Any]:
+    prov = memory.provenance
+    began = prov.started_at or prov.ended_at or memory.created_at
+    return {"external": prov.session_external_id,
+            "session_id": None if prov.session_id is None else str(prov.session_id),
+            "project": memory.project, "began": to_utc_text(began)}
+
+
+def _tail_params(segment: ConversationSegment) -> dict[str, Any]:
+    return {"id": segment.id, "session_id": segment.session_id,
+            "external": segment.session_external_id, "source": segment.source,
+            "first": segment.first_index, "last": segment.last_index}
+
+
+def _log_not_saved(memory: Memory) -> None:
+    log.info("memory_not_saved_forgotten", memory_id=memory.id,
+             session_external_id=memory.provenance.session_external_id,
+             project=memory.project)
+
+
+def _save_segments(conn: sqlite3.Connection,
+                   batch: list[tuple[ConversationSegment, Memory, list[ChunkRow]]],
+                   now: str) -> list[tuple[bool, bool, list[str]]]:
+    """The segments' memories, chunks and tails in one transaction, on the store's
+    thread: (created, forgotten, ids superseded) for each."""
+    outcome: list[tuple[bool, bool, list[str]]] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for segment, memory, chunk_rows in batch:
+            # Every cursor read to its end or closed: COMMIT refuses while one is open.
+            if conn.execute(_FORGOTTEN, _forgotten_params(memory)).fetchall():
+                outcome.append((False, True, []))
+                continue
+            cursor = conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
+            created, seq = cursor.rowcount == 1, cursor.lastrowid
+            cursor.close()
+            superseded: list[str] = []
+            if created and seq is not None:
+                conn.executemany(_INSERT_CHUNK, [(seq, *row, seq) for row in chunk_rows])
+                superseded = [r[0] for r in conn.execute(_SHORTER_TAILS,
+                                                         _tail_params(segment))]
+                if superseded:
+                    conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, old)
+                                                       for old in superseded])
+                    conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
+            outcome.append((created, False, superseded))
+        conn.execute("COMMIT")
+    except BaseException:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    return outcome
 
 
 async def _claim(conn: aiosqlite.Connection, owner: str, now: str, path: Path) -> None:
@@ -663,19 +742,9 @@ class SQLiteMemoryBackend:
     async def _forgotten(self, conn: aiosqlite.Connection, memory: Memory) -> bool:
         """Whether `memory` (auto-saved or imported) belongs to a forgotten session, or to a
         conversation of a forgotten project that began before the project was forgotten."""
-        prov = memory.provenance
-        began = prov.started_at or prov.ended_at or memory.created_at
-        rows = await self._fetch_all(
-            conn,
-            "SELECT 1 FROM forgotten_scopes WHERE (kind = 'session' AND value = :external)"
-            " OR (kind = 'session_id' AND value = :session_id)"
-            " OR (kind = 'project' AND value = :project AND forgotten_at >= :began) LIMIT 1",
-            {"external": prov.session_external_id,
-             "session_id": None if prov.session_id is None else str(prov.session_id),
-             "project": memory.project, "began": to_utc_text(began)})
+        rows = await self._fetch_all(conn, _FORGOTTEN, _forgotten_params(memory))
         if rows:
-            log.info("memory_not_saved_forgotten", memory_id=memory.id,
-                     session_external_id=prov.session_external_id, project=memory.project)
+            _log_not_saved(memory)
         return bool(rows)
 
     async def _delete(self, conn: aiosqlite.Connection, rows: Sequence[sqlite3.Row], *,
@@ -709,7 +778,10 @@ class SQLiteMemoryBackend:
                 await conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
                 await conn.execute(
                     "INSERT INTO memory_chunks_fts (memory_chunks_fts) VALUES ('optimize')")
-                await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                # Its result row read: a statement left open would make the next
+                # COMMIT on this connection fail ("SQL statements in progress").
+                async with conn.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cursor:
+                    await cursor.fetchall()
         except BackendUnavailable as exc:
             log.warning("memory_scrub_deferred", backend=BACKEND_NAME, error=str(exc))
 
@@ -756,42 +828,38 @@ class SQLiteMemoryBackend:
     async def save_conversation_segments(
             self, segments: Sequence[ConversationSegment]) -> list[SaveResult]:
         """`save_conversation_segment` for each, in one transaction (recovery's batches:
-        one commit, one fsync, for a page of segments)."""
+        one commit, one fsync, for a page of segments), and in one call on the store's
+        thread: a page of segments is several hundred statements, and a round trip
+        through the event loop for each cost more than the statements."""
         now = self._clock.now()
+        batch = [(segment, memory, _chunk_rows(memory)) for segment in segments
+                 for memory in (writes.segment_memory(segment, now),)]
+        async with self._lock:
+            with self._translated():
+                outcome = await call_on_connection(
+                    self._connection(), _save_segments, batch, to_utc_text(now))
         results = []
-        async with self._write() as conn:
-            for segment in segments:
-                memory = writes.segment_memory(segment, now)
-                created = (not await self._forgotten(conn, memory)
-                           and await self._insert_once(conn, memory))
-                if created:
-                    await self._supersede_shorter_tails(conn, segment, to_utc_text(now))
-                results.append(SaveResult(id=memory.id, created=created))
+        for (segment, memory, _rows), (created, forgotten, superseded) in zip(
+                batch, outcome, strict=True):
+            if forgotten:
+                _log_not_saved(memory)
+            if superseded:
+                log.info("memory_tail_superseded", memory_id=segment.id,
+                         superseded=superseded)
+            results.append(SaveResult(id=memory.id, created=created))
         log.debug("memory_segments_saved", segments=len(results),
                   created=sum(r.created for r in results))
         return results
 
     async def _supersede_shorter_tails(self, conn: aiosqlite.Connection,
                                        segment: ConversationSegment, now: str) -> None:
-        rows = await self._fetch_all(
-            conn,
-            "SELECT id FROM memories WHERE type = 'conversation' AND id != :id"
-            " AND superseded_by IS NULL AND deleted_at IS NULL"
-            " AND session_id IS :session_id AND session_external_id IS :external"
-            " AND source IS :source AND first_index = :first AND last_index < :last",
-            {"id": segment.id, "session_id": segment.session_id,
-             "external": segment.session_external_id, "source": segment.source,
-             "first": segment.first_index, "last": segment.last_index})
+        rows = await self._fetch_all(conn, _SHORTER_TAILS, _tail_params(segment))
         if not rows:
             return
-        await conn.executemany(
-            "UPDATE memories SET superseded_by = ?, updated_at = ?,"
-            " reason = 'extended by a later save of the same messages' WHERE id = ?",
-            [(segment.id, now, r["id"]) for r in rows])
-        await conn.execute("UPDATE memories SET supersedes = ? WHERE id = ?",
-                           (rows[-1]["id"], segment.id))
+        await conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, r[0]) for r in rows])
+        await conn.execute(_SUPERSEDES, (rows[-1][0], segment.id))
         log.info("memory_tail_superseded", memory_id=segment.id,
-                 superseded=[r["id"] for r in rows])
+                 superseded=[r[0] for r in rows])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._save_once(writes.summary_memory(summary, self._clock.now()))
