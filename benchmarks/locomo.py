@@ -33,8 +33,9 @@ in-process with a fusion forced, to compare fusions; they are not what users get
 Modes: `none` keyword (FTS5 BM25 over chunks), `local` vectors alone (all-MiniLM-
 L6-v2, under ONNX Runtime unless `--runtime numpy`), `hybrid` both, weighted
 0.1 vector / 0.9 keyword (`--vector-weight`, the setting
-`memory.embeddings.vector_weight`), `hybrid-rrf` both by reciprocal rank fusion, and
-`none-segments`, today's keyword recall over whole segments.
+`memory.embeddings.vector_weight`) and `hybrid-rrf` both by reciprocal rank fusion.
+(Keyword recall over whole segments, `none-segments`, went with schema v7: the chunks
+are the only full-text index.)
 `--scale N` adds synthetic memories until the store holds N and measures again
 (their vectors are sums of embedded template sentences, see `_synthetic`).
 """
@@ -73,7 +74,7 @@ from daemon.service import sync_now
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-MODES = ("cli", "none-segments", "none", "local", "hybrid", "hybrid-rrf")
+MODES = ("cli", "none", "local", "hybrid", "hybrid-rrf")
 CONTEXT_TOKENS = 1000
 
 
@@ -237,9 +238,7 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
                    mode: str, embedder: Embedder | None,
                    vector_weight: float) -> dict[str, dict[str, float]]:
     opts: dict[str, Any] = {}
-    if mode == "none":
-        opts = {"chunked": True}
-    elif mode in ("local", "hybrid", "hybrid-rrf", "hybrid-relative"):
+    if mode in ("local", "hybrid", "hybrid-rrf", "hybrid-relative"):
         fusion = {"local": "vector", "hybrid": "weighted", "hybrid-rrf": "rrf",
                   "hybrid-relative": "relative"}[mode]
         opts = {"embedder": embedder, "fusion": fusion, "vector_weight": vector_weight}
@@ -247,7 +246,7 @@ async def evaluate(path: Path, data: list[dict[str, Any]], projects: dict[str, s
     per: dict[str, Scores] = defaultdict(Scores)
     ideal: dict[frozenset[str], int] = {}
     try:
-        if embedder is not None and mode != "none" and mode != "none-segments":
+        if embedder is not None and mode != "none":
             await backend.recall("warm up", project="/nowhere")
         for sample in data:
             project = projects[sample["sample_id"]]
@@ -445,7 +444,7 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
         if args.scale:
             count = await add_synthetic(path, args.scale, list(projects.values()), embedder)
             scaled = {f"{m} @{count}": await evaluate(path, data, projects, m, embedder, weight)
-                      for m in modes if m != "none-segments"}
+                      for m in modes}
             out += ["", f"scale: {count} memories", "", table(scaled)]
     return "\n".join(out)
 

@@ -294,8 +294,8 @@ async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]
     except BackendError as exc:
         if not notes:
             notes.append(f"backend.recall raised {exc!r}; fell back to an FTS5 MATCH query")
-        return bool(_sql_value(memory_db, "SELECT 1 FROM memories_fts WHERE memories_fts"
-                               " MATCH ?", (f'"{word}"',)))
+        return bool(_sql_value(memory_db, "SELECT 1 FROM memory_chunks_fts WHERE"
+                               " memory_chunks_fts MATCH ?", (f'"{word}"',)))
 
 
 async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay: float,

@@ -80,7 +80,7 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
     async def sqlite() -> MemoryBackend:
         ensure_private_dir(settings.memory_path.parent, "memory.path")
         return await SQLiteMemoryBackend.open(
-            settings.memory_path, clock=clock, embedder=embedder, chunked=True,
+            settings.memory_path, clock=clock, embedder=embedder,
             owner=memory_user(settings),
             vector_weight=embeddings.vector_weight,
             paraphrase_vector_weight=embeddings.paraphrase_vector_weight)

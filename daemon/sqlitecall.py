@@ -7,7 +7,8 @@ translates errors its own way.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
@@ -33,3 +34,17 @@ async def call_on_connection(
 
     result: Any = await conn._execute(call)  # type: ignore[no-untyped-call]
     return result  # type: ignore[no-any-return]
+
+
+@contextmanager
+def immediate_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT on a plain sqlite3 connection (inside a call above),
+    rolled back on any error, which is raised as it is."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        with suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise

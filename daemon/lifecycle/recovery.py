@@ -21,10 +21,12 @@ leaves the index where it was; transient failures are retried briefly
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 import structlog
@@ -97,6 +99,49 @@ def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, BackendError) and exc.transient
 
 
+class _Saving:
+    """The one batch being saved while recovery prepares the next.
+
+    Preparing a batch (cutting, rendering, masking) is Python on the event loop's
+    thread; saving it is SQLite on the stores' threads, mostly outside Python's lock.
+    One batch in flight lets the two overlap, and keeps each session's batches in
+    order: a batch starts only once the one before it has moved the index."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[bool] | None = None
+        self._session: int | None = None
+        self.touched: set[int] = set()
+
+    async def start(self, session_id: int, saving: Coroutine[Any, Any, bool]) -> None:
+        self._session, self._task = session_id, asyncio.ensure_future(saving)
+        # Let it run up to handing its statements to the store's thread, so that they run
+        # while the caller prepares the next batch.
+        await asyncio.sleep(0)
+
+    async def hand_over(self, session_id: int) -> bool:
+        """Wait for the batch in flight; False if it was `session_id`'s and that session
+        stopped (its later batches must not be saved past a gap)."""
+        task, self._task = self._task, None
+        if task is None:
+            return True
+        ok = await task
+        return ok or self._session != session_id
+
+    async def settle(self) -> None:
+        await self.hand_over(-1)
+
+    async def abandon(self) -> None:
+        """On the way out of a failed pass: the batch in flight is not waited for (its
+        thread's work ends by itself; an unmoved index saves it again, once), and its own
+        error, if any, is not raised over the first one."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await task
+
+
 class Recovery:
     def __init__(
         self, conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
@@ -112,16 +157,16 @@ class Recovery:
         """One recovery pass over every session with unsynced messages (or just one)."""
         report = SyncReport()
         candidates = await store.sessions_to_sync(self._conn, session_id)
-        for session in candidates:
-            if not force and self._backing_off(session.id):
-                continue
-            try:
-                await self._sync_session(session, force=force, report=report)
-            except BackendError as exc:
-                report.failed_sessions.append(session.id)
-                delay = self._back_off(session.id)
-                log.warning("sync_failed", session_id=session.id, backend=exc.backend,
-                            error=str(exc), transient=exc.transient, retry_in=delay)
+        saving = _Saving()
+        try:
+            for session in candidates:
+                if not force and self._backing_off(session.id):
+                    continue
+                await self._sync_session(session, force=force, report=report, saving=saving)
+            await saving.settle()
+        finally:
+            await saving.abandon()
+        report.sessions = len(saving.touched)
         await self._sync_summaries(session_id, report)
         if report.segments_saved or report.summaries_saved or report.requests_saved:
             log.info("synced", sessions=report.sessions, segments=report.segments_saved,
@@ -130,11 +175,10 @@ class Recovery:
         return report
 
     async def _sync_session(
-        self, session: SessionSyncState, *, force: bool, report: SyncReport
+        self, session: SessionSyncState, *, force: bool, report: SyncReport, saving: _Saving,
     ) -> None:
         index = session.memory_sync_index
         page = PAGE
-        touched = False
         while index < session.message_count:
             messages = await store.messages_from(self._conn, session.id, index, page)
             if not messages:
@@ -150,36 +194,54 @@ class Recovery:
             if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
             for batch in _batches(ready):
-                # One memory transaction for the batch, then the index moves past all of
-                # it: a crash in between saves the same ids again, stored once.
-                saved = await self._save(session, batch, report)
-                events = []
-                start = index
-                for plan, result in zip(batch, saved, strict=True):
-                    requested = await self._save_requests(session, plan, report)
-                    # The daemon's own writes are in the audit trail too (never their text).
-                    events.append(AuditEvent(
-                        interface="daemon", action="save_segment", agent=session.source,
-                        agent_session_id=session.external_id,
-                        memory_ids=(result.id, *requested),
-                        count=plan.last_index + 1 - start,
-                        detail=None if result.created else "already stored"))
-                    start = plan.last_index + 1
-                if not await store.advance_sync_index(
-                    self._conn, session.id, index, start,
-                    audit_events=events, now=self._clock.now(),
-                ):
-                    log.info("sync_index_moved_elsewhere", session_id=session.id)
+                segments = [self._segment(session, plan) for plan in batch]
+                # The batch before is saved (on the memory store's thread) while this one
+                # was prepared; this one starts once that one's index has moved.
+                if not await saving.hand_over(session.id):
                     return
-                report.messages_synced += start - index
-                index = start
-                touched = True
+                await saving.start(session.id, self._store_batch(session, index, batch, segments,
+                                                           report, saving))
+                index = batch[-1].last_index + 1
             if not more:
                 break
             page = PAGE
-        if touched:
-            report.sessions += 1
-            self._backoff.pop(session.id, None)
+
+    async def _store_batch(
+        self, session: SessionSyncState, index: int, batch: list[SegmentPlan],
+        segments: list[ConversationSegment], report: SyncReport, saving: _Saving,
+    ) -> bool:
+        """Save one batch in one memory transaction, then move the index past all of it: a
+        crash in between saves the same ids again, stored once. False if the session
+        must stop here (its backend failed, or another sync moved its index)."""
+        try:
+            saved = await self._save(segments, report)
+            events = []
+            start = index
+            for plan, result in zip(batch, saved, strict=True):
+                requested = await self._save_requests(session, plan, report)
+                # The daemon's own writes are in the audit trail too (never their text).
+                events.append(AuditEvent(
+                    interface="daemon", action="save_segment", agent=session.source,
+                    agent_session_id=session.external_id,
+                    memory_ids=(result.id, *requested),
+                    count=plan.last_index + 1 - start,
+                    detail=None if result.created else "already stored"))
+                start = plan.last_index + 1
+        except BackendError as exc:
+            report.failed_sessions.append(session.id)
+            delay = self._back_off(session.id)
+            log.warning("sync_failed", session_id=session.id, backend=exc.backend,
+                        error=str(exc), transient=exc.transient, retry_in=delay)
+            return False
+        if not await store.advance_sync_index(
+            self._conn, session.id, index, start, audit_events=events, now=self._clock.now(),
+        ):
+            log.info("sync_index_moved_elsewhere", session_id=session.id)
+            return False
+        report.messages_synced += start - index
+        saving.touched.add(session.id)
+        self._backoff.pop(session.id, None)
+        return True
 
     def _tail_due(self, session: SessionSyncState, tail: SegmentPlan) -> bool:
         if session.status in ("paused", "ended"):
@@ -191,9 +253,8 @@ class Recovery:
         last = session.last_activity
         return last is None or now - last >= self.policy.sync_delay
 
-    async def _save(self, session: SessionSyncState, plans: Sequence[SegmentPlan],
+    async def _save(self, segments: list[ConversationSegment],
                     report: SyncReport) -> list[SaveResult]:
-        segments = [self._segment(session, plan) for plan in plans]
         results = await self._retrying(
             lambda batch: save_segments(self._backend, batch), segments)
         for result in results:

@@ -1,6 +1,6 @@
 """How recall scores a memory: keyword relevance, weighted by importance and recency.
 
-    s          = -bm25(memories_fts)          # FTS5 BM25, >= 0, larger is better
+    s          = -bm25(memory_chunks_fts)     # FTS5 BM25 of the best chunk, >= 0
     relevance  = s / (s + 1)                  # squashed into [0, 1); 1 when there is no query
     decay      = 1                            # fact, correction, project_context never decay
                | max(floor, 0.5 ** (age_days / HALF_LIFE_DAYS))   # conversation, summary

@@ -13,13 +13,15 @@ query, a memory's text or a key. `audit_memory_ids` indexes the ids, so
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.store.connection import iso_utc, run_on_connection, transaction
 
 INTERFACES = ("cli", "hook", "mcp", "api", "daemon", "ui")
 DETAIL_CHARS = 300
@@ -40,29 +42,33 @@ class AuditEvent:
 async def record(conn: aiosqlite.Connection, event: AuditEvent, now: datetime, *,
                  in_transaction: bool = False) -> None:
     """Append `event` (in its own transaction unless the caller holds one)."""
-    interface = event.interface if event.interface in INTERFACES else "api"
-    # A failure's reason is memoryd's own one-line error: errors never carry secrets.
-    detail = event.detail[:DETAIL_CHARS] if event.detail else None
-    ids = list(dict.fromkeys(event.memory_ids))
-
-    async def write() -> None:
-        cur = await conn.execute(
-            "INSERT INTO audit_events (at, interface, action, outcome, agent, agent_session_id,"
-            " memory_ids, count, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (iso_utc(now), interface, event.action, event.outcome, event.agent,
-             event.agent_session_id, json.dumps(ids), event.count, detail))
-        event_id = cur.lastrowid
-        await cur.close()
-        if ids:
-            await conn.executemany(
-                "INSERT INTO audit_memory_ids (event_id, memory_id) VALUES (?, ?)",
-                [(event_id, memory_id) for memory_id in ids])
-
     if in_transaction:
-        await write()
+        await run_on_connection(conn, insert_events, (event,), now)
         return
     async with transaction(conn):
-        await write()
+        await run_on_connection(conn, insert_events, (event,), now)
+
+
+_INSERT_EVENT = ("INSERT INTO audit_events (at, interface, action, outcome, agent,"
+                 " agent_session_id, memory_ids, count, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+_INSERT_ID = "INSERT INTO audit_memory_ids (event_id, memory_id) VALUES (?, ?)"
+
+
+def insert_events(conn: sqlite3.Connection, events: Iterable[AuditEvent], now: datetime) -> None:
+    """Append `events` inside the caller's transaction, on the connection's own thread."""
+    at = iso_utc(now)
+    for event in events:
+        interface = event.interface if event.interface in INTERFACES else "api"
+        # A failure's reason is memoryd's own one-line error: errors never carry secrets.
+        detail = event.detail[:DETAIL_CHARS] if event.detail else None
+        ids = list(dict.fromkeys(event.memory_ids))
+        cursor = conn.execute(_INSERT_EVENT, (
+            at, interface, event.action, event.outcome, event.agent, event.agent_session_id,
+            json.dumps(ids), event.count, detail))
+        event_id = cursor.lastrowid
+        cursor.close()
+        if ids:
+            conn.executemany(_INSERT_ID, [(event_id, memory_id) for memory_id in ids])
 
 
 async def events(conn: aiosqlite.Connection, *, since: datetime | None = None,

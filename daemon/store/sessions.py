@@ -6,15 +6,17 @@ like the instants it names, so no comparison depends on the machine's time zone.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import aiosqlite
 
+from daemon.sqlitecall import immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
-from daemon.store.connection import iso_utc, transaction
+from daemon.store.connection import iso_utc, run_on_connection, transaction
 
 
 def parse_utc(text: str | None) -> datetime | None:
@@ -154,16 +156,21 @@ async def advance_sync_index(
     ever moving the index backwards. `audit_events` (the saves that let it move) are
     recorded in the same transaction.
     """
-    async with transaction(conn):
-        cursor = await conn.execute(
+    return await run_on_connection(conn, _advance, session_id, expected, new_index,
+                                   audit_events, now)
+
+
+def _advance(conn: sqlite3.Connection, session_id: int, expected: int, new_index: int,
+             audit_events: Sequence[AuditEvent], now: datetime | None) -> bool:
+    # One call on the store's thread: a batch's audit rows are dozens of statements.
+    with immediate_transaction(conn):
+        cursor = conn.execute(
             "UPDATE sessions SET memory_sync_index = ? WHERE id = ? AND memory_sync_index = ?",
-            (new_index, session_id, expected),
-        )
+            (new_index, session_id, expected))
         moved = cursor.rowcount > 0
         if moved and now is not None:
-            for event in audit_events:
-                await audit.record(conn, event, now, in_transaction=True)
-        return moved
+            audit.insert_events(conn, audit_events, now)
+    return moved
 
 
 async def unsynced_summaries(

@@ -116,14 +116,16 @@ async def test_recent_beats_old_for_decaying_types(
 ) -> None:
     """Auto-saved conversation fades with age; facts of any age score the same."""
     old_start = clock.now() - timedelta(days=1)
-    old = segment("we discussed the cache eviction policy", session_id=1, start=old_start)
+    # Texts that match alike but are not near-duplicates (which recall shows once).
+    old = segment("we discussed the cache eviction policy for the web tier", session_id=1,
+                  start=old_start)
     await backend.save_conversation_segment(old)
-    old_fact = await backend.remember("cache eviction uses LRU order")
+    old_fact = await backend.remember("cache eviction uses LRU order in the web tier")
     clock.advance(90 * DAY)
-    new = segment("we discussed the cache eviction policy", session_id=2,
+    new = segment("we discussed the cache eviction policy for the api tier", session_id=2,
                   start=clock.now() - timedelta(hours=1))
     await backend.save_conversation_segment(new)
-    new_fact = await backend.remember("cache eviction uses LRU order")
+    new_fact = await backend.remember("cache eviction uses LRU order in the api tier")
     conv = await backend.recall("cache eviction", types=[MemoryType.CONVERSATION])
     assert [r.memory_id for r in conv] == [new.id, old.id]
     assert conv[0].score > conv[1].score

@@ -363,8 +363,7 @@ async def test_memories_without_chunks_are_chunked_at_open(tmp_path: Path,
 async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: FakeClock) -> None:
     """Project recall MATCHes the project's scope token and p0: its own and project-less
     memories are found, another project's never, even with no vectors at all."""
-    async with await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock,
-                                              chunked=True) as backend:
+    async with await SQLiteMemoryBackend.open(tmp_path / "memory.db", clock=clock) as backend:
         mine = await backend.remember("the flaky parser test", project="/mine")
         everywhere = await backend.remember("parser rule for every project")
         for i in range(30):
@@ -409,7 +408,7 @@ async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> 
                          "2025-12-31T00:00:00Z"))
             raw.execute("INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char,"
                         " content) VALUES (?, 0, 0, ?, ?)", (seq, len(text), text))
-    async with await SQLiteMemoryBackend.open(path, clock=clock, chunked=True) as backend:
+    async with await SQLiteMemoryBackend.open(path, clock=clock) as backend:
         assert {r.memory_id for r in await backend.recall("canary", project="/a")} == \
             {"m1", "m2"}
         added = await backend.remember("canary too", project="/b")

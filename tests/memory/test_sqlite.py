@@ -15,7 +15,6 @@ from daemon.clock import FakeClock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import ConversationSegment, SQLiteMemoryBackend
 from daemon.memory.sqlite import backend as sqlite_module
-from daemon.memory.sqlite import recall as sqlite_recall
 from daemon.memory.sqlite.schema import LATEST_VERSION, translate
 
 
@@ -91,14 +90,18 @@ async def test_fts_follows_rows(tmp_path: Path, opened: SQLiteMemoryBackend) -> 
     def fts_hits() -> int:
         with sqlite3.connect(db) as raw:
             return int(raw.execute(
-                "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH 'zebra'"
+                "SELECT count(*) FROM memory_chunks_fts WHERE memory_chunks_fts"
+                " MATCH 'content: zebra'"
             ).fetchone()[0])
 
     assert fts_hits() == 2
     await opened.forget(a.id, hard=True)
     assert fts_hits() == 1
     with sqlite3.connect(db) as raw:
-        raw.execute("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')")
+        raw.execute("INSERT INTO memory_chunks_fts (memory_chunks_fts) VALUES ('integrity-check')")
+        # One full-text index (schema v7): the chunks'.
+        assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'memories_fts%'"
+                           ).fetchone() == (0,)
 
 
 async def test_hard_forget_leaves_no_bytes_on_disk(tmp_path: Path,
@@ -185,20 +188,6 @@ async def test_two_backends_share_one_file(tmp_path: Path) -> None:
                                   project=None, first_index=0, last_index=0, text="hello")
         assert (await one.save_conversation_segment(seg)).created
         assert not (await two.save_conversation_segment(seg)).created
-
-
-async def test_recall_reranks_a_full_pool(
-    opened: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """When more memories match than the candidate pool holds, the best keyword matches win."""
-    monkeypatch.setattr(sqlite_recall, "POOL", 3)
-    strong = await opened.remember("kiwi kiwi kiwi orchard", importance=0.1)
-    for i in range(6):
-        await opened.remember(f"kiwi mentioned once among many other words number {i}",
-                              importance=1.0)
-    results = await opened.recall("kiwi orchard", limit=2)
-    assert len(results) == 2 and results[0].memory_id == strong.id
-    assert results[0].score >= results[1].score
 
 
 async def test_busy_database_is_unavailable_but_recall_still_answers(tmp_path: Path) -> None:

@@ -9,10 +9,11 @@ and 0.5 ** (age_days / 30), floored at 0.25, for conversation and session
 summaries. Every filter (live only, project, time span, types) is applied in
 SQL, in the statement that ranks the candidates (see sqlite_recall.py).
 
-Opened with an embedder (or `chunked=True`), recall with words is hybrid
-instead: BM25 and vector similarity over chunks, fused, then the same
-importance/recency weighting (see sqlite_hybrid.py). Every memory is chunked in
-the transaction that saves it; vectors are added later by `embed_pending`.
+Recall with words is hybrid: BM25 over chunks (and, with an embedder, vector
+similarity), fused, then the same importance/recency weighting (see
+sqlite_hybrid.py). Every memory is chunked in the transaction that saves it, and
+the chunks are the only full-text index; vectors are added later by
+`embed_pending`.
 
 Decisions worth knowing:
 
@@ -90,7 +91,7 @@ from daemon.memory.sqlite.schema import (
     migrate,
     translate,
 )
-from daemon.sqlitecall import call_on_connection
+from daemon.sqlitecall import call_on_connection, immediate_transaction
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.embeddings.base import Embedder
@@ -180,8 +181,7 @@ def _save_segments(conn: sqlite3.Connection,
     """The segments' memories, chunks and tails in one transaction, on the store's
     thread: (created, forgotten, ids superseded) for each."""
     outcome: list[tuple[bool, bool, list[str]]] = []
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with immediate_transaction(conn):
         for segment, memory, chunk_rows in batch:
             # Every cursor read to its end or closed: COMMIT refuses while one is open.
             if conn.execute(_FORGOTTEN, _forgotten_params(memory)).fetchall():
@@ -200,11 +200,6 @@ def _save_segments(conn: sqlite3.Connection,
                                                        for old in superseded])
                     conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
             outcome.append((created, False, superseded))
-        conn.execute("COMMIT")
-    except BaseException:
-        with suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
     return outcome
 
 
@@ -255,7 +250,7 @@ class SQLiteMemoryBackend:
                          Capability.CORRECT, Capability.EXPORT, Capability.TEMPORAL})
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, clock: Clock, *,
-                 embedder: Embedder | None = None, chunked: bool | None = None,
+                 embedder: Embedder | None = None,
                  fusion: Fusion = "adaptive",
                  vector_weight: float = VECTOR_WEIGHT,
                  paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
@@ -265,7 +260,6 @@ class SQLiteMemoryBackend:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._embedder = embedder
-        self._chunked = embedder is not None if chunked is None else chunked
         self._fusion: Fusion = fusion
         self._vector_weight = writes.fraction("vector_weight", vector_weight)
         self._paraphrase_vector_weight = writes.fraction("paraphrase_vector_weight",
@@ -286,7 +280,7 @@ class SQLiteMemoryBackend:
     @classmethod
     async def open(
         cls, path: Path, *, clock: Clock, busy_timeout: float = 5.0,
-        embedder: Embedder | None = None, chunked: bool | None = None,
+        embedder: Embedder | None = None,
         fusion: Fusion = "adaptive",
         vector_weight: float = VECTOR_WEIGHT,
         paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
@@ -299,9 +293,9 @@ class SQLiteMemoryBackend:
         memories never cross users (None: no check, for tools that only copy).
 
         `busy_timeout` is how long (seconds) to wait for another writer before a
-        write fails with BackendUnavailable. With an `embedder` (or `chunked=True`
-        for keyword-only chunk recall), recall is hybrid (sqlite_hybrid.py);
-        vectors are added by `embed_pending`, never on the save path.
+        write fails with BackendUnavailable. Recall with words is hybrid
+        (sqlite_hybrid.py), by keywords alone without an `embedder`; vectors are
+        added by `embed_pending`, never on the save path.
         `vector_weight` is the share of vector similarity in hybrid recall's
         fused score (the rest is keyword relevance) when the query's words are
         found, `paraphrase_vector_weight` when they are not (`adaptive` fusion).
@@ -325,7 +319,7 @@ class SQLiteMemoryBackend:
             raise
         make_private(path)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
-        return cls(conn, path, clock, embedder=embedder, chunked=chunked, fusion=fusion,
+        return cls(conn, path, clock, embedder=embedder, fusion=fusion,
                    vector_weight=vector_weight, paraphrase_vector_weight=paraphrase_vector_weight)
 
     async def __aenter__(self) -> SQLiteMemoryBackend:
@@ -445,7 +439,7 @@ class SQLiteMemoryBackend:
         agent: str | None = None,
     ) -> list[RecallResult]:
         now = self._clock.now()
-        if self._chunked and order == "score" and fts.terms(query):
+        if order == "score" and fts.terms(query):
             results = await self._hybrid_recall(
                 query, now=now, project=project, limit=limit, since=since, until=until,
                 types=types, all_projects=all_projects, agent=agent)
@@ -775,7 +769,6 @@ class SQLiteMemoryBackend:
         """
         try:
             async with self._read() as conn:
-                await conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
                 await conn.execute(
                     "INSERT INTO memory_chunks_fts (memory_chunks_fts) VALUES ('optimize')")
                 # Its result row read: a statement left open would make the next

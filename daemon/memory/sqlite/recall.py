@@ -1,16 +1,11 @@
-"""Recall in SQLite: filters in SQL, then the `ranking` formula over a candidate pool.
+"""Recall in SQLite without ranking by words: filters in SQL, the weight in SQL.
 
-With query words, the candidates are the filtered FTS5 matches, ordered by
-(tier, bm25) in SQL; the best POOL of them are scored in Python and the best
-`limit` returned. The result is exact whenever fewer than POOL memories match,
-or whenever the `limit`-th score beats the relevance of the pool's last
-candidate (a score never exceeds its relevance). Otherwise, which happens only
-when a query's words occur in a large part of the store and BM25 barely tells
-memories apart, importance and recency rerank the POOL best keyword matches
-rather than every match: reading more costs little in SQLite (the FTS scan
-dominates) but scoring every row in Python does. Without query words the
-weight is the whole score and SQLite orders by it through the registered
-`memoryd_score` function.
+Ranked recall with words is hybrid, over chunks (`hybrid.py`), which takes its
+filters from `plan("")`. What is left here: recall without words (the weight,
+importance times decay, is the whole score, and SQLite orders by it through the
+registered `memoryd_score` function), and recall in time order (`time`,
+`recent`), where words only select the memories that hold them through the
+chunk index.
 """
 
 from __future__ import annotations
@@ -21,19 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import structlog
-
 from daemon.memory import ranking
 from daemon.memory.models import MemoryType
 from daemon.memory.protocol import RecallOrder
 from daemon.memory.records import to_utc_text
 from daemon.memory.sqlite import fts
 
-log = structlog.get_logger("memoryd.memory.sqlite")
-
 SCORE_FUNCTION = "memoryd_score"
 IN_PROJECT = "(m.project = :project OR m.project IS NULL)"
-POOL = 1000
 
 Fetch = Callable[[str, dict[str, Any]], Awaitable[list[sqlite3.Row]]]
 
@@ -67,10 +57,6 @@ class RecallPlan:
     bm25: str
     tier: str
 
-    @property
-    def has_match(self) -> bool:
-        return "match" in self.params
-
     def select(self, order_by: str, limit: int) -> tuple[str, dict[str, Any]]:
         sql = (
             f"SELECT m.*, {self.bm25} AS bm, {AGE_DAYS} AS age, {self.tier} AS tier"
@@ -100,14 +86,13 @@ def plan(
     else:
         where.append("(m.private_to IS NULL OR m.private_to = :agent)")
         params["agent"] = agent
-    match = fts.match_expression(query)
+    match = fts.match_expression(query, content_only=True)
     if match is not None:
-        source = "memories_fts JOIN memories m ON m.seq = memories_fts.rowid"
-        where.append("memories_fts MATCH :match")
+        # Ranked recall with words is hybrid (chunks); here words only select.
+        where.append("m.seq IN (SELECT c.memory_seq FROM memory_chunks_fts JOIN memory_chunks c"
+                     " ON c.seq = memory_chunks_fts.rowid WHERE memory_chunks_fts MATCH :match)")
         params["match"] = match
-        bm25 = "bm25(memories_fts, 1.0, 0.5)"
-    else:
-        source, bm25 = "memories m", "NULL"
+    source, bm25 = "memories m", "NULL"
     tier = "0"
     if project is not None:
         params["project"] = project
@@ -139,17 +124,6 @@ async def ranked_rows(
     if order in ("time", "recent"):
         rows = await fetch(*recall.select(_TIME if order == "time" else _RECENT, limit))
         return [(row, row_score(row)) for row in rows]
-    if not recall.has_match:
-        weight = f"{SCORE_FUNCTION}(NULL, m.importance, m.type, {AGE_DAYS}, {USED})"
-        rows = await fetch(*recall.select(f"tier, {weight} DESC, m.id", limit))
-        return [(row, row_score(row)) for row in rows]
-    pool = max(POOL, limit)
-    rows = await fetch(*recall.select("tier, bm, m.id", pool))
-    scored = sorted(((row, row_score(row)) for row in rows),
-                    key=lambda pair: (pair[0]["tier"], -pair[1], pair[0]["id"]))
-    best = scored[:limit]
-    if len(rows) == pool and best:
-        last, (edge, edge_score) = rows[-1], best[-1]
-        exact = edge["tier"] < last["tier"] or edge_score > ranking.relevance(last["bm"])
-        log.debug("memory_recall_pool_full", pool=pool, exact=exact)
-    return best
+    weight = f"{SCORE_FUNCTION}(NULL, m.importance, m.type, {AGE_DAYS}, {USED})"
+    rows = await fetch(*recall.select(f"tier, {weight} DESC, m.id", limit))
+    return [(row, row_score(row)) for row in rows]

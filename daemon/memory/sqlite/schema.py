@@ -22,6 +22,10 @@ Version 2 (hybrid search):
 - `chunk_vectors`: one float32 vector per chunk and the model that made it,
   filled in the background by `embed_pending`; deleted with its chunk.
 
+Version 7 drops `memories_fts`: every memory is chunked, recall with words goes
+through `memory_chunks_fts`, and indexing each text twice cost a third of a
+conversation segment's save.
+
 Version 3 (recall inside a project without ranking the rest of the store):
 
 - `memory_projects`: a small integer id per project, filled by trigger.
@@ -238,6 +242,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             claimed_at TEXT NOT NULL
         );
         ALTER TABLE memories ADD COLUMN private_to TEXT;
+        """,
+    ),
+    (
+        7,
+        "memory text indexed once: the chunk index finds every memory",
+        """
+        DROP TRIGGER memories_fts_insert;
+        DROP TRIGGER memories_fts_delete;
+        DROP TRIGGER memories_fts_update;
+        DROP TABLE memories_fts;
         """,
     ),
 ]
