@@ -40,7 +40,7 @@ from tenacity import (
 from daemon.clock import Clock
 from daemon.errors import BackendError
 from daemon.lifecycle.extraction import extract_requests
-from daemon.lifecycle.segments import SegmentPlan, plan_segments, turns_of
+from daemon.lifecycle.segments import SegmentPlan, plan_segments
 from daemon.memory import (
     ConversationSegment,
     MemoryBackend,
@@ -277,7 +277,7 @@ class Recovery:
             message_uuids=tuple(m.uuid for m in plan.messages if m.uuid),
             started_at=min(timestamps) if timestamps else None,
             ended_at=max(timestamps) if timestamps else None,
-            turns=turns_of(plan.messages),
+            turns=plan.turns,
             private_to=self._private_to(session.source),
         )
 

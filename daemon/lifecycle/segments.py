@@ -41,6 +41,7 @@ class SegmentPlan:
     messages: tuple[StoredMessage, ...]
     text: str
     closed: bool  # a cut follows it: no later message can join it
+    turns: tuple[Turn, ...] = ()  # the person's and the agent's own words (`turns_of`)
 
     @property
     def first_index(self) -> int:
@@ -52,31 +53,35 @@ class SegmentPlan:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = _BASE64_RUN.sub("[base64 omitted]", text)
     if len(text) <= limit:
-        return text
-    return text[:limit] + f" […{len(text) - limit} more characters]"
+        return _BASE64_RUN.sub("[base64 omitted]", text)
+    # Only what is kept is searched for base64 (tool output is often ten times the limit).
+    kept = _BASE64_RUN.sub("[base64 omitted]", text[:limit])
+    return kept + f" […{len(text) - limit} more characters]"
 
 
 def render_message(message: StoredMessage) -> str:
     """One message as a line of memory text: tool noise clipped, secrets masked."""
-    return redact(_render(message))
+    prefix, body = _render(message)
+    return prefix + redact(body)
 
 
-def _render(message: StoredMessage) -> str:
+def _render(message: StoredMessage) -> tuple[str, str]:
+    """(prefix, body) of a message's line; only the body is masked (the prefix is the
+    role and, for a tool call, the tool's name)."""
     if message.kind in BOUNDARY_KINDS:
-        return "[conversation compacted]" if message.kind == "compact_boundary" else (
-            "[compacted] " + _clip(message.content, MESSAGE_CHARS))
+        return ("[conversation compacted]", "") if message.kind == "compact_boundary" else (
+            "[compacted] ", _clip(message.content, MESSAGE_CHARS))
     if message.role == "tool" or message.kind == "tool_result":
-        return f"tool result: {_clip(message.content.strip(), TOOL_RESULT_CHARS)}"
+        return "tool result: ", _clip(message.content.strip(), TOOL_RESULT_CHARS)
     if message.kind == "thinking":
         # The agent's reasoning: useful context, but most of it is noise for recall.
-        return f"{message.role} thought: {_clip(message.content.strip(), THINKING_CHARS)}"
+        return f"{message.role} thought: ", _clip(message.content.strip(), THINKING_CHARS)
     if message.kind == "tool_call":
         name = message.tool_name or "tool"
-        return f"{message.role} used {name}: {_clip(message.content.strip(), TOOL_CALL_CHARS)}"
+        return f"{message.role} used {name}: ", _clip(message.content.strip(), TOOL_CALL_CHARS)
     text = _WHITESPACE_RUNS.sub("\n\n", message.content.strip())
-    return f"{message.role}: {_clip(text, MESSAGE_CHARS)}"
+    return f"{message.role}: ", _clip(text, MESSAGE_CHARS)
 
 
 #: Text that an agent or a hook put into a user's message, never the user's own words.
@@ -88,15 +93,21 @@ _SPEAKERS = {"user": "user", "assistant": "assistant", "model": "assistant"}
 
 def turns_of(messages: Sequence[StoredMessage]) -> tuple[Turn, ...]:
     """The person's and the agent's own words in `messages` (see `Turn`), secrets masked."""
-    turns = []
-    for message in messages:
-        role = _SPEAKERS.get(message.role)
-        if role is None or message.kind != "message" or message.is_sidechain:
-            continue
-        text = _INJECTED.sub("", message.content).strip()
-        if text:
-            turns.append(Turn(message.index, role, redact(text), message.timestamp))
-    return tuple(turns)
+    return tuple(turn for message in messages
+                 if (turn := _turn(message, _turn_text(message))) is not None)
+
+
+def _turn_text(message: StoredMessage) -> str | None:
+    if _SPEAKERS.get(message.role) is None or message.kind != "message" or message.is_sidechain:
+        return None
+    return _INJECTED.sub("", message.content).strip() or None
+
+
+def _turn(message: StoredMessage, text: str | None, masked: str | None = None) -> Turn | None:
+    if text is None:
+        return None
+    return Turn(message.index, _SPEAKERS[message.role],
+                redact(text) if masked is None else masked, message.timestamp)
 
 
 def plan_segments(
@@ -106,16 +117,23 @@ def plan_segments(
     plans: list[SegmentPlan] = []
     current: list[StoredMessage] = []
     lines: list[str] = []
+    turns: list[Turn] = []
     size = 0
 
-    def close() -> None:
-        nonlocal current, lines, size
+    def close(closed: bool = True) -> None:
+        nonlocal current, lines, turns, size
         if current:
-            plans.append(SegmentPlan(tuple(current), "\n".join(lines), closed=True))
-        current, lines, size = [], [], 0
+            plans.append(SegmentPlan(tuple(current), "\n".join(lines), closed=closed,
+                                     turns=tuple(turns)))
+        current, lines, turns, size = [], [], [], 0
 
     for message in messages:
-        line = render_message(message)
+        prefix, body = _render(message)
+        masked = redact(body)
+        line = prefix + masked
+        text = _turn_text(message)
+        # Most turns are their line's body: masked once for both.
+        turn = _turn(message, text, masked if text == body else None)
         if current:
             previous = current[-1]
             gap = (
@@ -127,7 +145,8 @@ def plan_segments(
                 close()
         current.append(message)
         lines.append(line)
+        if turn is not None:
+            turns.append(turn)
         size += len(line) + 1
-    if current:
-        plans.append(SegmentPlan(tuple(current), "\n".join(lines), closed=False))
+    close(closed=False)
     return plans

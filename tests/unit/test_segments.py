@@ -83,3 +83,29 @@ def test_thinking_is_clipped() -> None:
     """Reasoning blocks keep only their start in the memory text."""
     thought = msg(0, role="assistant", kind="thinking", content="[thinking] " + "why " * 500)
     assert len(render_message(thought)) < 400
+
+
+_PIECES = st.sampled_from([
+    "deploy the api", "API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345", "\n\n\n\n",
+    "<system-reminder>be brief</system-reminder>", "mail ops@example.com", "  ",
+    "QUJD" * 60, "x" * 900, "call +1 415 555 0100", "<private>pin 2468</private>",
+])
+
+
+@given(st.lists(st.tuples(
+    st.sampled_from([("user", "message"), ("assistant", "message"), ("model", "message"),
+                     ("assistant", "thinking"), ("tool", "tool_result"), ("system", "message")]),
+    st.lists(_PIECES, min_size=1, max_size=8)), min_size=1, max_size=12))
+def test_plans_carry_the_turns_of_their_messages(
+        specs: list[tuple[tuple[str, str], list[str]]]) -> None:
+    """Each plan's turns are exactly `turns_of` its messages (masked the same way), and
+    every line is its message rendered, though a turn and its line share one masking."""
+    from daemon.lifecycle.segments import turns_of
+
+    messages = [msg(i, role=role, kind=kind, content=" ".join(parts))
+                for i, ((role, kind), parts) in enumerate(specs)]
+    plans = plan_segments(messages, max_chars=1500, idle_gap=timedelta(hours=1))
+    for plan in plans:
+        assert plan.turns == turns_of(plan.messages)
+        assert plan.text == "\n".join(render_message(m) for m in plan.messages)
+        assert "sk-proj-abcdefghij" not in plan.text + "".join(t.text for t in plan.turns)
