@@ -211,3 +211,35 @@ async def test_busy_database_is_unavailable_but_recall_still_answers(tmp_path: P
             holder.close()
         assert await backend.is_available()
         await backend.remember("unblocked")
+
+
+async def test_a_batch_of_segments_stores_every_chunk_as_cut(
+        tmp_path: Path, opened: SQLiteMemoryBackend) -> None:
+    """A batch's chunks, written in one statement, are each exactly their span of the
+    memory's text (any Unicode, quotes, backslashes, NUL), with their messages and the
+    project's scope token; an already stored segment adds none."""
+    tricky = ("naïve café 🚀 \u2028 \"quoted\" \\back\\slash\\ \x00 zero-width\u200b "
+              "Ünïcödé 日本語 ") * 40
+    segments = [
+        ConversationSegment(
+            source="claude", session_id=7, session_external_id="s-7",
+            project=f"/p/{n % 2}", first_index=n * 2, last_index=n * 2 + 1,
+            text=f"user: {tricky} {n}\nassistant: answer {n} {tricky}",
+            message_uuids=(f"u{n}a", f"u{n}b"))
+        for n in range(5)]
+    results = await opened.save_conversation_segments(segments)
+    assert all(r.created for r in results)
+    assert not any(r.created for r in await opened.save_conversation_segments(segments[:2]))
+    with sqlite3.connect(tmp_path / "state" / "memory.db") as raw:
+        rows = raw.execute(
+            "SELECT m.content, m.project, c.start_char, c.end_char, c.content, c.first_index,"
+            " c.last_index, c.message_uuids, c.scope, mp.id FROM memory_chunks c"
+            " JOIN memories m ON m.seq = c.memory_seq"
+            " LEFT JOIN memory_projects mp ON mp.project = m.project ORDER BY c.seq").fetchall()
+    assert len(rows) >= 10
+    for content, _project, start, end, text, first, last, uuids, scope, project_id in rows:
+        assert text == content[start:end]
+        assert first is not None and last is not None and uuids.startswith('["u')
+        assert scope == f"p{project_id}"
+    covered = {(r[0], r[2], r[3]) for r in rows}
+    assert {seg.text for seg in segments} == {c for c, _, _ in covered}

@@ -113,17 +113,6 @@ _PENDING_FROM = (
     " WHERE v.chunk_seq IS NULL AND m.deleted_at IS NULL AND m.superseded_by IS NULL"
 )
 
-# The scope token of a memory's chunks (schema v3): `p<id>` of its project, `p0` without one.
-_SCOPE_OF_MEMORY = (
-    "(SELECT 'p' || COALESCE(mp.id, 0) FROM memories m"
-    " LEFT JOIN memory_projects mp ON mp.project = m.project WHERE m.seq = ?)"
-)
-
-
-_INSERT_CHUNK = (
-    "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-    f" first_index, last_index, message_uuids, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
-    f" {_SCOPE_OF_MEMORY})")
 _FORGOTTEN = (
     "SELECT 1 FROM forgotten_scopes WHERE (kind = 'session' AND value = :external)"
     " OR (kind = 'session_id' AND value = :session_id)"
@@ -137,22 +126,50 @@ _SUPERSEDE_TAIL = ("UPDATE memories SET superseded_by = ?, updated_at = ?,"
                    " reason = 'extended by a later save of the same messages' WHERE id = ?")
 _SUPERSEDES = "UPDATE memories SET supersedes = ? WHERE id = ?"
 
-ChunkRow = tuple[int, int, int, str, int | None, int | None, str]
+#: A chunk without its memory: ordinal, start and end (characters), start and length in
+#: the content's UTF-8 bytes, first and last message index, uuids.
+ChunkSpan = tuple[int, int, int, int, int, int | None, int | None, tuple[str, ...]]
+
+# Chunks in one statement, from a JSON array of [memory seq, *ChunkSpan]: a batch's index
+# work then runs in one step outside Python's lock, instead of a step per chunk that must
+# take the lock back each time. The text is cut from the memory's own, as bytes: SQLite's
+# text functions stop at a NUL, which memory text may hold like any other character.
+# The scope token (schema v3) is `p<id>` of the memory's project, `p0` without one.
+_INSERT_CHUNKS = (
+    "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
+    " first_index, last_index, message_uuids, scope)"
+    " SELECT m.seq, json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'),"
+    " json_extract(j.value, '$[3]'), CAST(substr(CAST(m.content AS BLOB),"
+    " json_extract(j.value, '$[4]') + 1, json_extract(j.value, '$[5]')) AS TEXT),"
+    " json_extract(j.value, '$[6]'), json_extract(j.value, '$[7]'),"
+    " json_extract(j.value, '$[8]'), 'p' || COALESCE(mp.id, 0)"
+    " FROM json_each(?) j JOIN memories m ON m.seq = json_extract(j.value, '$[0]')"
+    " LEFT JOIN memory_projects mp ON mp.project = m.project")
 
 
-def _chunk_rows(memory: Memory) -> list[ChunkRow]:
-    return [(c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-             json.dumps(list(c.message_uuids)))
-            for c in chunk_memory(memory.content, memory.type, memory.provenance)]
+def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
+    content = memory.content
+    spans: list[ChunkSpan] = []
+    ascii_only = content.isascii()
+    at = at_byte = 0  # a character position and its byte offset
+    for c in chunk_memory(content, memory.type, memory.provenance):
+        if ascii_only:
+            start_byte, length = c.start, c.end - c.start
+        else:
+            at_byte += len(content[at:c.start].encode())
+            start_byte, length, at = at_byte, len(c.text.encode()), c.start
+        spans.append((c.ordinal, c.start, c.end, start_byte, length, c.first_index,
+                      c.last_index, c.message_uuids))
+    return spans
 
 
-async def _insert_chunks(conn: aiosqlite.Connection, seq: int, content: str,
-                         memory_type: MemoryType | str, provenance: Provenance) -> None:
-    await conn.executemany(
-        _INSERT_CHUNK,
-        [(seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-          json.dumps(list(c.message_uuids)), seq)
-         for c in chunk_memory(content, memory_type, provenance)])
+def _chunks_json(chunks: Iterable[tuple[int, *ChunkSpan]]) -> str:
+    return json.dumps(list(chunks))
+
+
+async def _insert_chunks(conn: aiosqlite.Connection, seq: int, memory: Memory) -> None:
+    await conn.execute(_INSERT_CHUNKS,
+                       (_chunks_json((seq, *span) for span in _chunk_spans(memory)),))
 
 
 def _forgotten_params(memory: Memory) -> dict[str, Any]:
@@ -176,13 +193,14 @@ def _log_not_saved(memory: Memory) -> None:
 
 
 def _save_segments(conn: sqlite3.Connection,
-                   batch: list[tuple[ConversationSegment, Memory, list[ChunkRow]]],
+                   batch: list[tuple[ConversationSegment, Memory, list[ChunkSpan]]],
                    now: str) -> list[tuple[bool, bool, list[str]]]:
     """The segments' memories, chunks and tails in one transaction, on the store's
     thread: (created, forgotten, ids superseded) for each."""
     outcome: list[tuple[bool, bool, list[str]]] = []
+    chunks: list[tuple[int, *ChunkSpan]] = []
     with immediate_transaction(conn):
-        for segment, memory, chunk_rows in batch:
+        for segment, memory, spans in batch:
             # Every cursor read to its end or closed: COMMIT refuses while one is open.
             if conn.execute(_FORGOTTEN, _forgotten_params(memory)).fetchall():
                 outcome.append((False, True, []))
@@ -192,7 +210,7 @@ def _save_segments(conn: sqlite3.Connection,
             cursor.close()
             superseded: list[str] = []
             if created and seq is not None:
-                conn.executemany(_INSERT_CHUNK, [(seq, *row, seq) for row in chunk_rows])
+                chunks += [(seq, *span) for span in spans]
                 superseded = [r[0] for r in conn.execute(_SHORTER_TAILS,
                                                          _tail_params(segment))]
                 if superseded:
@@ -200,6 +218,8 @@ def _save_segments(conn: sqlite3.Connection,
                                                        for old in superseded])
                     conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
             outcome.append((created, False, superseded))
+        if chunks:
+            conn.execute(_INSERT_CHUNKS, (_chunks_json(chunks),))
     return outcome
 
 
@@ -230,8 +250,7 @@ async def _chunk_missing(conn: aiosqlite.Connection) -> int:
         await conn.execute("BEGIN IMMEDIATE")
     try:
         for row in rows:
-            await _insert_chunks(conn, row["seq"], row["content"], row["type"],
-                                 row_provenance(row))
+            await _insert_chunks(conn, row["seq"], row_memory(row))
     except BaseException:
         if own:
             with suppress(sqlite3.Error):
@@ -390,7 +409,7 @@ class SQLiteMemoryBackend:
         seq = cur.lastrowid
         await cur.close()
         if created and seq is not None:
-            await _insert_chunks(conn, seq, memory.content, memory.type, memory.provenance)
+            await _insert_chunks(conn, seq, memory)
         return created
 
     # -- protocol -----------------------------------------------------------
@@ -825,14 +844,14 @@ class SQLiteMemoryBackend:
         thread: a page of segments is several hundred statements, and a round trip
         through the event loop for each cost more than the statements."""
         now = self._clock.now()
-        batch = [(segment, memory, _chunk_rows(memory)) for segment in segments
+        batch = [(segment, memory, _chunk_spans(memory)) for segment in segments
                  for memory in (writes.segment_memory(segment, now),)]
         async with self._lock:
             with self._translated():
                 outcome = await call_on_connection(
                     self._connection(), _save_segments, batch, to_utc_text(now))
         results = []
-        for (segment, memory, _rows), (created, forgotten, superseded) in zip(
+        for (segment, memory, _spans), (created, forgotten, superseded) in zip(
                 batch, outcome, strict=True):
             if forgotten:
                 _log_not_saved(memory)
