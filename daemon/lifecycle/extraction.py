@@ -55,6 +55,8 @@ _CUE = (
     r"|note\s+for\s+the\s+future\b)"
 )
 _REQUEST = re.compile(rf"^{_LEAD}(?P<request>{_CUE}.*)$", re.IGNORECASE | re.DOTALL)
+# A word every cue holds: a message without one is passed over before any masking.
+_CUE_WORD = re.compile(r"remember|mind|forget|now\s+on|future", re.IGNORECASE)
 # A sentence ends at . ! ? followed by a space or the end, or at a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -109,7 +111,7 @@ def _clip(text: str) -> str:
 def requests_in(message: StoredMessage) -> list[str]:
     """The texts of the "remember …" requests in one message, in order, each once."""
     typed = _typed_text(message)
-    if typed is None:
+    if typed is None or _CUE_WORD.search(typed) is None:
         return []
     found: dict[str, None] = {}
     for line in _prose_lines(redact(typed)):

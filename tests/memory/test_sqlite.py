@@ -243,3 +243,28 @@ async def test_a_batch_of_segments_stores_every_chunk_as_cut(
         assert scope == f"p{project_id}"
     covered = {(r[0], r[2], r[3]) for r in rows}
     assert {seg.text for seg in segments} == {c for c, _, _ in covered}
+
+
+async def test_a_batch_supersedes_each_segments_own_shorter_tails(
+        opened: SQLiteMemoryBackend) -> None:
+    """In one batch, every segment supersedes the shorter saves of its own messages (and
+    only those), oldest first in its chain."""
+    def seg(session: int, first: int, last: int) -> ConversationSegment:
+        return ConversationSegment(
+            source="claude", session_id=session, session_external_id=f"s-{session}",
+            project=None, first_index=first, last_index=last,
+            text=f"talk of session {session} from {first} to {last}")
+
+    shorter = [seg(1, 0, 3), seg(1, 0, 5), seg(2, 10, 12), seg(3, 0, 2)]
+    for item in shorter:
+        await opened.save_conversation_segment(item)
+    batch = [seg(1, 0, 9), seg(2, 10, 20), seg(2, 21, 25)]
+    assert all(r.created for r in await opened.save_conversation_segments(batch))
+    by_id = {m.id: m for item in shorter + batch if (m := await opened.get(item.id))}
+    # seg(1, 0, 5) already superseded seg(1, 0, 3) when it was saved.
+    assert by_id[shorter[0].id].superseded_by == shorter[1].id
+    assert by_id[shorter[1].id].superseded_by == batch[0].id
+    assert by_id[batch[0].id].supersedes == shorter[1].id
+    assert by_id[shorter[2].id].superseded_by == batch[1].id
+    assert by_id[shorter[3].id].superseded_by is None
+    assert by_id[batch[2].id].supersedes is None and by_id[batch[1].id].superseded_by is None

@@ -117,11 +117,18 @@ _FORGOTTEN = (
     "SELECT 1 FROM forgotten_scopes WHERE (kind = 'session' AND value = :external)"
     " OR (kind = 'session_id' AND value = :session_id)"
     " OR (kind = 'project' AND value = :project AND forgotten_at >= :began) LIMIT 1")
+# For each segment of a batch (a JSON array of [id, session id, session external id,
+# source, first index, last index]): the live shorter saves of its messages, oldest first.
 _SHORTER_TAILS = (
-    "SELECT id FROM memories WHERE type = 'conversation' AND id != :id"
-    " AND superseded_by IS NULL AND deleted_at IS NULL"
-    " AND session_id IS :session_id AND session_external_id IS :external"
-    " AND source IS :source AND first_index = :first AND last_index < :last")
+    "SELECT j.key, m.id FROM json_each(?) j JOIN memories m"
+    " ON m.session_id IS json_extract(j.value, '$[1]')"
+    " AND m.session_external_id IS json_extract(j.value, '$[2]')"
+    " AND m.source IS json_extract(j.value, '$[3]')"
+    " AND m.first_index = json_extract(j.value, '$[4]')"
+    " AND m.last_index < json_extract(j.value, '$[5]')"
+    " AND m.id != json_extract(j.value, '$[0]')"
+    " WHERE m.type = 'conversation' AND m.superseded_by IS NULL AND m.deleted_at IS NULL"
+    " ORDER BY j.key, m.seq")
 _SUPERSEDE_TAIL = ("UPDATE memories SET superseded_by = ?, updated_at = ?,"
                    " reason = 'extended by a later save of the same messages' WHERE id = ?")
 _SUPERSEDES = "UPDATE memories SET supersedes = ? WHERE id = ?"
@@ -180,10 +187,9 @@ def _forgotten_params(memory: Memory) -> dict[str, Any]:
             "project": memory.project, "began": to_utc_text(began)}
 
 
-def _tail_params(segment: ConversationSegment) -> dict[str, Any]:
-    return {"id": segment.id, "session_id": segment.session_id,
-            "external": segment.session_external_id, "source": segment.source,
-            "first": segment.first_index, "last": segment.last_index}
+def _tail_key(segment: ConversationSegment) -> list[Any]:
+    return [segment.id, segment.session_id, segment.session_external_id, segment.source,
+            segment.first_index, segment.last_index]
 
 
 def _log_not_saved(memory: Memory) -> None:
@@ -199,25 +205,34 @@ def _save_segments(conn: sqlite3.Connection,
     thread: (created, forgotten, ids superseded) for each."""
     outcome: list[tuple[bool, bool, list[str]]] = []
     chunks: list[tuple[int, *ChunkSpan]] = []
+    created_at: dict[int, ConversationSegment] = {}  # position in the batch -> segment
     with immediate_transaction(conn):
-        for segment, memory, spans in batch:
-            # Every cursor read to its end or closed: COMMIT refuses while one is open.
-            if conn.execute(_FORGOTTEN, _forgotten_params(memory)).fetchall():
+        # Every cursor read to its end or closed: COMMIT refuses while one is open.
+        anything_forgotten = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM forgotten_scopes)").fetchone()[0]
+        for position, (segment, memory, spans) in enumerate(batch):
+            if anything_forgotten and conn.execute(
+                    _FORGOTTEN, _forgotten_params(memory)).fetchall():
                 outcome.append((False, True, []))
                 continue
             cursor = conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
             created, seq = cursor.rowcount == 1, cursor.lastrowid
             cursor.close()
-            superseded: list[str] = []
             if created and seq is not None:
                 chunks += [(seq, *span) for span in spans]
-                superseded = [r[0] for r in conn.execute(_SHORTER_TAILS,
-                                                         _tail_params(segment))]
-                if superseded:
-                    conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, old)
-                                                       for old in superseded])
-                    conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
-            outcome.append((created, False, superseded))
+                created_at[position] = segment
+            outcome.append((created, False, []))
+        if created_at:
+            positions = list(created_at)
+            keys = json.dumps([_tail_key(created_at[p]) for p in positions])
+            tails: dict[int, list[str]] = {}
+            for key, old in conn.execute(_SHORTER_TAILS, (keys,)).fetchall():
+                tails.setdefault(positions[key], []).append(old)
+            for position, superseded in tails.items():
+                segment = created_at[position]
+                conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, old) for old in superseded])
+                conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
+                outcome[position] = (True, False, superseded)
         if chunks:
             conn.execute(_INSERT_CHUNKS, (_chunks_json(chunks),))
     return outcome
@@ -862,16 +877,6 @@ class SQLiteMemoryBackend:
         log.debug("memory_segments_saved", segments=len(results),
                   created=sum(r.created for r in results))
         return results
-
-    async def _supersede_shorter_tails(self, conn: aiosqlite.Connection,
-                                       segment: ConversationSegment, now: str) -> None:
-        rows = await self._fetch_all(conn, _SHORTER_TAILS, _tail_params(segment))
-        if not rows:
-            return
-        await conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, r[0]) for r in rows])
-        await conn.execute(_SUPERSEDES, (rows[-1][0], segment.id))
-        log.info("memory_tail_superseded", memory_id=segment.id,
-                 superseded=[r[0] for r in rows])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._save_once(writes.summary_memory(summary, self._clock.now()))
