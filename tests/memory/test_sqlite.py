@@ -268,3 +268,11 @@ async def test_a_batch_supersedes_each_segments_own_shorter_tails(
     assert by_id[shorter[2].id].superseded_by == batch[1].id
     assert by_id[shorter[3].id].superseded_by is None
     assert by_id[batch[2].id].supersedes is None and by_id[batch[1].id].superseded_by is None
+
+
+async def test_the_chunk_index_merges_eight_segments_at_a_time(
+        tmp_path: Path, opened: SQLiteMemoryBackend) -> None:
+    """Schema v8: FTS5's automerge is 8 on the chunk index (fewer merges on bulk saves)."""
+    with sqlite3.connect(tmp_path / "state" / "memory.db") as raw:
+        assert raw.execute("SELECT v FROM memory_chunks_fts_config WHERE k = 'automerge'"
+                           ).fetchone() == (8,)
