@@ -9,7 +9,8 @@ scripts run it (the `memoryd` executable beside this Python, else `python -m dae
 and its wall time from start to exit is taken; p50 and p95 are printed (target:
 p50 under 150 ms on an empty store, under 250 ms with 100,000 memories, with the
 daemon running). The same commands are timed without a daemon too (the full
-command line opens the stores itself). `--scale` times `status` and `sessions` on a
+command line opens the stores itself). `--scale` times `status`, `sessions`, `recall` and
+`context` on a
 store of 1,000 sessions, 1,000,000 messages (built as `benchmarks.recovery` builds
 it) and 200,000 memories (target: under 300 ms), and prints the database's size per
 million messages. Settings are the defaults but
@@ -126,7 +127,9 @@ def at_scale(config: Path, env: dict[str, str], socket: Path, runs: int,
     try:
         wait_for_socket(socket, proc)
         rows = ["| command | pass 1 p50 / p95 | pass 2 p50 / p95 |", "|---|---|---|"]
-        for name, args in COMMANDS[:2]:
+        query = _query()
+        for name, template in COMMANDS[:4]:
+            args = [query if a == "QUERY" else a for a in template]
             passes = []
             for _ in range(2):
                 samples = []
@@ -154,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--scale", action="store_true",
-                        help="status and sessions at 1,000,000 messages, 200,000 memories")
+                        help="status, sessions, recall and context at 1,000,000 messages,"
+                             " 200,000 memories")
     args = parser.parse_args(argv)
     from benchmarks.backends import fill
     from daemon.config import load_settings
