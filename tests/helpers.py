@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
@@ -134,3 +137,22 @@ def local_time_zone(name: str) -> Iterator[None]:
         else:
             os.environ["TZ"] = saved
         time.tzset()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A fake HTTP service's request handler (on 127.0.0.1, port 0): reads JSON bodies,
+    answers JSON, logs nothing."""
+
+    def read_json(self) -> Any:
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def send_json(self, answer: Any, status: int = 200) -> None:
+        payload = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

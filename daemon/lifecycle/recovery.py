@@ -128,7 +128,10 @@ class _Saving:
         return ok or self._session != session_id
 
     async def settle(self) -> None:
-        await self.hand_over(-1)
+        """Until the batch in flight, if any, is saved (or has stopped its session)."""
+        task, self._task = self._task, None
+        if task is not None:
+            await task
 
     async def abandon(self) -> None:
         """On the way out of a failed pass: the batch in flight is not waited for (its

@@ -8,12 +8,12 @@ import json
 import subprocess
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import daemon_env, memoryd_command, write_config
+from helpers import JsonHandler, daemon_env, memoryd_command, write_config
 
 KEY = "rr-secret-key-9876543210"
 
@@ -28,9 +28,9 @@ class FakeReranker:
         self.shape = "cohere"
         reranker = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.read_json()
                 reranker.requests.append(body)
                 reranker.headers.append(self.headers.get("Authorization", ""))
                 scores = [doc.lower().count("banana") for doc in body["documents"]]
@@ -42,15 +42,7 @@ class FakeReranker:
                 else:
                     answer = {"results": [{"index": i, "relevance_score": scores[i]}
                                           for i in ranked]}
-                data = json.dumps(answer).encode()
-                self.send_response(reranker.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
+                self.send_json(answer, reranker.status)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"

@@ -11,12 +11,12 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for
+from helpers import JsonHandler, wait_for
 from test_agents import Daemon, quick_daemon
 
 from daemon.lifecycle.rate import Throughput, eta_seconds
@@ -24,21 +24,13 @@ from daemon.lifecycle.rate import Throughput, eta_seconds
 ANSWER_SECONDS = 0.25
 
 
-class SlowEmbeddings(BaseHTTPRequestHandler):
+class SlowEmbeddings(JsonHandler):
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         time.sleep(ANSWER_SECONDS)
-        data = [{"index": i, "embedding": [float(len(text) % 7 + 1)] * body["dimensions"]}
-                for i, text in enumerate(body["input"])]
-        payload = json.dumps({"data": data}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.send_json({"data": [
+            {"index": i, "embedding": [float(len(text) % 7 + 1)] * body["dimensions"]}
+            for i, text in enumerate(body["input"])]})
 
 
 @pytest.fixture

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import JsonHandler
 from structlog.testing import capture_logs
 
 from daemon.memory.embeddings import (
@@ -32,29 +32,21 @@ class Script:
     headers: list[dict[str, str]] = field(default_factory=list)
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     script: Script
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         self.script.requests.append(body)
         self.script.headers.append(dict(self.headers))
         status = self.script.statuses.pop(0) if self.script.statuses else 200
         if status != 200:
-            payload = json.dumps({"error": {"message": f"echo {KEY}"}}).encode()
-        else:
-            dims = body["dimensions"]
-            data = [{"index": i, "embedding": [float(len(t))] + [1.0] * (dims - 1)}
-                    for i, t in enumerate(body["input"])]
-            payload = json.dumps({"data": list(reversed(data))}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+            self.send_json({"error": {"message": f"echo {KEY}"}}, status)
+            return
+        dims = body["dimensions"]
+        data = [{"index": i, "embedding": [float(len(t))] + [1.0] * (dims - 1)}
+                for i, t in enumerate(body["input"])]
+        self.send_json({"data": list(reversed(data))})
 
 
 @pytest.fixture

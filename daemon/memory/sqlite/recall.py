@@ -51,16 +51,15 @@ def row_score(row: sqlite3.Row) -> float:
 class RecallPlan:
     """The FROM/WHERE of one recall, with its parameters."""
 
-    source: str
     where: str
     params: dict[str, Any]
-    bm25: str
     tier: str
 
     def select(self, order_by: str, limit: int) -> tuple[str, dict[str, Any]]:
         sql = (
-            f"SELECT m.*, {self.bm25} AS bm, {AGE_DAYS} AS age, {self.tier} AS tier"
-            f" FROM {self.source} WHERE {self.where} ORDER BY {order_by} LIMIT :limit"
+            # No keyword relevance here (`bm` NULL): words only select (see the docstring).
+            f"SELECT m.*, NULL AS bm, {AGE_DAYS} AS age, {self.tier} AS tier"
+            f" FROM memories m WHERE {self.where} ORDER BY {order_by} LIMIT :limit"
         )
         return sql, {**self.params, "limit": limit}
 
@@ -92,7 +91,6 @@ def plan(
         where.append("m.seq IN (SELECT c.memory_seq FROM memory_chunks_fts JOIN memory_chunks c"
                      " ON c.seq = memory_chunks_fts.rowid WHERE memory_chunks_fts MATCH :match)")
         params["match"] = match
-    source, bm25 = "memories m", "NULL"
     tier = "0"
     if project is not None:
         params["project"] = project
@@ -114,7 +112,7 @@ def plan(
         names = [f"type{i}" for i in range(len(wanted))]
         where.append(f"m.type IN ({', '.join(':' + n for n in names)})")
         params.update(zip(names, wanted, strict=True))
-    return RecallPlan(source, " AND ".join(where), params, bm25, tier)
+    return RecallPlan(" AND ".join(where), params, tier)
 
 
 async def ranked_rows(
