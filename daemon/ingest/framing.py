@@ -38,21 +38,23 @@ class LineFramer:
         return self._buffer_offset
 
     def feed(self, chunk: bytes) -> list[Line]:
-        if not chunk:
-            return []
-        search_from = len(self._buffer)
-        self._buffer += chunk
-        newline = self._buffer.find(b"\n", search_from)
+        newline = chunk.find(b"\n")
         if newline < 0:
+            self._buffer += chunk  # (a long line read in many chunks grows in place)
             return []
+        # Lines are cut from one bytes object: the chunk itself when it starts on a
+        # line boundary (the usual case), else the held-back partial line joined to it.
+        data = chunk
+        if self._buffer:
+            newline += len(self._buffer)
+            data = bytes(self._buffer) + chunk
         lines: list[Line] = []
-        buffer = self._buffer
         base = self._buffer_offset
         start = 0
         while newline >= 0:
-            lines.append(Line(bytes(buffer[start:newline]), base + start, base + newline + 1))
+            lines.append(Line(data[start:newline], base + start, base + newline + 1))
             start = newline + 1
-            newline = buffer.find(b"\n", start)
-        del buffer[:start]
+            newline = data.find(b"\n", start)
+        self._buffer = bytearray(data[start:])
         self._buffer_offset = base + start
         return lines

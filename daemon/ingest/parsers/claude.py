@@ -53,7 +53,7 @@ def _block_text(block: object) -> str:
 def _tool_result_text(block: dict[str, Any]) -> str:
     inner = block.get("content")
     if isinstance(inner, list):
-        text = "\n".join(filter(None, (_block_text(part) for part in inner)))
+        text = "\n".join([text for part in inner if (text := _block_text(part))])
     elif inner is None:
         text = ""
     else:
@@ -66,25 +66,29 @@ def _content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(filter(None, (_block_text(block) for block in content)))
+        if len(content) == 1:  # most messages are one block
+            return _block_text(content[0])
+        return "\n".join([text for block in content if (text := _block_text(block))])
     return ""
 
 
 def _is_tool_results(content: object) -> bool:
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-    )
+    if not isinstance(content, list) or not content:
+        return False
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "tool_result":
+            return False
+    return True
 
 
 def _is_thinking(content: object) -> bool:
     """Reasoning only: kept (marked `[thinking]`) but told apart from what the model said."""
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and all(isinstance(b, dict) and b.get("type") in _THINKING_BLOCKS for b in content)
-    )
+    if not isinstance(content, list) or not content:
+        return False
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") not in _THINKING_BLOCKS:
+            return False
+    return True
 
 
 def _first_tool_use(content: object) -> dict[str, Any] | None:
@@ -100,16 +104,15 @@ class ClaudeParser:
 
     def parse(self, record: dict[str, Any]) -> RecordOutcome:
         kind = record.get("type")
-        hints: dict[str, str] = {}
         cwd = as_str(record.get("cwd"))
-        if cwd:
-            hints["project"] = cwd
+        hints = {"project": cwd} if cwd else {}
+        if kind == "user" or kind == "assistant":
+            summary = (self._compact_summary(record)
+                       if record.get("isCompactSummary") is True else None)
+            return RecordOutcome(self._message(kind, record), summary, hints)
         if kind == "summary":
             text = as_str(record.get("summary"))
             return RecordOutcome(summary=("summary", text) if text else None, hints=hints)
-        if kind in ("user", "assistant"):
-            return RecordOutcome(message=self._message(kind, record), hints=hints,
-                                 summary=self._compact_summary(record))
         if kind == "system" and record.get("subtype") == "compact_boundary":
             message = ParsedMessage(
                 role="system",
