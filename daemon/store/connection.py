@@ -77,6 +77,13 @@ def _ensure_private_file(path: Path) -> None:
         path.chmod(0o600)
 
 
+#: Pages of the state database. Messages average about 4 KB with their raw line, and
+#: a backfill writes hundreds of megabytes: with 8 KB pages most rows fit one page, and
+#: the log and its checkpoints take half the system calls of SQLite's 4 KB default
+#: (benchmarks.backfill: about 7 % less CPU).
+PAGE_SIZE = 8192
+
+
 async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection:
     """A connection in WAL mode with foreign keys on; the file is created 0600.
 
@@ -98,6 +105,9 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
     try:
         await conn.execute("PRAGMA busy_timeout = 5000")
         if not readonly:
+            # Takes effect only when the file is new (before WAL mode is set); an older
+            # database keeps the page size it was made with.
+            await conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
             await conn.execute("PRAGMA journal_mode = WAL")
             # WAL with synchronous=NORMAL is durable against process crashes,
             # which is what the exactly-once guarantee is about.

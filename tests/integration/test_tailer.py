@@ -21,6 +21,7 @@ from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
 from daemon.ingest.ingester import Ingester
 from daemon.store import connect, migrate
+from daemon.store.connection import PAGE_SIZE
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -487,3 +488,30 @@ async def test_a_failed_commit_moves_no_file_on_and_the_next_pass_stores_each_on
     with harness.db() as db:
         assert db.execute("SELECT COUNT(*), COUNT(DISTINCT uuid) FROM session_messages"
                           ).fetchone() == (120, 120)
+
+
+async def test_new_store_uses_larger_pages_and_an_older_store_keeps_its_own(
+        tmp_path: Path) -> None:
+    """A new state database is made with PAGE_SIZE pages; one made with SQLite's 4 KB
+    default keeps them, and ingests into them as before."""
+    (tmp_path / "new").mkdir()
+    async for fresh in _harness(tmp_path / "new"):
+        path = fresh.project / "a.jsonl"
+        path.write_bytes(line("u-0") + line("u-1", "y" * 20_000))
+        await fresh.ingester.run_once()
+        with fresh.db() as db:
+            assert db.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE
+        assert [r[0] for r in fresh.rows(path)] == ["u-0", "u-1"]
+
+    older = tmp_path / "old" / "state"
+    older.mkdir(parents=True)
+    with sqlite3.connect(older / "memoryd.db") as db:
+        db.execute("PRAGMA page_size = 4096")
+        db.execute("PRAGMA journal_mode = WAL")
+    async for old in _harness(tmp_path / "old"):
+        path = old.project / "b.jsonl"
+        path.write_bytes(line("u-2") + line("u-3", "z" * 20_000))
+        await old.ingester.run_once()
+        with old.db() as db:
+            assert db.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert [r[2] for r in old.rows(path)] == ["hi", "z" * 20_000]
