@@ -12,6 +12,7 @@ import structlog
 if TYPE_CHECKING:
     from daemon.memory.redaction import ExtraMasks
 
+_HANDLER_NAME = "memoryd"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 
@@ -44,7 +45,14 @@ def _masking(extra: ExtraMasks) -> structlog.typing.Processor:
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None,
                       extra: ExtraMasks = ()) -> None:
     """Route every log event through structlog to `stream` (stderr by default), secrets and
-    the `extra` patterns (`privacy.extra_patterns`) masked."""
+    the `extra` patterns (`privacy.extra_patterns`) masked.
+
+    Libraries that log through the standard library (APScheduler, httpx, aiosqlite) go
+    through the same chain: their records come out rendered like ours (one JSON object
+    a line when the log is JSON) and masked alike. Only their warnings and errors are
+    shown, or everything at the `debug` level: their INFO lines (a job run, a request)
+    would repeat every few seconds.
+    """
     out = stream or sys.stderr
     use_console = fmt == "console" or (fmt == "auto" and out.isatty())
     renderer: structlog.typing.Processor = (
@@ -52,17 +60,34 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         if use_console
         else structlog.processors.JSONRenderer()
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        redact_secrets,
+        *([_masking(extra)] if extra else []),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            redact_secrets,
-            *([_masking(extra)] if extra else []),
-            renderer,
-        ],
+        processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    _route_standard_logging(out, shared, renderer)
+
+
+def _route_standard_logging(out: TextIO, shared: list[structlog.typing.Processor],
+                            renderer: structlog.typing.Processor) -> None:
+    handler = logging.StreamHandler(out)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    ))
+    root = logging.getLogger()
+    for previous in root.handlers[:]:
+        if previous.get_name() == _HANDLER_NAME:  # configured again: ours is replaced
+            root.removeHandler(previous)
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)

@@ -411,6 +411,47 @@ def test_log_lines_mask_secrets() -> None:
     assert "[REDACTED:" in text
 
 
+def test_library_log_records_come_out_like_ours_and_masked() -> None:
+    """APScheduler, httpx and aiosqlite log through the standard library: their records
+    are rendered by the same chain (one JSON object a line), secrets masked; below
+    warnings they are dropped, even at the debug level (aiosqlite's would print every
+    statement's arguments)."""
+    import io
+    import json
+    import logging
+
+    from daemon.logging import configure_logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        out = io.StringIO()
+        configure_logging("info", "json", stream=out)
+        configure_logging("info", "json", stream=out)  # again: still one line per record
+        scheduler = logging.getLogger("apscheduler.scheduler")
+        scheduler.warning("Run time of job %r was missed by %s", "lifecycle", "0:00:03")
+        scheduler.info("Running job %r", "lifecycle")
+        logging.getLogger("httpx").error(
+            "GET https://user:pa55word@llm.example/v1 failed: sk-ant-api03-" + "c" * 30)
+        lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        assert [(r["logger"], r["level"]) for r in lines] == [
+            ("apscheduler.scheduler", "warning"), ("httpx", "error")]
+        assert lines[0]["event"] == "Run time of job 'lifecycle' was missed by 0:00:03"
+        assert "timestamp" in lines[0]
+        assert "pa55word" not in out.getvalue() and "sk-ant-api03-cccc" not in out.getvalue()
+
+        debug = io.StringIO()
+        configure_logging("debug", "json", stream=debug)
+        scheduler.info("Running job %r", "lifecycle")
+        logging.getLogger("aiosqlite").debug("executing %s", "a batch")
+        scheduler.warning("Job %r raised an exception", "lifecycle")
+        assert [json.loads(line)["event"] for line in debug.getvalue().splitlines()] == [
+            "Job 'lifecycle' raised an exception"]
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def test_a_shared_state_directory_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
     root, _state, _ = _setup(tmp_path)
     shared = tmp_path / "shared"
