@@ -49,9 +49,9 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
 
     Libraries that log through the standard library (APScheduler, httpx, aiosqlite) go
     through the same chain: their records come out rendered like ours (one JSON object
-    a line when the log is JSON) and masked alike. Only their warnings and errors are
-    shown, or everything at the `debug` level: their INFO lines (a job run, a request)
-    would repeat every few seconds.
+    a line when the log is JSON) and masked alike. Only their warnings and errors, at
+    every level: below that they repeat every few seconds (a job run), and aiosqlite's
+    debug lines would print every statement's arguments, a backfill's rows included.
     """
     out = stream or sys.stderr
     use_console = fmt == "console" or (fmt == "auto" and out.isatty())

@@ -47,7 +47,7 @@ class LineFramer:
         data = chunk
         if self._buffer:
             newline += len(self._buffer)
-            data = bytes(self._buffer) + chunk
+            data = b"".join((self._buffer, chunk))
         lines: list[Line] = []
         base = self._buffer_offset
         start = 0
