@@ -9,11 +9,10 @@ scripts run it (the `memoryd` executable beside this Python, else `python -m dae
 and its wall time from start to exit is taken; p50 and p95 are printed (target:
 p50 under 150 ms on an empty store, under 250 ms with 100,000 memories, with the
 daemon running). The same commands are timed without a daemon too (the full
-command line opens the stores itself). `--scale` times `status`, `sessions`, `recall` and
-`context` on a
-store of 1,000 sessions, 1,000,000 messages (built as `benchmarks.recovery` builds
-it) and 200,000 memories (target: under 300 ms), and prints the database's size per
-million messages. Settings are the defaults but
+command line opens the stores itself). `--scale` times `status`, `sessions`, `recall`
+and `context` on a store of 1,000 sessions, 1,000,000 messages (built as
+`benchmarks.recovery` builds it) and 200,000 memories (target: under 300 ms), and
+prints the database's size per million messages. Settings are the defaults but
 `memory.embeddings.fetch_model: false` (no model download in a benchmark).
 """
 

@@ -307,7 +307,6 @@ _LOWER = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m == m.
     frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m == m.lower())
 
 
-
 def _least(markers: frozenset[str]) -> tuple[str, ...]:
     """The markers that hold no other marker: text holding any marker holds one of these."""
     return tuple(sorted(m for m in markers if not any(o != m and o in m for o in markers)))

@@ -205,7 +205,7 @@ def _save_segments(conn: sqlite3.Connection,
     thread: (created, forgotten, ids superseded) for each."""
     outcome: list[tuple[bool, bool, list[str]]] = []
     chunks: list[tuple[int, *ChunkSpan]] = []
-    created_at: dict[int, ConversationSegment] = {}  # position in the batch -> segment
+    new_segments: dict[int, ConversationSegment] = {}  # position in the batch -> segment
     with immediate_transaction(conn):
         # Every cursor read to its end or closed: COMMIT refuses while one is open.
         anything_forgotten = conn.execute(
@@ -220,16 +220,16 @@ def _save_segments(conn: sqlite3.Connection,
             cursor.close()
             if created and seq is not None:
                 chunks += [(seq, *span) for span in spans]
-                created_at[position] = segment
+                new_segments[position] = segment
             outcome.append((created, False, []))
-        if created_at:
-            positions = list(created_at)
-            keys = json.dumps([_tail_key(created_at[p]) for p in positions])
+        if new_segments:
+            positions = list(new_segments)
+            keys = json.dumps([_tail_key(new_segments[p]) for p in positions])
             tails: dict[int, list[str]] = {}
             for key, old in conn.execute(_SHORTER_TAILS, (keys,)).fetchall():
                 tails.setdefault(positions[key], []).append(old)
             for position, superseded in tails.items():
-                segment = created_at[position]
+                segment = new_segments[position]
                 conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, old) for old in superseded])
                 conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
                 outcome[position] = (True, False, superseded)
