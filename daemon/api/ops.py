@@ -8,7 +8,8 @@ clear line. Results are plain JSON values.
 
 Agent session events (`session_event`) are the hooks' work:
 
-- `start`: follow the agent's transcript at once (wherever it lies), then give a
+- `start`: follow the agent's transcript at once (when `discovery.admit_transcript`
+  lets it be read), then give a
   `<memory_context>` block for the session's project: explicit facts and
   corrections first, then what recent sessions in the project were about, then
   the project's weightiest memories; at most `agents.start_context_chars`.
@@ -25,6 +26,7 @@ Every block given is recorded in `injections` (never its text).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
@@ -34,8 +36,9 @@ import aiosqlite
 import structlog
 
 from daemon.clock import Clock
-from daemon.config import Settings, SourceKind
+from daemon.config import DEFAULT_ROOTS, Settings, SourceKind
 from daemon.errors import MemorydError
+from daemon.ingest.discovery import admit_transcript
 from daemon.layers import memory_user, opener, owner_user
 from daemon.lifecycle.recovery import SyncReport
 from daemon.lifecycle.retention import Retention
@@ -55,7 +58,7 @@ from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
 from daemon.names import agent_name, project_path
-from daemon.store import audit, holds, links, queries, raw, transcripts
+from daemon.store import audit, forgotten, holds, links, queries, raw, transcripts
 from daemon.store.injections import (
     Injection,
     injected_memory_ids,
@@ -79,6 +82,9 @@ CORRECT_MIN_COVERAGE = 0.5
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
+#: Refused transcript paths remembered, so each is logged once (bounded: a client may send
+#: any number of paths).
+REFUSALS_REMEMBERED = 1000
 
 
 class ApiError(MemorydError):
@@ -121,6 +127,7 @@ class MemoryOps:
         self._runtime = runtime
         # One transaction at a time on the shared connection (concurrent requests).
         self._writing = asyncio.Lock()
+        self._refused: set[str] = set()  # transcript paths refused (said once each)
         rerank = settings.memory.rerank
         self._reranker = None if rerank.provider == "none" else HttpReranker(RerankOptions(
             base_url=rerank.base_url, model=rerank.model, api_key_env=rerank.api_key_env,
@@ -307,6 +314,7 @@ class MemoryOps:
                             found.get("external_id") if found else session)
             if found is None:
                 count = await self._backend.forget_where(session_external_id=session, hard=hard)
+                await self._remember_forgotten(agent_session=session)
                 return count
             count = await self._backend.forget_where(session_id=int(found["id"]), hard=hard)
             if found.get("external_id"):
@@ -314,8 +322,24 @@ class MemoryOps:
                 # the session's later segments are never saved again (forgetting sticks).
                 count += await self._backend.forget_where(
                     session_external_id=found["external_id"], hard=hard)
+            await self._remember_forgotten(session_ids=[int(found["id"])],
+                                           agent_session=found.get("external_id"))
             return count
-        return await self._backend.forget_where(project=project, hard=hard)
+        count = await self._backend.forget_where(project=project, hard=hard)
+        await self._remember_forgotten(project=project)
+        return count
+
+    async def _remember_forgotten(self, *, session_ids: Sequence[int] = (),
+                                  agent_session: str | None = None,
+                                  project: str | None = None) -> None:
+        """Forgetting keys on the content too (`store.forgotten`): a copy of the transcript
+        under another name, read as a new session, never brings it back."""
+        async with self._writing:
+            keys = await forgotten.remember_forgotten(
+                self._conn, self.clock.now(), session_ids=session_ids,
+                agent_session=agent_session, project=project)
+        log.info("content_forgotten", message_keys=keys, sessions=len(session_ids),
+                 project=project is not None)
 
     # -- governance ------------------------------------------------------------------
 
@@ -500,6 +524,11 @@ class MemoryOps:
             self._conn, words, project=_project(args),
             since=_iso(since) if since else None, until=_iso(until) if until else None,
             limit=_int(args, "limit", 20, 1, MAX_LIMIT), hidden_sources=hidden)
+        # What an agent reads is what memory would hold (`show --view model`): secrets,
+        # personal data, extra patterns and `<private>` spans masked.
+        masks = self.settings.extra_masks()
+        for row in rows:
+            row["content"] = mask_extra(redact(row["content"]), masks)
         return {"messages": rows}
 
     async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -533,7 +562,7 @@ class MemoryOps:
         cwd = _opt_text(args, "cwd")
         project = await links.resolve(self._conn, project_path(cwd) if cwd else None)
         kind = SourceKind(agent)
-        if transcript is not None:
+        if transcript is not None and self._admitted(transcript, kind, args):
             await self._runtime.follow(transcript, kind,
                                        read_to_end=event in ("pre_compact", "end"))
         if event in ("pre_compact", "end", "stop"):
@@ -551,6 +580,26 @@ class MemoryOps:
                                          interface="hook", event=event, project=project,
                                          memory_ids=tuple(ids), chars=len(block_text)))
         return {"context": block_text, "memory_ids": ids}
+
+    def _admitted(self, transcript: str, kind: SourceKind, args: Mapping[str, Any]) -> bool:
+        """Whether a transcript a hook named may be read (`discovery.admit_transcript`):
+        inside a configured root of its agent, the agent's default directory or the one
+        the hook found in the agent's environment (`transcript_root`). A refusal is
+        logged once per path."""
+        roots = [str(s.root) for s in self.settings.enabled_sources() if s.kind == kind]
+        roots.append(os.path.expanduser(DEFAULT_ROOTS[kind]))
+        told = _opt_text(args, "transcript_root")
+        if told is not None and os.path.isabs(told):
+            roots.append(told)
+        refusal = admit_transcript(transcript, roots)
+        if refusal is None:
+            return True
+        if transcript not in self._refused:
+            if len(self._refused) < REFUSALS_REMEMBERED:
+                self._refused.add(transcript)
+            log.warning("transcript_refused", agent=kind.value, path=transcript[:300],
+                        reason=refusal)
+        return False
 
     async def _session_ended_or_synced(self, event: str, transcript: str | None,
                                        agent_session: str | None) -> None:

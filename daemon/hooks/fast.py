@@ -155,7 +155,21 @@ def event_request(agent: str, event: str, payload: dict[str, Any]) -> dict[str, 
 
     return {"agent": agent, "event": event, "session_id": text("session_id"),
             "transcript_path": text("transcript_path"), "cwd": text("cwd"),
-            "prompt": text("prompt") or "", "interface": "hook"}
+            "prompt": text("prompt") or "", "interface": "hook",
+            "transcript_root": agent_transcript_root(agent)}
+
+
+def agent_transcript_root(agent: str) -> str | None:
+    """Where this agent writes its transcripts, as its own environment says (the hook runs
+    in it; the daemon may not): a transcript the hook names is read only inside it or a
+    configured root (`discovery.admit_transcript`)."""
+    if agent == "claude" and os.environ.get("CLAUDE_CONFIG_DIR"):
+        return os.path.join(os.path.expanduser(os.environ["CLAUDE_CONFIG_DIR"]), "projects")
+    if agent == "codex" and os.environ.get("CODEX_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["CODEX_HOME"]), "sessions")
+    if agent == "gemini" and os.environ.get("GEMINI_CLI_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["GEMINI_CLI_HOME"]), ".gemini", "tmp")
+    return None
 
 
 def run(argv: list[str]) -> int:

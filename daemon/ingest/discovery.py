@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -154,3 +155,34 @@ def classify_any(path: str, sources: Iterable[SourceConfig]) -> Candidate | None
 def classify_explicit(path: str, kind: SourceKind) -> Candidate | None:
     """The candidate for a transcript an agent named itself, wherever it lies."""
     return classify(path, SourceConfig(kind=kind, root=Path(path).parent.parent))
+
+
+def admit_transcript(path: str, roots: Iterable[str]) -> str | None:
+    """Why a transcript path a hook named may not be read, or None when it may.
+
+    A hook's payload names its transcript; what lies at that path is read, stored
+    and given back to agents, so it must be an agent's transcript and nothing else:
+    the path, resolved through every symlink, lies inside one of `roots` (the
+    configured roots, the agent's own transcript directory), is a regular file and
+    belongs to this process's user. The directory walk never follows a symlink out
+    of a root; this is the same rule for the paths hooks name.
+    """
+    if "\x00" in path or not os.path.isabs(path):
+        return "not an absolute path"
+    try:
+        resolved = os.path.realpath(path, strict=True)
+        found = os.stat(resolved)
+    except (OSError, ValueError):
+        return "not there (yet)"
+    if not stat.S_ISREG(found.st_mode):
+        return "not a regular file"
+    if found.st_uid != os.geteuid():
+        return "owned by another user"
+    for root in roots:
+        try:
+            real_root = os.path.realpath(root, strict=True)
+        except (OSError, ValueError):
+            continue
+        if _inside(resolved, real_root):
+            return None
+    return "outside the agents' transcript directories"

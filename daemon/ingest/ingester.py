@@ -169,7 +169,8 @@ class Ingester:
         self.wake.set()
 
     def follow(self, path: str, kind: SourceKind) -> bool:
-        """Follow one transcript an agent named (a hook), even outside the configured roots.
+        """Follow one transcript an agent named (a hook), even outside the configured roots
+        (the API admits only the agent's own directories: `discovery.admit_transcript`).
 
         False when `path` does not look like a transcript of that agent.
         """

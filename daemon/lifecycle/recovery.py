@@ -52,6 +52,7 @@ from daemon.memory.protocol import save_segments
 from daemon.memory.redaction import redact
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
+from daemon.store.forgotten import summary_forgotten
 from daemon.store.sessions import SessionSyncState
 
 log = structlog.get_logger("memoryd.recovery")
@@ -197,7 +198,8 @@ class Recovery:
             if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
             for batch in _batches(ready):
-                segments = [self._segment(session, plan) for plan in batch]
+                # A run of forgotten messages only (`store.forgotten`) is passed over.
+                segments = [self._segment(session, plan) for plan in batch if plan.text]
                 # The batch before is saved (on the memory store's thread) while this one
                 # was prepared; this one starts once that one's index has moved.
                 if not await saving.hand_over(session.id):
@@ -217,10 +219,14 @@ class Recovery:
         crash in between saves the same ids again, stored once. False if the session
         must stop here (its backend failed, or another sync moved its index)."""
         try:
-            saved = await self._save(segments, report)
+            saved = iter(await self._save(segments, report) if segments else [])
             events = []
             start = index
-            for plan, result in zip(batch, saved, strict=True):
+            for plan in batch:
+                if not plan.text:
+                    start = plan.last_index + 1
+                    continue
+                result = next(saved)
                 requested = await self._save_requests(session, plan, report)
                 # The daemon's own writes are in the audit trail too (never their text).
                 events.append(AuditEvent(
@@ -268,7 +274,8 @@ class Recovery:
         return results
 
     def _segment(self, session: SessionSyncState, plan: SegmentPlan) -> ConversationSegment:
-        timestamps = [m.timestamp for m in plan.messages if m.timestamp is not None]
+        kept = [m for m in plan.messages if not m.forgotten]
+        timestamps = [m.timestamp for m in kept if m.timestamp is not None]
         return ConversationSegment(
             source=session.source,
             session_id=session.id,
@@ -277,7 +284,7 @@ class Recovery:
             first_index=plan.first_index,
             last_index=plan.last_index,
             text=plan.text,
-            message_uuids=tuple(m.uuid for m in plan.messages if m.uuid),
+            message_uuids=tuple(m.uuid for m in kept if m.uuid),
             started_at=min(timestamps) if timestamps else None,
             ended_at=max(timestamps) if timestamps else None,
             turns=plan.turns,
@@ -288,7 +295,7 @@ class Recovery:
                              report: SyncReport) -> list[str]:
         """Save the facts asked for in `plan`'s messages; the ids of those newly stored."""
         stored: list[str] = []
-        for request in extract_requests(plan.messages):
+        for request in extract_requests(m for m in plan.messages if not m.forgotten):
             requested = RequestedMemory(
                 source=session.source, session_id=session.id,
                 session_external_id=session.external_id, project=session.project,
@@ -323,6 +330,10 @@ class Recovery:
         for summary in await store.unsynced_summaries(self._conn, session_id):
             session = await store.get_sync_state(self._conn, summary.session_id)
             if session is None:
+                continue
+            if await summary_forgotten(self._conn, summary.content):
+                # A forgotten session's summary, read again from a copy of its transcript.
+                await store.mark_summary_synced(self._conn, summary.id, self._clock.now())
                 continue
             try:
                 await self._backend.save_session_summary(SessionSummary(

@@ -128,6 +128,10 @@ def plan_segments(
         current, lines, turns, size = [], [], [], 0
 
     for message in messages:
+        if message.forgotten:
+            # Kept in the run, so the index range stays whole, but it gives memory nothing.
+            current.append(message)
+            continue
         prefix, body = _render(message)
         masked = redact(body)
         line = prefix + masked

@@ -33,11 +33,24 @@ ITEM_SHARE = 0.5
 _WORDS = re.compile(r"\w+|[^\w\s]")
 #: Anything in a memory that could close or reopen the block's frame.
 _FRAME_TAG = re.compile(r"<(?=\s*/?\s*memory_context)", re.IGNORECASE)
+#: Characters that are not text to a reader: control characters (a terminal's escape
+#: sequences among them), zero-width characters and bidirectional overrides.
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def defang(text: str) -> str:
     """Memory text made unable to end the block early: `<memory_context` tags become `&lt;`."""
     return _FRAME_TAG.sub("&lt;", text)
+
+
+def escape(text: str) -> str:
+    """The one escaping step for everything written into a block (memory text, labels,
+    ids, paths, names): one line (every kind of line break and whitespace run becomes a
+    space), nothing invisible, and no tag that could close or reopen the frame. Whatever
+    a transcript, a session id or a project path holds, an item stays one line inside
+    the block."""
+    return defang(_INVISIBLE.sub("", " ".join(text.split())))
 
 
 def estimate_tokens(text: str) -> int:
@@ -124,12 +137,12 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
         if any(_similar(shingles, other) for other in seen):
             duplicates += 1
             continue
-        label = f"- [{_date(result)} {result.type.value}; {_source(result)}] "
+        label = "- [" + escape(f"{_date(result)} {result.type.value}; {_source(result)}") + "] "
         room = min(budget - used, int(budget * ITEM_SHARE)) - estimate_tokens(label) - 1
         if room < 20:
             over_budget += 1
             continue
-        body = _clip_to(defang(" ".join((result.excerpt or result.content).split())), room)
+        body = _clip_to(escape(result.excerpt or result.content), room)
         line = label + body
         cost = estimate_tokens(line) + 1
         if used + cost > budget:

@@ -182,6 +182,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        7,
+        "forgotten content: message keys, sessions and projects a person had forgotten",
+        """
+        CREATE TABLE forgotten_content (
+            kind TEXT NOT NULL
+                CHECK (kind IN ('message', 'summary', 'session', 'agent_session', 'project')),
+            value TEXT NOT NULL,
+            forgotten_at TEXT NOT NULL,
+            PRIMARY KEY (kind, value)
+        ) WITHOUT ROWID;
+        """,
+    ),
 ]
 
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import aiosqlite
 
+from daemon.store.forgotten import VISIBLE
+
 SESSION_COLUMNS = (
     "id, source, external_id, parent_session_id, project, transcript_path, status, started_at,"
     " last_message_at, memory_sync_index, message_count, summary_markdown"
@@ -147,12 +149,13 @@ async def search_messages(
     hidden_sources: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Stored messages holding every one of `words` (case-insensitive), newest first,
-    leaving out sessions of the agents in `hidden_sources`.
+    leaving out sessions of the agents in `hidden_sources` and everything forgotten
+    (`store.forgotten`). The text is as stored: the caller masks it.
 
     A scan, not an index: it reads the messages of the selected time span and
     project, which is what "what did I run last Tuesday in this repo?" asks for.
     """
-    where = ["1 = 1"]
+    where = [VISIBLE]
     params: list[Any] = []
     for word in words:
         where.append("m.content LIKE ? ESCAPE '\\'")

@@ -17,6 +17,7 @@ from daemon.sqlitecall import immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
 from daemon.store.connection import iso_utc, run_on_connection, transaction
+from daemon.store.forgotten import MESSAGE_FORGOTTEN
 
 
 def parse_utc(text: str | None) -> datetime | None:
@@ -58,6 +59,8 @@ class StoredMessage:
     timestamp: datetime | None
     #: Claude Code: written inside a subagent's conversation (the model prompting it).
     is_sidechain: bool = False
+    #: Its content was forgotten (a copy of a forgotten transcript): never saved to memory.
+    forgotten: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +136,16 @@ async def messages_from(
 ) -> list[StoredMessage]:
     """Up to `limit` messages of a session from `message_index` `start` on, in order."""
     async with conn.execute(
-        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain"
-        " FROM session_messages WHERE session_id = ? AND message_index >= ?"
-        " ORDER BY message_index LIMIT ?",
+        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
+        f" {MESSAGE_FORGOTTEN} FROM session_messages m WHERE session_id = ?"
+        " AND message_index >= ? ORDER BY message_index LIMIT ?",
         (session_id, start, limit),
     ) as cursor:
         rows = await cursor.fetchall()
     return [
         StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
-                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]))
+                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
+                      forgotten=bool(r[8]))
         for r in rows
     ]
 

@@ -68,15 +68,16 @@ class Daemon:
             return client.post(f"/v1/{operation}", json=body)
 
     def hook(self, agent: str, event: str, payload: dict[str, Any] | bytes, *,
-             socket: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+             socket: bool = True, timeout: float | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         args = ["hook", "--agent", agent]
         if socket:
             args += ["--socket", str(self.socket)]
         if timeout is not None:
             args += ["--timeout", str(timeout)]
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        env = {**self.env, "MEMORYD_CONFIG": str(self.config)}
-        done = subprocess.run(memoryd_command(*args, event), input=data, env=env,
+        done = subprocess.run(memoryd_command(*args, event), input=data,
+                              env={**self.env, "MEMORYD_CONFIG": str(self.config), **(env or {})},
                               capture_output=True, timeout=60)
         return subprocess.CompletedProcess(done.args, done.returncode,
                                            done.stdout.decode(), done.stderr.decode())
@@ -372,21 +373,24 @@ def test_pre_compact_and_session_end_save_the_session_now(daemon: Daemon) -> Non
                           sync_delay="1h", sync_max_lag="1h", poll_interval="30s")
     assert config == daemon.config
     daemon.start()
-    elsewhere = daemon.tmp / "outside-roots" / "-p"
+    # Not a configured root: Claude's own directory, which its environment names.
+    claude_home = daemon.tmp / "claude-config-dir"
+    elsewhere = claude_home / "projects" / "-p"
     elsewhere.mkdir(parents=True)
+    agent_env = {"CLAUDE_CONFIG_DIR": str(claude_home)}
     transcript = elsewhere / "sess-1.jsonl"
     now = datetime.now(UTC)
     transcript.write_text(claude_line("sess-1", "u1", "user",
                                       "the ledger service owns invoice numbering", now))
     payload = claude_payload("PreCompact", "sess-1", transcript, trigger="auto",
                              custom_instructions="")
-    done = daemon.hook("claude", "PreCompact", payload, timeout=20)
+    done = daemon.hook("claude", "PreCompact", payload, timeout=20, env=agent_env)
     assert (done.returncode, done.stdout) == (0, "")
     found = daemon.api("recall", {"query": "invoice numbering"}).json()["results"]
     assert found and "ledger" in found[0]["content"]
     done = daemon.hook("claude", "SessionEnd",
                        claude_payload("SessionEnd", "sess-1", transcript, reason="other"),
-                       timeout=20)
+                       timeout=20, env=agent_env)
     assert done.returncode == 0
     with sqlite3.connect(daemon.state / "memoryd.db") as db:
         status, = db.execute("SELECT status FROM sessions WHERE external_id = 'sess-1'"

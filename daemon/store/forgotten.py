@@ -1,0 +1,110 @@
+"""What a person had forgotten, by what identifies the content rather than the file.
+
+Forgetting a session or a project (`memoryd forget`) tombstones its memories in
+every layer, and the memory backends remember the session and project so that
+what they bring later is never saved. A copy of the transcript under another
+name is, to the ingester, a new session with a new id: only the content tells
+it is the same. So the daemon's archive remembers here, at the moment of the
+forget, each message's content key (`session_messages.dedupe_key`: the agent's
+own message uuid, or a hash of the raw line where the agent writes none), each
+summary's text hash, and the session and project themselves. Then:
+
+- recovery never saves a message or summary whose key is forgotten, wherever
+  it is read from (`messages_from` marks them, `summary_forgotten`);
+- `search_sessions` never returns a message of a forgotten session, of a
+  session of a forgotten project that began before the forget, or whose key is
+  forgotten (`VISIBLE`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+
+import aiosqlite
+
+from daemon.store.connection import iso_utc, transaction
+
+#: A message row `m` of session `s` that an agent may be shown (nothing forgotten).
+VISIBLE = (
+    "NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'message'"
+    " AND f.value = m.dedupe_key)"
+    " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'session'"
+    " AND f.value = CAST(s.id AS TEXT))"
+    " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'agent_session'"
+    " AND f.value = s.external_id)"
+    " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'project'"
+    " AND f.value = s.project"
+    " AND julianday(COALESCE(s.started_at, f.forgotten_at)) <= julianday(f.forgotten_at))"
+)
+
+#: For a message row `m`: 1 when its content key is forgotten.
+MESSAGE_FORGOTTEN = (
+    "EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'message'"
+    " AND f.value = m.dedupe_key)"
+)
+
+
+def summary_key(content: str) -> str:
+    """A summary's content key: its text's hash (summaries carry no id of their own)."""
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def remember_forgotten(
+    conn: aiosqlite.Connection,
+    now: datetime,
+    *,
+    session_ids: Sequence[int] = (),
+    agent_session: str | None = None,
+    project: str | None = None,
+) -> int:
+    """Record a forget of these sessions (memoryd's ids and/or the agent's id) or this
+    project: the scopes and the content keys of what they hold now. How many message
+    keys were newly recorded."""
+    at = iso_utc(now)
+    chosen = list(session_ids)
+    async with transaction(conn):
+        if project is not None:
+            async with conn.execute(
+                "SELECT id FROM sessions WHERE project = ? OR project IN"
+                " (SELECT old_path FROM project_links WHERE new_path = ?)",
+                (project, project),
+            ) as cursor:
+                chosen += [int(row[0]) for row in await cursor.fetchall()]
+        scopes: list[tuple[str, str]] = [("session", str(i)) for i in session_ids]
+        if agent_session is not None:
+            scopes.append(("agent_session", agent_session))
+        if project is not None:
+            scopes.append(("project", project))
+        await conn.executemany(
+            "INSERT INTO forgotten_content (kind, value, forgotten_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (kind, value) DO UPDATE"
+            " SET forgotten_at = MAX(forgotten_at, excluded.forgotten_at)",
+            [(kind, value, at) for kind, value in scopes])
+        if not chosen:
+            return 0
+        marks = ",".join("?" for _ in chosen)
+        cursor = await conn.execute(
+            "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
+            f" SELECT DISTINCT 'message', dedupe_key, ? FROM session_messages"
+            f" WHERE session_id IN ({marks})", (at, *chosen))
+        added = max(cursor.rowcount, 0)
+        await cursor.close()
+        async with conn.execute(
+            f"SELECT content FROM session_summaries WHERE session_id IN ({marks})", chosen,
+        ) as found:
+            summaries = [str(row[0]) for row in await found.fetchall()]
+        await conn.executemany(
+            "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
+            " VALUES ('summary', ?, ?)", [(summary_key(text), at) for text in summaries])
+    return added
+
+
+async def summary_forgotten(conn: aiosqlite.Connection, content: str) -> bool:
+    """Whether a summary with this text was forgotten (in any session)."""
+    async with conn.execute(
+        "SELECT 1 FROM forgotten_content WHERE kind = 'summary' AND value = ?",
+        (summary_key(content),),
+    ) as cursor:
+        return await cursor.fetchone() is not None
