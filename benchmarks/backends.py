@@ -89,7 +89,7 @@ async def fill(config: Path, total: int, dsn: str | None) -> int:
     from daemon.clock import SystemClock
     from daemon.config import load_settings
     from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
-    from daemon.service import open_memory_backend
+    from daemon.memory.opening import open_memory_backend
 
     if dsn:
         os.environ[DSN_ENV] = dsn
@@ -162,8 +162,8 @@ async def precompute_vectors(config: Path, kind: str, dsn: str | None) -> str:
 
     from daemon.clock import SystemClock
     from daemon.config import load_settings
-    from daemon.layers import opener
     from daemon.memory.embeddings import make_embedder
+    from daemon.memory.opening import opener
 
     if dsn:
         os.environ[DSN_ENV] = dsn

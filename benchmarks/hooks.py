@@ -105,7 +105,7 @@ async def fill(state: Path, total: int) -> int:
     except EmbeddingError:
         embedder = None
     from daemon.clock import SystemClock
-    from daemon.service import open_memory_backend
+    from daemon.memory.opening import open_memory_backend
 
     await (await open_memory_backend(settings, SystemClock())).close()  # creates the schema
     projects = [f"/synthetic/p{i}" for i in range(10)]

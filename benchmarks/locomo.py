@@ -65,12 +65,12 @@ from benchmarks._common import REPO, isolate_this_process, machine, percentile, 
 from daemon.clock import SystemClock
 from daemon.config import load_settings
 from daemon.ingest.once import ingest_once
+from daemon.lifecycle.recovery import sync_now
 from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.embeddings.local import LocalEmbedder
 from daemon.memory.fusion import VECTOR_WEIGHT
 from daemon.memory.records import memory_to_record
-from daemon.service import sync_now
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

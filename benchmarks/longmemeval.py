@@ -79,7 +79,7 @@ async def build(data: list[dict[str, Any]], work: Path) -> Path:
     from daemon.clock import SystemClock
     from daemon.config import load_settings
     from daemon.ingest.once import ingest_once
-    from daemon.service import sync_now
+    from daemon.lifecycle.recovery import sync_now
 
     isolate_this_process(work / "xdg")
     root = work / "claude"

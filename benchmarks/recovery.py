@@ -228,8 +228,8 @@ class Breakdown:
 async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]:
     from daemon.clock import SystemClock
     from daemon.lifecycle import recovery as recovery_module
-    from daemon.lifecycle.recovery import Recovery
-    from daemon.service import open_memory_backend, recovery_policy
+    from daemon.lifecycle.recovery import Recovery, recovery_policy
+    from daemon.memory.opening import open_memory_backend
     from daemon.store import sessions as store
     from daemon.store.opening import open_store
 

@@ -56,7 +56,7 @@ async def fill_memories(config: Path, total: int, seed: int) -> list[str]:
     from daemon.clock import SystemClock
     from daemon.config import load_settings
     from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
-    from daemon.service import open_memory_backend
+    from daemon.memory.opening import open_memory_backend
 
     settings = load_settings(config)
     with sqlite3.connect(settings.database_path) as db:

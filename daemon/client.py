@@ -18,22 +18,16 @@ import aiosqlite
 import httpx
 import structlog
 
-from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
+from daemon.api.ops import OPERATIONS, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
-from daemon.errors import AlreadyRunningError, MemorydError
-from daemon.ingest.once import ingest_once
-from daemon.layers import memory_user
-from daemon.lifecycle.recovery import Recovery, SyncReport
+from daemon.errors import AlreadyRunningError, ApiError, DaemonUnreachable
+from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from daemon.memory import MemoryBackend
-from daemon.service import open_memory_backend, recovery_policy
+from daemon.memory.opening import memory_user, open_memory_backend
 from daemon.store.opening import open_store
 
 log = structlog.get_logger("memoryd.client")
-
-
-class DaemonUnreachable(MemorydError):
-    """No daemon answers on the socket (not running, or not yet listening)."""
 
 
 class DaemonClient:
@@ -87,6 +81,9 @@ class DirectRuntime:
     async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
         if not read_to_end:
             return  # the daemon, once it runs, discovers what lies under its roots
+        # Loaded here: a hook's usual events (start, prompt) never need the ingester.
+        from daemon.ingest.once import ingest_once
+
         try:
             await ingest_once(self._settings, self._clock, extra=((path, kind),))
         except AlreadyRunningError:

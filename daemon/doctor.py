@@ -14,14 +14,13 @@ from pathlib import Path
 
 from daemon.clock import Clock
 from daemon.config import Settings
-from daemon.errors import MemorydError, StoreBusy
+from daemon.errors import EmbeddingError, MemorydError, StoreBusy
 from daemon.ingest.parsers.base import human_size
-from daemon.layers import is_chain
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend
-from daemon.memory.embeddings import EmbeddingError, local, make_embedder, resolve_provider
+from daemon.memory.embeddings import local, make_embedder, resolve_provider
+from daemon.memory.opening import is_chain, open_memory_backend
 from daemon.memory.protocol import vector_queue
-from daemon.service import open_memory_backend
 from daemon.status import layer_states
 from daemon.store.connection import integrity_problems
 from daemon.units import ServiceManager

@@ -8,11 +8,20 @@
     ├── StoreError           the daemon's SQLite store failed
     │   ├── StoreBusy        locked database, full disk: transient, retried
     │   └── StoreDamaged     not a database, or malformed: never written again (exit 74)
-    └── BackendError         a memory backend failed
-        ├── BackendUnavailable  transient, retried
-        ├── BackendUnsupported  the backend cannot do this (its capabilities)
-        ├── BackendOutcomeUnknown  a write may or may not have been applied (never resent)
-        └── BackendDamaged   the memory database is not a database, or malformed (exit 74)
+    ├── BackendError         a memory backend failed
+    │   ├── BackendUnavailable  transient, retried
+    │   ├── BackendUnsupported  the backend cannot do this (its capabilities)
+    │   ├── BackendOutcomeUnknown  a write may or may not have been applied (never resent)
+    │   ├── BackendDamaged   the memory database is not a database, or malformed (exit 74)
+    │   ├── StoreOwnedElsewhere  the memory store belongs to another user
+    │   ├── GatewayError     a Memory Gateway call failed
+    │   │   ├── GatewayUnavailable  (also BackendUnavailable) try later
+    │   │   └── GatewayUnknown      (also BackendOutcomeUnknown) an add's answer was lost
+    │   └── EmbeddingError   an embedder failed
+    │       └── EmbeddingUnavailable  (also BackendUnavailable) rate limit, 5xx, timeout
+    ├── ApiError             a request the local API refuses (carries its HTTP status)
+    ├── DaemonUnreachable    no daemon answers on the socket (clients fall back)
+    └── SettingsFileError    an agent's settings file memoryd will not touch
 
 Third-party exceptions are translated into these at the boundary that calls the
 library. Errors carry fields (path, offset, backend) and never secrets.
@@ -133,3 +142,50 @@ class BackendUnsupported(BackendError):
 class StoreOwnedElsewhere(BackendError):
     """The memory store belongs to another user (`memory.user`): memories never cross
     users, so it is not opened."""
+
+
+class GatewayError(BackendError):
+    """A gateway call failed: operation, path and status, never the key or a body."""
+
+    def __init__(self, operation: str, path: str, problem: str,
+                 status: int | None = None) -> None:
+        self.operation, self.path, self.status = operation, path, status
+        shown = f"HTTP {status}" if status is not None else problem
+        super().__init__(f"{operation} {path}: {shown}" + (
+            f" ({problem})" if status is not None and problem else ""), backend="gateway")
+
+
+class GatewayUnavailable(GatewayError, BackendUnavailable):
+    """Not reachable, timed out before an answer to a read, or a 5xx/429: try later."""
+
+
+class GatewayUnknown(GatewayError, BackendOutcomeUnknown):
+    """An add whose answer was lost: it may have been applied."""
+
+
+class EmbeddingError(BackendError):
+    """An embedder failed; the message names the provider, never a credential."""
+
+    def __init__(self, message: str, *, provider: str) -> None:
+        super().__init__(message, backend=f"embeddings:{provider}")
+        self.provider = provider
+
+
+class EmbeddingUnavailable(EmbeddingError, BackendUnavailable):
+    """A transient embedder failure (rate limit, server error, timeout)."""
+
+
+class ApiError(MemorydError):
+    """A request the API answers with an error: `status` is the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class DaemonUnreachable(MemorydError):
+    """No daemon answers on the socket (not running, or not yet listening)."""
+
+
+class SettingsFileError(MemorydError):
+    """An agent's settings file that memoryd will not touch (it does not parse)."""

@@ -67,3 +67,17 @@ def _unchunk(data: bytes) -> bytes:
         out += rest[:size]
         data = rest[size + 2:]
     return bytes(out)
+
+
+def ask_daemon(socket_path: str, body: bytes, deadline: float) -> dict[str, Any]:
+    """POST /v1/session_event on the socket; the answer's JSON.
+
+    `Unreachable` when nothing listens there; any other error (a daemon too slow
+    for the deadline) must not send the caller to the stores beside a live daemon.
+    """
+    status, answer = request(socket_path, "POST", "/v1/session_event", body, deadline)
+    if status != 200:
+        raise ValueError(f"daemon answered {status}")
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        raise ValueError("daemon refused the event")
+    return answer

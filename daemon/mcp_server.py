@@ -18,11 +18,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from daemon import __version__
-from daemon.api.ops import ApiError
 from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
-from daemon.errors import MemorydError
+from daemon.errors import ApiError, MemorydError
 
 MAX_ANSWER_CHARS = 20_000
 INSTRUCTIONS = (

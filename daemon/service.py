@@ -25,26 +25,34 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import structlog
 
-from daemon.api.ops import ApiError, MemoryOps
+from daemon.api.ops import MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
-from daemon.errors import ConfigError, MemorydError, StoreDamaged, StoreError
+from daemon.errors import (
+    ApiError,
+    ConfigError,
+    EmbeddingError,
+    MemorydError,
+    StoreDamaged,
+    StoreError,
+)
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
-from daemon.layers import open_layers
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.rate import Throughput
-from daemon.lifecycle.recovery import Recovery, RecoveryPolicy, SyncReport
+from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import hold_lock
 from daemon.memory import MemoryBackend
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
-from daemon.memory.embeddings import EmbeddingError, LazyLocalEmbedder, make_embedder
+from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.gateway import expire_calls as expire_gateway_calls
+from daemon.memory.opening import open_memory_backend
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
-from daemon.store import audit, queries
+from daemon.status import status_path
+from daemon.store import audit
 from daemon.store.connection import integrity_problems, translate
 from daemon.store.opening import open_store
 
@@ -77,10 +85,6 @@ WATCHDOG_PING_INTERVAL = 1.0
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
 
 
-def status_path(settings: Settings) -> Path:
-    return settings.state_dir / "status.json"
-
-
 @dataclass(slots=True)
 class RuntimeStatus:
     """What only the running daemon knows; written to status.json for `memoryd status`."""
@@ -100,64 +104,6 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(payload, handle)
     os.replace(tmp, path)
-
-
-def read_runtime_status(settings: Settings) -> dict[str, Any] | None:
-    try:
-        data = json.loads(status_path(settings).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-async def open_memory_backend(settings: Settings, clock: Clock, *,
-                              vectors: bool = True) -> MemoryBackend:
-    """The configured memory, opened: the embedded backend, or the chain of layers
-    (`daemon/layers.py`).
-
-    With an embedder, recall is hybrid; an embedder that cannot be made (the
-    local model not installed) leaves keyword recall working, with a warning.
-    `vectors=False` opens it keyword-only (a hook without a daemon cannot afford
-    to load a model).
-    """
-    embedder = None
-    try:
-        if vectors:
-            embedder = make_embedder(settings.memory.embeddings, settings.models_path)
-    except EmbeddingError as exc:
-        log.warning("embeddings_unavailable", error=str(exc))
-    return await open_layers(settings, clock, embedder)
-
-
-def recovery_policy(settings: Settings) -> RecoveryPolicy:
-    return RecoveryPolicy(
-        sync_delay=timedelta(seconds=settings.sync_delay),
-        sync_max_lag=timedelta(seconds=settings.sync_max_lag),
-        max_chars=settings.segment_max_chars,
-        idle_gap=timedelta(seconds=settings.segment_idle_gap),
-        private_agents=frozenset(settings.memory.private_agents),
-    )
-
-
-async def sync_now(settings: Settings, clock: Clock, session: str | None) -> SyncReport | None:
-    """`memoryd sync`: save every unsynced message (of one session, if named) now.
-
-    None when `session` matches no session. Safe beside a running daemon: both
-    save segments by deterministic id and advance the index by compare-and-set.
-    """
-    async with open_store(settings) as conn:
-        session_id = None
-        if session is not None:
-            found = await queries.find_session(conn, session)
-            if found is None:
-                return None
-            session_id = int(found["id"])
-        backend = await open_memory_backend(settings, clock)
-        try:
-            recovery = Recovery(conn, backend, clock, recovery_policy(settings))
-            return await recovery.run(force=True, session_id=session_id)
-        finally:
-            await backend.close()
 
 
 class Service:

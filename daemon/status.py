@@ -6,9 +6,11 @@ runs and never changes anything.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -17,14 +19,25 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
-from daemon.layers import is_chain, memory_user
 from daemon.lifecycle.rate import eta_seconds
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend, describe_depth
+from daemon.memory.opening import is_chain, memory_user, open_memory_backend
 from daemon.memory.protocol import MemoryBackend, vector_queue
-from daemon.service import open_memory_backend, read_runtime_status
 from daemon.store import queries
 from daemon.store.connection import connect
+
+
+def status_path(settings: Settings) -> Path:
+    return settings.state_dir / "status.json"
+
+
+def read_runtime_status(settings: Settings) -> dict[str, Any] | None:
+    try:
+        data = json.loads(status_path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _lag_bytes(

@@ -1,9 +1,9 @@
 """Every operation the local API serves, over open stores.
 
 The daemon serves these on its socket (`api.server`); when no daemon runs, the
-same object is built over stores opened directly (`api.access`), so a hook, the
+same object is built over stores opened directly (`client.direct_ops`), so a hook, the
 MCP server and the CLI behave the same either way. Arguments arrive as JSON
-values and are checked here: a bad one raises `ApiError` with status 400 and one
+values and are checked here: a bad one raises `errors.ApiError` with status 400 and one
 clear line. Results are plain JSON values.
 
 Agent session events (`session_event`) are the hooks' work:
@@ -37,9 +37,8 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import DEFAULT_ROOTS, Settings, SourceKind
-from daemon.errors import MemorydError
+from daemon.errors import ApiError, MemorydError
 from daemon.ingest.discovery import admit_transcript
-from daemon.layers import memory_user, opener, owner_user
 from daemon.lifecycle.recovery import SyncReport
 from daemon.lifecycle.retention import Retention
 from daemon.memory import (
@@ -53,6 +52,7 @@ from daemon.memory import (
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.gate import content_words, coverage
 from daemon.memory.models import Memory, visible_to
+from daemon.memory.opening import memory_user, opener, owner_user
 from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
@@ -85,14 +85,6 @@ RECENT_ITEMS = 4
 #: Refused transcript paths remembered, so each is logged once (bounded: a client may send
 #: any number of paths).
 REFUSALS_REMEMBERED = 1000
-
-
-class ApiError(MemorydError):
-    """A request the API answers with an error: `status` is the HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Runtime(Protocol):

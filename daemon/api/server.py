@@ -27,8 +27,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.api.ops import OPERATIONS, ApiError, MemoryOps
-from daemon.errors import MemorydError
+from daemon.api.ops import OPERATIONS, MemoryOps
+from daemon.errors import ApiError, MemorydError
 
 log = structlog.get_logger("memoryd.api")
 

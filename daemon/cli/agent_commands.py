@@ -21,7 +21,8 @@ from daemon.cli.common import (
     settings_for,
 )
 from daemon.config import Settings
-from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope, SettingsFileError
+from daemon.errors import SettingsFileError
+from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -240,7 +240,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
 @click.pass_context
 def sync(ctx: click.Context, session: str | None) -> None:
     """Save unsynced messages to memory now (all sessions, or SESSION)."""
-    from daemon.service import sync_now
+    from daemon.lifecycle.recovery import sync_now
 
     settings = settings_for(ctx)
     clock = SystemClock()

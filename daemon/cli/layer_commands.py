@@ -17,11 +17,10 @@ from daemon.cli.common import config_option, fail, main, print_json, run_async, 
 from daemon.clock import SystemClock
 from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError
-from daemon.layers import is_chain, opener
 from daemon.memory.chain import ChainBackend, describe_depth
 from daemon.memory.models import DeletionRecord, ForgottenScope
+from daemon.memory.opening import is_chain, open_memory_backend, opener
 from daemon.memory.protocol import Capability, MemoryBackend, require
-from daemon.service import open_memory_backend
 
 COPY_BATCH = 500
 KINDS = ("sqlite", "postgres", "jsonl", "gateway")

@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import click
 
-from daemon.api.ops import ApiError
 from daemon.cli import render
 from daemon.cli.common import (
     EX_CANTCREAT,
@@ -43,12 +42,13 @@ from daemon.cli.common import (
 from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
+from daemon.errors import ApiError
 from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.gateway import call_events as gateway_calls
 from daemon.memory.models import visible_to
+from daemon.memory.opening import open_memory_backend
 from daemon.memory.records import record_to_memory
-from daemon.service import open_memory_backend
 from daemon.store import audit
 from daemon.store.connection import iso_utc
 from daemon.store.opening import open_store

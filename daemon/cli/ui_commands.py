@@ -23,8 +23,9 @@ def _announce(url: str, *, browser: bool, serving_here: bool) -> None:
 
 async def _from_daemon(settings: Settings) -> str | None:
     """The daemon's viewer address, or None when no daemon answers."""
-    from daemon.client import DaemonClient, DaemonUnreachable
-    from daemon.layers import memory_user
+    from daemon.client import DaemonClient
+    from daemon.errors import DaemonUnreachable
+    from daemon.memory.opening import memory_user
 
     if not settings.socket_path.exists():
         return None

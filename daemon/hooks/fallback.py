@@ -18,7 +18,7 @@ import structlog
 
 from daemon.clock import SystemClock
 from daemon.config import load_settings
-from daemon.hooks.fast import ask_daemon
+from daemon.localhttp import ask_daemon
 from daemon.logging import configure_logging
 
 

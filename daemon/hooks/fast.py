@@ -7,7 +7,7 @@ stores must be opened directly (`hooks.fallback`). It reads the agent's JSON
 payload on stdin, asks the daemon's API (`POST /v1/session_event`) and prints
 the agent's JSON answer on stdout, or nothing.
 
-It speaks HTTP/1.1 on the socket itself: one request, `Connection: close`,
+It speaks HTTP/1.1 on the socket through `localhttp`: one request, `Connection: close`,
 read to the end. That is the whole protocol it needs, and importing
 http.client (email, ssl) or httpx would cost a third of the time budget of a
 process started on every prompt. Everything else talks to the API with httpx.
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from daemon.localhttp import Unreachable, request
+from daemon.localhttp import Unreachable, ask_daemon
 from daemon.locations import default_config_path, default_state_dir
 
 #: The agent's event name -> memoryd's (see `api.ops.EVENTS`).
@@ -120,20 +120,6 @@ def _log(state_dir: str | None, event: str, **fields: Any) -> None:
                                      "event": event, **fields}) + "\n")
     except (OSError, TypeError, ValueError):
         pass
-
-
-def ask_daemon(socket_path: str, body: bytes, deadline: float) -> dict[str, Any]:
-    """POST /v1/session_event on the socket; the answer's JSON.
-
-    `Unreachable` when nothing listens there; any other error (a daemon too slow
-    for the deadline) must not send the caller to the stores beside a live daemon.
-    """
-    status, answer = request(socket_path, "POST", "/v1/session_event", body, deadline)
-    if status != 200:
-        raise ValueError(f"daemon answered {status}")
-    if not isinstance(answer, dict) or not answer.get("ok"):
-        raise ValueError("daemon refused the event")
-    return answer
 
 
 def agent_output(agent: str, agent_event: str, context: str | None) -> str | None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from daemon.errors import MemorydError
+from daemon.errors import SettingsFileError
 
 Agent = Literal["claude", "codex", "gemini"]
 Scope = Literal["user", "project"]
@@ -45,10 +45,6 @@ HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {
 }
 #: The agent's own bound on a hook; memoryd's hook caps itself well below it.
 AGENT_TIMEOUT_SECONDS = 10
-
-
-class SettingsFileError(MemorydError):
-    """An agent's settings file that memoryd will not touch (it does not parse)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from tenacity import (
 )
 
 from daemon.clock import Clock
+from daemon.config import Settings
 from daemon.errors import BackendError
 from daemon.lifecycle.extraction import extract_requests
 from daemon.lifecycle.segments import SegmentPlan, plan_segments
@@ -48,11 +49,14 @@ from daemon.memory import (
     SaveResult,
     SessionSummary,
 )
+from daemon.memory.opening import open_memory_backend
 from daemon.memory.protocol import save_segments
 from daemon.memory.redaction import redact
+from daemon.store import queries
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
 from daemon.store.forgotten import summary_forgotten
+from daemon.store.opening import open_store
 from daemon.store.sessions import SessionSyncState
 
 log = structlog.get_logger("memoryd.recovery")
@@ -358,3 +362,35 @@ class Recovery:
         delay = min(previous * 2, BACKOFF_MAX)
         self._backoff[session_id] = (self._clock.monotonic() + delay, delay)
         return delay
+
+
+def recovery_policy(settings: Settings) -> RecoveryPolicy:
+    """The policy the settings ask for (the daemon's job, `memoryd sync`, a client)."""
+    return RecoveryPolicy(
+        sync_delay=timedelta(seconds=settings.sync_delay),
+        sync_max_lag=timedelta(seconds=settings.sync_max_lag),
+        max_chars=settings.segment_max_chars,
+        idle_gap=timedelta(seconds=settings.segment_idle_gap),
+        private_agents=frozenset(settings.memory.private_agents),
+    )
+
+
+async def sync_now(settings: Settings, clock: Clock, session: str | None) -> SyncReport | None:
+    """`memoryd sync`: save every unsynced message (of one session, if named) now.
+
+    None when `session` matches no session. Safe beside a running daemon: both
+    save segments by deterministic id and advance the index by compare-and-set.
+    """
+    async with open_store(settings) as conn:
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(conn, session)
+            if found is None:
+                return None
+            session_id = int(found["id"])
+        backend = await open_memory_backend(settings, clock)
+        try:
+            recovery = Recovery(conn, backend, clock, recovery_policy(settings))
+            return await recovery.run(force=True, session_id=session_id)
+        finally:
+            await backend.close()

@@ -1,12 +1,19 @@
 """Memory backends: the protocol every store implements, its values, and the backends.
 
+    opening.py    opening the configured memory (the one place): owners, layers, chain
     protocol.py   what every backend does (MemoryBackend) and declares (Capability)
     models.py     the values: Memory, ConversationSegment, RecallResult, ...
+    writes.py     the rows every SQL backend writes, in one shape
+    chain.py      layers in order, with outbox.py holding what a layer missed
+    masking.py    extra patterns masked at the one boundary before any layer
+    redaction.py  secrets and personal data masked
     ranking.py    how recall weighs relevance, importance and age (every backend)
-    chunks.py     memories cut into search units; redaction.py secrets masked
-    records.py    export/import records; gate.py, context.py what hooks inject
+    fusion.py, rerank.py, words.py, gate.py   keyword/vector fusion, reranking, relevance
+    chunks.py     memories cut into search units
+    records.py    export/import records; context.py the block hooks inject
     embeddings/   the embedders (local ONNX model, OpenAI-compatible endpoints)
-    sqlite/       the embedded backend (the default)
+    sqlite/       the embedded backend (the default); postgres/ PostgreSQL + pgvector
+    jsonl.py      an append-only file backend; gateway.py the HTTP Memory Gateway
 """
 
 from typing import TYPE_CHECKING, Any

@@ -54,9 +54,11 @@ import structlog
 from daemon.clock import Clock
 from daemon.errors import (
     BackendError,
-    BackendOutcomeUnknown,
     BackendUnavailable,
     BackendUnsupported,
+    GatewayError,
+    GatewayUnavailable,
+    GatewayUnknown,
 )
 from daemon.memory.models import (
     ConversationSegment,
@@ -120,25 +122,6 @@ class GatewayConfig:
     def __repr__(self) -> str:  # the key never reaches a log line or a traceback
         return (f"GatewayConfig(base_url={self.base_url!r}, user_id={self.user_id!r},"
                 " user_key='***')")
-
-
-class GatewayError(BackendError):
-    """A gateway call failed: operation, path and status, never the key or a body."""
-
-    def __init__(self, operation: str, path: str, problem: str,
-                 status: int | None = None) -> None:
-        self.operation, self.path, self.status = operation, path, status
-        shown = f"HTTP {status}" if status is not None else problem
-        super().__init__(f"{operation} {path}: {shown}" + (
-            f" ({problem})" if status is not None and problem else ""), backend=BACKEND_NAME)
-
-
-class GatewayUnavailable(GatewayError, BackendUnavailable):
-    """Not reachable, timed out before an answer to a read, or a 5xx/429: try later."""
-
-
-class GatewayUnknown(GatewayError, BackendOutcomeUnknown):
-    """An add whose answer was lost: it may have been applied."""
 
 
 class GatewayMemoryBackend:

@@ -33,8 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from daemon.api.ops import ApiError
-from daemon.errors import MemorydError
+from daemon.errors import ApiError, MemorydError
 from daemon.memory.models import MemoryType
 from daemon.ui.data import CHART_DAYS, Chart, ViewerData
 

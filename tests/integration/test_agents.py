@@ -410,6 +410,26 @@ def test_hook_entry_point_imports_little() -> None:
     assert done.returncode == 0 and done.stdout.strip() == ""
 
 
+def test_hook_without_a_daemon_loads_neither_ingester_nor_scheduler(tmp_path: Path) -> None:
+    """A start or prompt event with no daemon opens the stores itself, and only them: the
+    ingester, the scheduler and the service object stay unloaded."""
+    code = ("import sys\nfrom daemon.hooks.fallback import handle_directly\n"
+            "for event in ('start', 'prompt'):\n"
+            "    handle_directly({'agent': 'claude', 'event': event, 'session_id': 's',"
+            " 'cwd': '/p', 'prompt': 'what port?', 'interface': 'hook'}, None, OSError('x'))\n"
+            "heavy = [m for m in ('daemon.ingest.ingester', 'daemon.ingest.tailer',"
+            " 'apscheduler', 'daemon.lifecycle.scheduling', 'daemon.service')"
+            " if m in sys.modules]\n"
+            "print(','.join(heavy))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**daemon_env(tmp_path), "HOME": str(tmp_path / "home"),
+                               "MEMORYD_STATE_DIR": str(tmp_path / "state"),
+                               "MEMORYD_MEMORY__EMBEDDINGS__FETCH_MODEL": "false"},
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
 def test_hooks_and_mcp_install_through_the_cli(daemon: Daemon) -> None:
     """`memoryd hooks install`, `status` and `uninstall` as a user runs them, HOME isolated."""
     home = Path(daemon.env["HOME"])

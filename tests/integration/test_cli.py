@@ -319,7 +319,7 @@ def test_ingest_loads_only_what_ingestion_needs(tmp_path: Path) -> None:
     embedders, HTTP or the scheduler: their import time is most of a small backfill's."""
     roots = lay_out_fixtures(tmp_path / "roots")
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots)
-    heavy = ("numpy", "httpx", "apscheduler", "daemon.service", "daemon.layers",
+    heavy = ("numpy", "httpx", "apscheduler", "daemon.service", "daemon.memory.opening",
              "daemon.memory.sqlite", "daemon.memory.embeddings")
     probe = ("import sys\nfrom daemon.entry import main\n"
              f"sys.argv = ['memoryd', '--config', {str(config)!r}, 'ingest', '--once']\n"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import structlog
 
+from daemon.errors import EmbeddingError
 from daemon.memory.embeddings import bert_onnx, local
-from daemon.memory.embeddings.base import EmbeddingError
 from daemon.memory.embeddings.bert import BertConfig, NumpyEncoder, Weights
 
 pytestmark = pytest.mark.skipif(not bert_onnx.available(),

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.errors import EmbeddingError, EmbeddingUnavailable
 from daemon.memory.embeddings import LazyLocalEmbedder, weights
-from daemon.memory.embeddings.base import EmbeddingError, EmbeddingUnavailable
 
 FILES = {"model.safetensors": b"not really weights", "config.json": b"{}",
          "tokenizer.json": b"{}"}
@@ -121,7 +121,7 @@ def test_status_says_when_the_weights_are_not_fetched_yet(tmp_path: Path,
 
     from daemon.clock import SystemClock
     from daemon.config import load_settings
-    from daemon.service import open_memory_backend
+    from daemon.memory.opening import open_memory_backend
     from daemon.status import collect_status
 
     monkeypatch.setattr(weights, "installed_dir", lambda: None)

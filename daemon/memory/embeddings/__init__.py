@@ -25,11 +25,10 @@ from pathlib import Path
 import structlog
 
 from daemon.config import EmbeddingSettings
+from daemon.errors import EmbeddingError, EmbeddingUnavailable
 from daemon.memory.embeddings import local, weights
 from daemon.memory.embeddings.base import (
     Embedder,
-    EmbeddingError,
-    EmbeddingUnavailable,
     Vectors,
     normalise,
 )

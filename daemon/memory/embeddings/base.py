@@ -15,21 +15,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from daemon.errors import BackendError, BackendUnavailable
-
 Vectors = npt.NDArray[np.float32]
-
-
-class EmbeddingError(BackendError):
-    """An embedder failed; the message names the provider, never a credential."""
-
-    def __init__(self, message: str, *, provider: str) -> None:
-        super().__init__(message, backend=f"embeddings:{provider}")
-        self.provider = provider
-
-
-class EmbeddingUnavailable(EmbeddingError, BackendUnavailable):
-    """A transient embedder failure (rate limit, server error, timeout)."""
 
 
 @runtime_checkable

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daemon.memory.embeddings.base import EmbeddingError
+from daemon.errors import EmbeddingError
 from daemon.memory.embeddings.bert import F32, I64, BertConfig, Weights, f32, mask_bias
 
 # Opset 17 has LayerNormalization; ONNX Runtime 1.14 and later run it.

@@ -29,10 +29,9 @@ from typing import Literal
 import numpy as np
 import structlog
 
+from daemon.errors import EmbeddingError, EmbeddingUnavailable
 from daemon.memory.embeddings import bert_onnx, weights
 from daemon.memory.embeddings.base import (
-    EmbeddingError,
-    EmbeddingUnavailable,
     Vectors,
     normalise,
 )

@@ -26,9 +26,8 @@ from tenacity import (
     wait_exponential,
 )
 
+from daemon.errors import EmbeddingError, EmbeddingUnavailable
 from daemon.memory.embeddings.base import (
-    EmbeddingError,
-    EmbeddingUnavailable,
     Vectors,
     normalise,
 )

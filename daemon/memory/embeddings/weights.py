@@ -29,7 +29,7 @@ from pathlib import Path
 
 import structlog
 
-from daemon.memory.embeddings.base import EmbeddingError, EmbeddingUnavailable
+from daemon.errors import EmbeddingError, EmbeddingUnavailable
 
 log = structlog.get_logger("memoryd.memory.embeddings")
 

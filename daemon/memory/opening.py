@@ -1,5 +1,9 @@
 """Opening the configured memory: the embedded backend alone, or the chain of layers.
 
+Every command, hook fallback and the daemon open memory here (`open_memory_backend`),
+and here only: who owns the memories (`memory_user`, `owner_user`), how each layer
+opens (`opener`), and the chain's assembly (`open_layers`).
+
 `memory.backends: [sqlite]` (the default) opens the embedded backend as it
 always did. Anything longer, or another primary, opens a `ChainBackend` whose
 layers open lazily (a PostgreSQL server that is down when memoryd starts is a
@@ -15,10 +19,13 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import cast
 
+import structlog
+
 from daemon.clock import Clock
 from daemon.config import BackendKind, Settings
-from daemon.errors import BackendError
+from daemon.errors import BackendError, EmbeddingError
 from daemon.memory.chain import ChainBackend, Layer
+from daemon.memory.embeddings import make_embedder
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.gateway import GatewayConfig, GatewayMemoryBackend
 from daemon.memory.jsonl import JsonlMemoryBackend
@@ -27,6 +34,8 @@ from daemon.memory.outbox import Outbox
 from daemon.memory.protocol import Capability, MemoryBackend
 from daemon.memory.sqlite import SQLiteMemoryBackend
 from daemon.store.connection import ensure_private_dir
+
+log = structlog.get_logger("memoryd.memory")
 
 _FULL = frozenset({Capability.REMEMBER, Capability.RECALL, Capability.FORGET,
                    Capability.CORRECT, Capability.EXPORT, Capability.TEMPORAL})
@@ -140,3 +149,21 @@ async def open_layers(settings: Settings, clock: Clock,
     return ChainBackend(layers, outbox, clock,
                         {kind: DECLARED[kind] for kind in settings.memory.backends},
                         masks=settings.extra_masks())
+
+
+async def open_memory_backend(settings: Settings, clock: Clock, *,
+                              vectors: bool = True) -> MemoryBackend:
+    """The configured memory, opened: the embedded backend, or the chain of layers.
+
+    With an embedder, recall is hybrid; an embedder that cannot be made (the
+    local model not installed) leaves keyword recall working, with a warning.
+    `vectors=False` opens it keyword-only (a hook without a daemon cannot afford
+    to load a model).
+    """
+    embedder = None
+    try:
+        if vectors:
+            embedder = make_embedder(settings.memory.embeddings, settings.models_path)
+    except EmbeddingError as exc:
+        log.warning("embeddings_unavailable", error=str(exc))
+    return await open_layers(settings, clock, embedder)
