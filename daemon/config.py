@@ -31,6 +31,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from daemon import names
 from daemon.errors import ConfigError
 from daemon.locations import default_config_path, default_state_dir
 
@@ -96,11 +97,8 @@ class SourceKind(StrEnum):
     GEMINI = "gemini"
 
 
-DEFAULT_ROOTS: Mapping[SourceKind, str] = {
-    SourceKind.CLAUDE: "~/.claude/projects",
-    SourceKind.CODEX: "~/.codex/sessions",
-    SourceKind.GEMINI: "~/.gemini/tmp",
-}
+DEFAULT_ROOTS: Mapping[SourceKind, str] = {SourceKind(agent): root
+                                          for agent, root in names.DEFAULT_ROOTS.items()}
 
 
 class SourceConfig(BaseModel):

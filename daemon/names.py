@@ -1,11 +1,51 @@
-"""Names memoryd takes from people and agents: an agent's, a project's.
+"""Names memoryd takes from people and agents: the agents it knows, an agent's, a project's.
 
-Standard library only: the quick command path (`cli.quick`) checks them too.
+The one list of agents and their hook events: adding an agent starts here (its
+parser in `ingest/parsers/`, its hook file format in `hooks/install.py`).
+Standard library only: the hook (`hooks.fast`) and the quick command path
+(`cli.quick`) import it.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Literal
+
+#: The agents memoryd follows.
+AGENTS: tuple[Agent, ...] = ("claude", "codex", "gemini")
+#: The same, as a type (kept equal to AGENTS; a test checks).
+Agent = Literal["claude", "codex", "gemini"]
+#: memoryd's own session events (`api.ops.MemoryOps.session_event`).
+EVENTS = ("start", "prompt", "pre_compact", "end", "stop")
+#: Each agent's hook events, in the order `hooks install` writes them -> memoryd's event.
+AGENT_EVENTS: dict[str, dict[str, str]] = {
+    "claude": {"SessionStart": "start", "UserPromptSubmit": "prompt",
+               "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
+    "codex": {"SessionStart": "start", "UserPromptSubmit": "prompt",
+              "PreCompact": "pre_compact", "Stop": "stop"},
+    "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
+               "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
+}
+#: Where each agent writes its transcripts unless its environment says otherwise.
+DEFAULT_ROOTS: dict[str, str] = {
+    "claude": "~/.claude/projects",
+    "codex": "~/.codex/sessions",
+    "gemini": "~/.gemini/tmp",
+}
+#: The environment variable that moves an agent's home, and its transcripts' folder in it.
+AGENT_HOME_ENV: dict[str, tuple[str, str]] = {
+    "claude": ("CLAUDE_CONFIG_DIR", "projects"),
+    "codex": ("CODEX_HOME", "sessions"),
+    "gemini": ("GEMINI_CLI_HOME", os.path.join(".gemini", "tmp")),
+}
+
+
+def agent_transcript_root(agent: str, environ: dict[str, str] | None = None) -> str | None:
+    """Where this agent writes its transcripts when its environment moves its home; None
+    when it does not (the default root then)."""
+    name, folder = AGENT_HOME_ENV.get(agent, ("", ""))
+    home = (os.environ if environ is None else environ).get(name) if name else None
+    return os.path.join(os.path.expanduser(home), folder) if home else None
 
 
 def agent_name(value: str | None) -> str | None:

@@ -57,7 +57,7 @@ from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
-from daemon.names import agent_name, project_path
+from daemon.names import AGENTS, EVENTS, agent_name, project_path
 from daemon.store import audit, forgotten, holds, links, queries, raw, transcripts
 from daemon.store.injections import (
     Injection,
@@ -70,8 +70,6 @@ from daemon.timephrases import WhenError, parse_when
 
 log = structlog.get_logger("memoryd.api")
 
-AGENTS = ("claude", "codex", "gemini")
-EVENTS = ("start", "prompt", "pre_compact", "end", "stop")
 #: Recall this many candidates before fitting the best into a context budget.
 CONTEXT_CANDIDATES = 60
 #: A prompt longer than this is recalled on its first part (a pasted log is not a query).

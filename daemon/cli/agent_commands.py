@@ -22,7 +22,8 @@ from daemon.cli.common import (
 )
 from daemon.config import Settings
 from daemon.errors import SettingsFileError
-from daemon.hooks.install import AGENTS, Agent, Change, Installer, Scope
+from daemon.hooks.install import Change, Installer, Scope
+from daemon.names import AGENTS, Agent
 
 F = TypeVar("F", bound=Callable[..., Any])
 

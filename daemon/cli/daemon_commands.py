@@ -26,6 +26,7 @@ from daemon.config import load_settings, resolve_config_path
 from daemon.errors import EX_CONFIG, ConfigError
 from daemon.ingest.once import ingest_once
 from daemon.logging import configure_logging
+from daemon.names import AGENTS
 from daemon.store import queries
 from daemon.store.connection import connect
 
@@ -110,7 +111,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @main.command()
 @click.option("--status", "status_filter", type=click.Choice(["active", "paused", "ended"]),
               help="Only sessions with this status.")
-@click.option("--source", type=click.Choice(["claude", "codex", "gemini"]),
+@click.option("--source", type=click.Choice(AGENTS),
               help="Only sessions of this agent.")
 @json_option
 @config_option

@@ -25,7 +25,7 @@ from typing import Any
 from daemon.cli import render
 from daemon.localhttp import Unreachable, request
 from daemon.locations import default_config_path, default_state_dir, expanded
-from daemon.names import agent_name, project_path
+from daemon.names import AGENTS, agent_name, project_path
 
 COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember"})
 #: Environment variables that change nothing here (the rest may: leave them to the CLI).
@@ -214,7 +214,7 @@ def _sessions(socket_path: str, user: str, args: list[str]) -> int:
     options, _ = _options(args, {"--json"}, {"--status", "--source"})
     if options.get("--status") not in (None, "active", "paused", "ended"):
         raise _Fallback
-    if options.get("--source") not in (None, "claude", "codex", "gemini"):
+    if options.get("--source") not in (None, *AGENTS):
         raise _Fallback
     rows = _call(socket_path, user, "list_sessions", {
         "status": options.get("--status"), "source": options.get("--source")})["sessions"]

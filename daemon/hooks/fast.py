@@ -29,16 +29,8 @@ from typing import Any
 
 from daemon.localhttp import Unreachable, ask_daemon
 from daemon.locations import default_config_path, default_state_dir
+from daemon.names import AGENT_EVENTS, agent_transcript_root
 
-#: The agent's event name -> memoryd's (see `api.ops.EVENTS`).
-AGENT_EVENTS: dict[str, dict[str, str]] = {
-    "claude": {"SessionStart": "start", "UserPromptSubmit": "prompt",
-               "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
-    "codex": {"SessionStart": "start", "UserPromptSubmit": "prompt",
-              "PreCompact": "pre_compact", "Stop": "stop"},
-    "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
-               "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
-}
 DEFAULT_TIMEOUT = 2.0
 MAX_PAYLOAD_BYTES = 8 << 20
 
@@ -144,18 +136,6 @@ def event_request(agent: str, event: str, payload: dict[str, Any]) -> dict[str, 
             "prompt": text("prompt") or "", "interface": "hook",
             "transcript_root": agent_transcript_root(agent)}
 
-
-def agent_transcript_root(agent: str) -> str | None:
-    """Where this agent writes its transcripts, as its own environment says (the hook runs
-    in it; the daemon may not): a transcript the hook names is read only inside it or a
-    configured root (`discovery.admit_transcript`)."""
-    if agent == "claude" and os.environ.get("CLAUDE_CONFIG_DIR"):
-        return os.path.join(os.path.expanduser(os.environ["CLAUDE_CONFIG_DIR"]), "projects")
-    if agent == "codex" and os.environ.get("CODEX_HOME"):
-        return os.path.join(os.path.expanduser(os.environ["CODEX_HOME"]), "sessions")
-    if agent == "gemini" and os.environ.get("GEMINI_CLI_HOME"):
-        return os.path.join(os.path.expanduser(os.environ["GEMINI_CLI_HOME"]), ".gemini", "tmp")
-    return None
 
 
 def run(argv: list[str]) -> int:

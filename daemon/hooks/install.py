@@ -29,20 +29,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.errors import SettingsFileError
+from daemon.names import AGENT_EVENTS, AGENTS, Agent
 
-Agent = Literal["claude", "codex", "gemini"]
 Scope = Literal["user", "project"]
-AGENTS: tuple[Agent, ...] = ("claude", "codex", "gemini")
 SERVER_NAME = "memoryd"
 #: The record's name for "install created this file".
 FILE = "<file>"
 
 #: The agent's hook events memoryd installs, with each one's timeout (the agent's unit).
-HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {
-    "claude": ("SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd", "Stop"),
-    "codex": ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop"),
-    "gemini": ("SessionStart", "BeforeAgent", "PreCompress", "SessionEnd", "AfterAgent"),
-}
+HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {agent: tuple(AGENT_EVENTS[agent])
+                                             for agent in AGENTS}
 #: The agent's own bound on a hook; memoryd's hook caps itself well below it.
 AGENT_TIMEOUT_SECONDS = 10
 

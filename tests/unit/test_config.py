@@ -175,3 +175,20 @@ def test_empty_file_gives_defaults(clean_environment: Path) -> None:
     """An empty YAML file is the same as no file."""
     config = _write(clean_environment / "c.yaml", "")
     assert load_settings(config).poll_interval == 2.0
+
+
+def test_the_agent_list_is_one_list() -> None:
+    """The agent type, the hook events, the default roots and the settings' source kinds
+    all name the same agents (names.py is the one list)."""
+    from typing import get_args
+
+    from daemon import names
+    from daemon.config import DEFAULT_ROOTS, SourceKind
+    from daemon.hooks.install import HOOK_EVENTS
+
+    assert get_args(names.Agent) == names.AGENTS
+    assert tuple(names.AGENT_EVENTS) == names.AGENTS == tuple(names.DEFAULT_ROOTS)
+    assert tuple(k.value for k in SourceKind) == names.AGENTS
+    assert {k.value for k in DEFAULT_ROOTS} == set(names.AGENTS) == set(HOOK_EVENTS)
+    assert all(set(events.values()) <= set(names.EVENTS)
+               for events in names.AGENT_EVENTS.values())
