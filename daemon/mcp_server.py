@@ -22,6 +22,7 @@ from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.errors import ApiError, MemorydError
+from daemon.memory.context import escape
 
 MAX_ANSWER_CHARS = 20_000
 INSTRUCTIONS = (
@@ -45,9 +46,9 @@ def _line(result: dict[str, Any]) -> str:
     when = (prov.get("ended_at") or result.get("created_at") or "")[:10]
     source = "told explicitly"
     if prov.get("session_external_id") or prov.get("session_id"):
-        source = (f"{prov.get('source') or 'agent'} session "
-                  f"{prov.get('session_external_id') or prov.get('session_id')}")
-    text = " ".join(str(result.get("excerpt") or result.get("content") or "").split())
+        source = escape(f"{prov.get('source') or 'agent'} session "
+                        f"{prov.get('session_external_id') or prov.get('session_id')}")
+    text = escape(str(result.get("excerpt") or result.get("content") or ""))
     if len(text) > 1500:
         text = text[:1500] + "…"
     return (f"- id {result['memory_id']} [{when} {result['type']}; {source};"
@@ -173,10 +174,13 @@ def build_server(settings: Settings, project_dir: str | None = None,
             return "No stored message holds all those words."
         lines = []
         for row in rows:
-            text = " ".join(str(row.get("content") or "").split())[:600]
-            lines.append(f"- {row.get('timestamp') or '?'} {row['source']} session "
-                         f"{row.get('external_id') or row['session_id']} #{row['message_index']}"
-                         f" {row['role']}{' ' + row['tool_name'] if row.get('tool_name') else ''}"
+            text = escape(str(row.get("content") or ""))[:600]
+            # Every stored value is escaped: a session id or tool name holding a line
+            # break would otherwise forge a line of its own.
+            session = escape(str(row.get("external_id") or row["session_id"]))
+            tool = " " + escape(str(row["tool_name"])) if row.get("tool_name") else ""
+            lines.append(f"- {escape(str(row.get('timestamp') or '?'))} {row['source']}"
+                         f" session {session} #{row['message_index']} {row['role']}{tool}"
                          f": {text}")
         return _clip("\n".join(lines))
 

@@ -57,7 +57,7 @@ from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.memory.records import result_to_record
 from daemon.memory.redaction import mask_extra, redact
 from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
-from daemon.names import AGENTS, EVENTS, agent_name, project_path
+from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS, agent_name, project_path
 from daemon.store import audit, forgotten, holds, links, queries, raw, transcripts
 from daemon.store.injections import (
     Injection,
@@ -80,6 +80,9 @@ CORRECT_MIN_COVERAGE = 0.5
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
+#: search_sessions: each message is masked on its first SEARCH_READ_CHARS and answered with
+#: SEARCH_ANSWER_CHARS; at most SEARCH_PAGES pages of candidates are read for one answer.
+SEARCH_READ_CHARS, SEARCH_ANSWER_CHARS, SEARCH_PAGES = 64_000, 4000, 8
 #: Refused transcript paths remembered, so each is logged once (bounded: a client may send
 #: any number of paths).
 REFUSALS_REMEMBERED = 1000
@@ -287,7 +290,9 @@ class MemoryOps:
             if held:
                 raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
                                     " everything would delete what they keep")
-            return await self._backend.forget_where(all=True, hard=hard)
+            count = await self._backend.forget_where(all=True, hard=hard)
+            await self._remember_forgotten(everything=True)
+            return count
         if memory_id is not None:
             if self._visible(await self._backend.get(memory_id), args) is None:
                 return 0
@@ -312,7 +317,11 @@ class MemoryOps:
                 # the session's later segments are never saved again (forgetting sticks).
                 count += await self._backend.forget_where(
                     session_external_id=found["external_id"], hard=hard)
-            await self._remember_forgotten(session_ids=[int(found["id"])],
+            # The subagents it started are part of it (their transcripts are its own).
+            children = await forgotten.subagent_sessions(self._conn, int(found["id"]))
+            for child in children:
+                count += await self._backend.forget_where(session_id=child, hard=hard)
+            await self._remember_forgotten(session_ids=[int(found["id"]), *children],
                                            agent_session=found.get("external_id"))
             return count
         count = await self._backend.forget_where(project=project, hard=hard)
@@ -321,15 +330,16 @@ class MemoryOps:
 
     async def _remember_forgotten(self, *, session_ids: Sequence[int] = (),
                                   agent_session: str | None = None,
-                                  project: str | None = None) -> None:
+                                  project: str | None = None,
+                                  everything: bool = False) -> None:
         """Forgetting keys on the content too (`store.forgotten`): a copy of the transcript
         under another name, read as a new session, never brings it back."""
         async with self._writing:
             keys = await forgotten.remember_forgotten(
                 self._conn, self.clock.now(), session_ids=session_ids,
-                agent_session=agent_session, project=project)
+                agent_session=agent_session, project=project, everything=everything)
         log.info("content_forgotten", message_keys=keys, sessions=len(session_ids),
-                 project=project is not None)
+                 project=project is not None, everything=everything)
 
     # -- governance ------------------------------------------------------------------
 
@@ -510,16 +520,30 @@ class MemoryOps:
         if "agent" in args:
             caller = _agent(args)
             hidden = [a for a in self.settings.memory.private_agents if a != caller]
-        rows = await queries.search_messages(
-            self._conn, words, project=_project(args),
-            since=_iso(since) if since else None, until=_iso(until) if until else None,
-            limit=_int(args, "limit", 20, 1, MAX_LIMIT), hidden_sources=hidden)
+        limit = _int(args, "limit", 20, 1, MAX_LIMIT)
         # What an agent reads is what memory would hold (`show --view model`): secrets,
-        # personal data, extra patterns and `<private>` spans masked.
+        # personal data, extra patterns and `<private>` spans masked, and the words are
+        # matched against that masked text, so no search can spell out what it hides.
+        # Masked whole (up to SEARCH_READ_CHARS), then clipped: a secret is never cut in
+        # half before its rule sees it.
         masks = self.settings.extra_masks()
-        for row in rows:
-            row["content"] = mask_extra(redact(row["content"]), masks)
-        return {"messages": rows}
+        lowered = [w.lower() for w in words]
+        found: list[dict[str, Any]] = []
+        page, offset = max(2 * limit, 50), 0
+        for _ in range(SEARCH_PAGES):
+            rows = await queries.search_messages(
+                self._conn, words, project=_project(args),
+                since=_iso(since) if since else None, until=_iso(until) if until else None,
+                limit=page, offset=offset, hidden_sources=hidden,
+                max_chars=SEARCH_READ_CHARS)
+            for row in rows:
+                text = mask_extra(redact(row["content"]), masks)
+                if all(w in text.lower() for w in lowered):
+                    found.append({**row, "content": text[:SEARCH_ANSWER_CHARS]})
+            if len(found) >= limit or len(rows) < page:
+                break
+            offset += page
+        return {"messages": found[:limit]}
 
     async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """`memoryd sessions`: every session, newest first, with the blocks it was given."""
@@ -579,7 +603,7 @@ class MemoryOps:
         roots = [str(s.root) for s in self.settings.enabled_sources() if s.kind == kind]
         roots.append(os.path.expanduser(DEFAULT_ROOTS[kind]))
         told = _opt_text(args, "transcript_root")
-        if told is not None and os.path.isabs(told):
+        if told is not None and _plausible_root(told, kind):
             roots.append(told)
         refusal = admit_transcript(transcript, roots)
         if refusal is None:
@@ -751,6 +775,17 @@ async def _forget_other_user(settings: Settings, clock: Clock, user: str) -> int
         return await backend.forget_where(all=True, hard=True)
     finally:
         await backend.close()
+
+
+def _plausible_root(path: str, kind: SourceKind) -> bool:
+    """Whether a transcript root a hook reports can be the agent's own: an absolute path
+    ending in the agent's folder (`projects`, `sessions`, `.gemini/tmp`) below a home
+    directory, never `/` or a system folder that would admit every file of the user's."""
+    _variable, folder = AGENT_HOME_ENV[kind.value]
+    clean = os.path.normpath(path)
+    home = os.path.dirname(clean[: -len(folder)].rstrip(os.sep)) if clean.endswith(
+        os.sep + folder) else ""
+    return os.path.isabs(clean) and bool(home) and home != os.sep
 
 
 def _refuse_if_held(held: holds.Holds, project: str | None, session_id: int | None,

@@ -11,8 +11,9 @@ summary's text hash, and the session and project themselves. Then:
 
 - recovery never saves a message or summary whose key is forgotten, wherever
   it is read from (`messages_from` marks them, `summary_forgotten`);
-- `search_sessions` never returns a message of a forgotten session, of a
-  session of a forgotten project that began before the forget, or whose key is
+- `search_sessions` never returns a message of a forgotten session (its
+  subagents' sessions are forgotten with it), of a session of a forgotten project
+  (or of everything forgotten) that began before the forget, or whose key is
   forgotten (`VISIBLE`).
 """
 
@@ -37,6 +38,9 @@ VISIBLE = (
     " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'project'"
     " AND f.value = s.project"
     " AND julianday(COALESCE(s.started_at, f.forgotten_at)) <= julianday(f.forgotten_at))"
+    " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'everything'"
+    " AND f.value = '*'"
+    " AND julianday(COALESCE(s.started_at, f.forgotten_at)) <= julianday(f.forgotten_at))"
 )
 
 #: For a message row `m`: 1 when its content key is forgotten.
@@ -51,6 +55,16 @@ def summary_key(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+async def subagent_sessions(conn: aiosqlite.Connection, session_id: int) -> list[int]:
+    """The sessions of the subagents a session started, and of theirs, at any depth."""
+    async with conn.execute(
+        "WITH RECURSIVE tree (id) AS (SELECT ? UNION"
+        " SELECT s.id FROM sessions s JOIN tree ON s.parent_session_id = tree.id)"
+        " SELECT id FROM tree WHERE id != ?", (session_id, session_id),
+    ) as cursor:
+        return [int(row[0]) for row in await cursor.fetchall()]
+
+
 async def remember_forgotten(
     conn: aiosqlite.Connection,
     now: datetime,
@@ -58,10 +72,11 @@ async def remember_forgotten(
     session_ids: Sequence[int] = (),
     agent_session: str | None = None,
     project: str | None = None,
+    everything: bool = False,
 ) -> int:
-    """Record a forget of these sessions (memoryd's ids and/or the agent's id) or this
-    project: the scopes and the content keys of what they hold now. How many message
-    keys were newly recorded."""
+    """Record a forget of these sessions (memoryd's ids and/or the agent's id), this
+    project, or everything: the scopes and the content keys of what they hold now (of
+    everything, only the scope). How many message keys were newly recorded."""
     at = iso_utc(now)
     chosen = list(session_ids)
     async with transaction(conn):
@@ -77,6 +92,8 @@ async def remember_forgotten(
             scopes.append(("agent_session", agent_session))
         if project is not None:
             scopes.append(("project", project))
+        if everything:
+            scopes.append(("everything", "*"))
         await conn.executemany(
             "INSERT INTO forgotten_content (kind, value, forgotten_at) VALUES (?, ?, ?)"
             " ON CONFLICT (kind, value) DO UPDATE"

@@ -188,7 +188,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """
         CREATE TABLE forgotten_content (
             kind TEXT NOT NULL
-                CHECK (kind IN ('message', 'summary', 'session', 'agent_session', 'project')),
+                CHECK (kind IN ('message', 'summary', 'session', 'agent_session', 'project',
+                                'everything')),
             value TEXT NOT NULL,
             forgotten_at TEXT NOT NULL,
             PRIMARY KEY (kind, value)

@@ -146,7 +146,9 @@ async def search_messages(
     since: str | None = None,
     until: str | None = None,
     limit: int = 20,
+    offset: int = 0,
     hidden_sources: Sequence[str] = (),
+    max_chars: int = 4000,
 ) -> list[dict[str, Any]]:
     """Stored messages holding every one of `words` (case-insensitive), newest first,
     leaving out sessions of the agents in `hidden_sources` and everything forgotten
@@ -174,11 +176,11 @@ async def search_messages(
         params.extend(hidden_sources)
     async with conn.execute(
         "SELECT s.id AS session_id, s.external_id, s.source, s.project, m.message_index,"
-        " m.role, m.kind, m.tool_name, m.timestamp, substr(m.content, 1, 4000) AS content"
+        " m.role, m.kind, m.tool_name, m.timestamp, substr(m.content, 1, ?) AS content"
         " FROM session_messages m JOIN sessions s ON s.id = m.session_id"
         f" WHERE {' AND '.join(where)} ORDER BY m.timestamp DESC, m.session_id, m.message_index"
-        " LIMIT ?",
-        (*params, limit),
+        " LIMIT ? OFFSET ?",
+        (max_chars, *params, limit, offset),
     ) as cursor:
         return [dict(r) for r in await cursor.fetchall()]
 

@@ -142,6 +142,24 @@ def test_search_sessions_masks_what_memory_masks(running: Daemon) -> None:
     assert "alphaword" in through_mcp
     for planted in PLANTED:
         assert planted not in through_mcp, planted
+    # Words are matched against the masked text: no search spells a secret out.
+    for probe in (GITHUB_TOKEN[:14], GITHUB_TOKEN, EMAIL, TICKET):
+        assert _search(running, probe) == [], probe
+
+
+def test_a_secret_at_the_answer_limit_is_masked_whole(running: Daemon) -> None:
+    """A token that straddles the 4,000 characters an answer keeps is masked before the cut,
+    so not even its first characters are shown."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    (running.claude_root / "-a").mkdir()
+    text = "zebrafish " + "padding " * 498 + GITHUB_TOKEN + " after"
+    assert text.index(GITHUB_TOKEN) < 4000 < text.index(GITHUB_TOKEN) + len(GITHUB_TOKEN)
+    (running.claude_root / "-a" / "s2.jsonl").write_text(_line(
+        "s2", "s2-u1", start, ALPHA, {"role": "user", "content": text}, "user"))
+    wait_for(lambda: _all_synced(running, 1), what="the session synced")
+    rows = _search(running, "zebrafish")
+    assert len(rows) == 1
+    assert GITHUB_TOKEN[:8] not in rows[0]["content"]
 
 
 def test_forgotten_sessions_projects_and_copies_never_come_back(running: Daemon) -> None:
@@ -181,6 +199,27 @@ def test_forgotten_sessions_projects_and_copies_never_come_back(running: Daemon)
     # The new session itself is stored (the archive is the person's record), not shown.
     listed = {r["external_id"] for r in json.loads(running.cli("sessions", "--json").stdout)}
     assert "sb-copy" in listed
+
+    # Forgetting everything hides every message that was there.
+    assert running.cli("forget", "--all", "--yes", "--hard").returncode == 0
+    assert _search(running, "zebrafish") == []
+
+
+def test_a_forgotten_session_takes_its_subagents_with_it(running: Daemon) -> None:
+    """A Claude session's subagent transcripts (`<session>/subagents/agent-*.jsonl`) are
+    forgotten with it: neither search_sessions nor recall shows them."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    folder = running.claude_root / "-a"
+    (folder / "sp" / "subagents").mkdir(parents=True)
+    (folder / "sp.jsonl").write_text(_session("sp", "parentword", ALPHA, start))
+    (folder / "sp" / "subagents" / "agent-a1.jsonl").write_text(
+        _session("sp", "childword", ALPHA, start).replace("sp-", "sp-child-"))
+    wait_for(lambda: _all_synced(running, 2), what="the session and its subagent synced")
+    assert {r["external_id"] for r in _search(running, "childword")}
+    assert "childword" in running.cli("recall", "childword", "--json").stdout
+    assert running.cli("forget", "--session", "sp", "--hard").returncode == 0
+    assert _search(running, "zebrafish") == []
+    assert "childword" not in running.cli("recall", "childword", "--json").stdout
 
 
 def _codex_rollout(session_id: str, cwd: str, when: datetime, text: str) -> str:
@@ -272,8 +311,15 @@ def test_a_hook_never_reads_a_transcript_outside_the_agents_directories(
     stored = _stored_words(running)
     assert "ownword" in stored  # PreCompact reads it to its end before answering
     assert "outsideword" not in stored
+    # A root the request names is taken only where it can be an agent's own directory.
+    for told in ("/", str(outside.parent), str(running.tmp)):
+        answer = running.api("session_event", {
+            "agent": "claude", "event": "pre_compact", "session_id": "secret",
+            "transcript_path": str(outside), "cwd": ALPHA, "transcript_root": told})
+        assert answer.status_code == 200, answer.text
     recalled = running.cli("recall", "outsideword", "--json")
     assert recalled.returncode == 0 and "outsideword" not in recalled.stdout
+    assert "outsideword" not in _stored_words(running)
     log = (running.tmp / "daemon.log").read_text()
     assert log.count('"transcript_refused"') == 2, log[-3000:]  # once per path
 
