@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import AlreadyRunningError
-from daemon.store.connection import ensure_private_dir
+from daemon.files import ensure_private_dir
 
 if TYPE_CHECKING:
     from daemon.config import Settings

@@ -36,6 +36,7 @@ from daemon.errors import (
     StoreDamaged,
     StoreError,
 )
+from daemon.files import atomic_write
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -99,11 +100,8 @@ class RuntimeStatus:
 
 
 def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-    os.replace(tmp, path)
+    # Rewritten every second while busy, and worth nothing after a crash: no fsync.
+    atomic_write(path, json.dumps(payload), durable=False)
 
 
 class Service:

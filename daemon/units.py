@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from daemon.config import Settings
+from daemon.files import atomic_write
 
 UNIT_NAME = "memoryd.service"
 LAUNCHD_LABEL = "io.memoryd.daemon"
@@ -183,9 +184,8 @@ def execute(plan: Plan, *, tolerate_first_failure: bool = False) -> CommandFailu
     for directory in plan.make_dirs:
         directory.mkdir(parents=True, exist_ok=True)
     for path, data in plan.write.items():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        # A unit file is read by the service manager: readable, written by its user only.
+        atomic_write(path, data, mode=0o644)
     for path in plan.remove:
         path.unlink(missing_ok=True)
     for i, command in enumerate(plan.commands):

@@ -9,11 +9,8 @@ request may be.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +40,7 @@ from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.errors import ApiError
+from daemon.files import atomic_writer
 from daemon.memory import Capability, MemoryBackend, require
 from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.gateway import call_events as gateway_calls
@@ -374,25 +372,15 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
                 sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
             return count
-        # An unpredictable name, created exclusively and 0600 whatever the umask (mkstemp):
-        # a predictable one could be a planted symlink that the export would follow.
+        # `atomic_writer`: an unpredictable name, created exclusively and 0600 whatever the
+        # umask; a predictable one could be a planted symlink that the export would follow.
         try:
-            fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.",
-                                       suffix=".tmp")
-        except OSError as exc:
-            fail(f"cannot write {output}: {exc.strerror or exc}", EX_CANTCREAT)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            with atomic_writer(output) as handle:
                 async for record in records(backend):
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                     count += 1
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, output)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        except OSError as exc:
+            fail(f"cannot write {output}: {exc.strerror or exc}", EX_CANTCREAT)
         return count
 
     count = run_async(_with_backend(settings, work))

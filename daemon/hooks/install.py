@@ -23,12 +23,12 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from daemon.errors import SettingsFileError
+from daemon.files import atomic_write
 from daemon.names import AGENT_EVENTS, AGENTS, Agent
 
 Scope = Literal["user", "project"]
@@ -308,17 +308,7 @@ def write_atomically(path: Path, text: str) -> None:
     if path.exists():
         mode = path.stat().st_mode & 0o777
         shutil.copy2(path, path.with_name(path.name + ".memoryd-backup"))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, text, mode=mode)
 
 
 class Installer:

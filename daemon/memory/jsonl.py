@@ -42,6 +42,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
+from daemon.files import atomic_write
 from daemon.memory import gate, ranking, writes
 from daemon.memory.models import (
     ConversationSegment,
@@ -236,19 +237,7 @@ class JsonlMemoryBackend:
             return
         kept = [line for line in path.read_bytes().splitlines(keepends=True)
                 if not (line.endswith(b"\n") and _adds_one_of(line, ids))]
-        temporary = path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, b"".join(kept))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        directory = os.open(self._dir, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        atomic_write(path, b"".join(kept))
 
     # -- protocol -----------------------------------------------------------------------
 

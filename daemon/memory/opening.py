@@ -24,6 +24,7 @@ import structlog
 from daemon.clock import Clock
 from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError, EmbeddingError
+from daemon.files import ensure_private_dir
 from daemon.memory.chain import ChainBackend, Layer
 from daemon.memory.embeddings import make_embedder
 from daemon.memory.embeddings.base import Embedder
@@ -33,7 +34,6 @@ from daemon.memory.masking import MaskedBackend
 from daemon.memory.outbox import Outbox
 from daemon.memory.protocol import Capability, MemoryBackend
 from daemon.memory.sqlite import SQLiteMemoryBackend
-from daemon.store.connection import ensure_private_dir
 
 log = structlog.get_logger("memoryd.memory")
 

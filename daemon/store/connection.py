@@ -14,13 +14,13 @@ from typing import Concatenate, ParamSpec, TypeVar
 import aiosqlite
 
 from daemon.errors import (
-    ConfigError,
     StateDirError,
     StoreBusy,
     StoreDamaged,
     StoreError,
     is_damage,
 )
+from daemon.files import ensure_private_dir
 from daemon.sqlitecall import call_on_connection
 
 _TRANSIENT_MARKERS = ("database is locked", "database or disk is full", "disk i/o error",
@@ -34,39 +34,6 @@ def translate(exc: sqlite3.Error) -> StoreError:
     if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
         return StoreBusy(str(exc))
     return StoreError(str(exc))
-
-
-def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
-    """`path` as a directory for memoryd's files: created 0700 when missing.
-
-    An existing directory is never chmodded (a state_dir pointed at /tmp or at
-    the current directory would otherwise lose its sticky bit or its mode). One
-    that another user owns, or that others may write to, is refused: anyone
-    who can write there can replace memoryd's databases or socket.
-    """
-    try:
-        path.mkdir(parents=True, mode=0o700)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise StateDirError(str(path), exc.strerror or str(exc)) from None
-    else:
-        path.chmod(0o700)  # mkdir's mode is narrowed by the umask, never widened: be exact
-        return
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise StateDirError(str(path), exc.strerror or str(exc)) from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise StateDirError(str(path), "exists and is not a directory")
-    mode = stat.S_IMODE(info.st_mode)
-    if info.st_uid != os.geteuid():
-        raise ConfigError(setting, f"{path} belongs to another user (uid {info.st_uid});"
-                                   " use a directory of your own")
-    if mode & 0o022:
-        raise ConfigError(setting, f"{path} is writable by others (mode {mode:o}); memoryd"
-                                   " keeps its state only in a directory of its own (a new"
-                                   " path is created 0700)")
 
 
 def _ensure_private_file(path: Path) -> None:

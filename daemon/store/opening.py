@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import aiosqlite
 
-from daemon.store.connection import connect, ensure_private_dir
+from daemon.files import ensure_private_dir
+from daemon.store.connection import connect
 from daemon.store.migrations import migrate
 
 if TYPE_CHECKING:

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +26,7 @@ from typing import Any
 
 import aiosqlite
 
+from daemon.files import atomic_writer
 from daemon.store.connection import iso_utc, transaction
 from daemon.store.raw import EXPIRED_KIND
 
@@ -143,17 +142,8 @@ def _write_gzip(target_dir: Path, name: str, lines: list[bytes]) -> Path:
     """`lines` as a gzip file, 0600, through a temporary name fsynced then renamed."""
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     target = target_dir / name
-    fd, temporary = tempfile.mkstemp(dir=target_dir, prefix=".archive-", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as raw_file:
-            with gzip.GzipFile(fileobj=raw_file, mode="wb") as out:
-                for line in lines:
-                    out.write(line.rstrip(b"\n") + b"\n")
-            raw_file.flush()
-            os.fsync(raw_file.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_writer(target, text=False) as raw_file, \
+            gzip.GzipFile(fileobj=raw_file, mode="wb") as out:
+        for line in lines:
+            out.write(line.rstrip(b"\n") + b"\n")
     return target
