@@ -3,7 +3,7 @@
 The daemon is the one writer of its databases, so a client that finds it
 running asks it (httpx over the Unix socket). When no daemon answers, the
 client opens the stores itself and runs the very same operations
-(`api.ops.MemoryOps`) in-process, so nothing depends on the service being
+(`api.operations.MemoryOps`) in-process, so nothing depends on the service being
 installed. `call` answers the result's JSON either way, or raises `ApiError`
 (a refused request) or a `MemorydError` (a store that cannot be opened).
 """
@@ -18,7 +18,7 @@ import aiosqlite
 import httpx
 import structlog
 
-from daemon.api.ops import OPERATIONS, MemoryOps
+from daemon.api.operations import OPERATIONS, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import AlreadyRunningError, ApiError, DaemonUnreachable

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import structlog
 
-from daemon.api.ops import MemoryOps
+from daemon.api.operations import MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
 from daemon.errors import (

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from daemon.api.ops import OPERATIONS, MemoryOps
+from daemon.api.operations import OPERATIONS, MemoryOps
 from daemon.errors import ApiError, MemorydError
 
 log = structlog.get_logger("memoryd.api")

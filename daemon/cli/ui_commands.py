@@ -41,7 +41,7 @@ async def _from_daemon(settings: Settings) -> str | None:
 
 
 async def _serve_here(settings: Settings, port: int, browser: bool) -> None:
-    from daemon.api.ops import MemoryOps
+    from daemon.api.operations import MemoryOps
     from daemon.client import direct_ops
     from daemon.clock import SystemClock
     from daemon.status import collect_status

@@ -12,6 +12,11 @@ import os
 from dataclasses import dataclass
 
 MARKER_BYTES = 64
+#: A file modified within this long is still settling: on a file system with coarse
+#: timestamps a second change in the same tick would not move its mtime again, so what
+#: its size and mtime say is trusted only after it (the tailer's shortcut, the scan's
+#: directory check).
+SETTLE_NS = 2_000_000_000
 
 
 def digest(data: bytes) -> str:

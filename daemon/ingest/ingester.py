@@ -28,7 +28,7 @@ from daemon.ingest.discovery import (
     discover,
     unchanged,
 )
-from daemon.ingest.fingerprint import MARKER_BYTES, digest
+from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
 from daemon.ingest.tailer import (
     Prepared,
     Tailer,
@@ -37,15 +37,14 @@ from daemon.ingest.tailer import (
     TurnResult,
     open_transcript,
 )
-from daemon.store.checkpoint import Checkpointer
 from daemon.store.connection import database_file, disable_autocheckpoint
-from daemon.store.ingest import discard_outcome, load_states, mark_missing, move_state
+from daemon.store.offsets import discard_outcome, load_states, mark_missing, move_state
 from daemon.store.records import CommitResult, FileState
+from daemon.store.wal import Checkpointer
 
 log = structlog.get_logger("memoryd.ingest")
 
 #: A directory modified this recently is scanned again whatever its mtime says.
-SETTLE_NS = 2_000_000_000
 
 #: How long a new file named like a live transcript elsewhere waits, once it stops
 #: changing, for its original to go (`mv` across file systems copies, then deletes).

@@ -1,6 +1,6 @@
 """One turn on one file: read from the saved offset, frame complete lines, parse, commit.
 
-The rows a turn read and the file's new offset commit together (store.ingest), so a
+The rows a turn read and the file's new offset commit together (store.offsets), so a
 crash before the commit re-reads the same lines and a crash after it never does.
 """
 
@@ -21,19 +21,18 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.ingest.discovery import Candidate, Mode
-from daemon.ingest.fingerprint import MARKER_BYTES, digest
+from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
 from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw
-from daemon.store.checkpoint import Checkpointer
-from daemon.store.ingest import submit_batch
+from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
+from daemon.store.wal import Checkpointer
 
 log = structlog.get_logger("memoryd.ingest")
 
 _BOM = b"\xef\xbb\xbf"
-SETTLE_NS = 2_000_000_000
 _READ_SIZE = 256 * 1024
 _DOCUMENT_HEAD = 512
 
@@ -143,7 +142,7 @@ def _dedupe_key(uuid: str | None, raw: bytes) -> str:
 class Tailer:
     def __init__(self, conn: aiosqlite.Connection, clock: Clock, read_chunk: int) -> None:
         self._conn = conn
-        # Set by the ingester once it knows the database's file (see store.checkpoint).
+        # Set by the ingester once it knows the database's file (see store.wal).
         self.checkpointer: Checkpointer | None = None
         self._clock = clock
         self._read_chunk = read_chunk

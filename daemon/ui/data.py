@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.api.ops import MemoryOps
+from daemon.api.operations import MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError

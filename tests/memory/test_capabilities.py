@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.ops import ApiError, MemoryOps
+from daemon.api.operations import ApiError, MemoryOps
 from daemon.clock import FakeClock
 from daemon.errors import BackendUnsupported
 from daemon.memory import Capability, SQLiteMemoryBackend, require

@@ -1,0 +1,149 @@
+"""What every group of operations shares (`OpsBase`), the runtime they run in, and
+the limits they keep."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import aiosqlite
+import structlog
+
+from daemon.api import args as arg
+from daemon.clock import Clock
+from daemon.config import Settings, SourceKind
+from daemon.errors import ApiError, MemorydError
+from daemon.lifecycle.recovery import SyncReport
+from daemon.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
+from daemon.memory.models import Memory, visible_to
+from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
+from daemon.store import holds, links
+from daemon.store.injections import Injection, record_injection
+
+log = structlog.get_logger("memoryd.api")
+
+#: Recall this many candidates before fitting the best into a context budget.
+CONTEXT_CANDIDATES = 60
+#: A prompt longer than this is recalled on its first part (a pasted log is not a query).
+PROMPT_QUERY_CHARS = 2000
+MAX_LIMIT = 200
+#: Correcting by query: the memory must cover this much of the query's words (gate.coverage).
+CORRECT_MIN_COVERAGE = 0.5
+#: How much of recent history the session-start block looks back on.
+RECENT_DAYS = 30
+RECENT_ITEMS = 4
+#: search_sessions: each message is masked on its first SEARCH_READ_CHARS and answered with
+#: SEARCH_ANSWER_CHARS; at most SEARCH_PAGES pages of candidates are read for one answer.
+SEARCH_READ_CHARS, SEARCH_ANSWER_CHARS, SEARCH_PAGES = 64_000, 4000, 8
+#: Refused transcript paths remembered, so each is logged once (bounded: a client may send
+#: any number of paths).
+REFUSALS_REMEMBERED = 1000
+
+
+class Runtime(Protocol):
+    """What only a process that ingests can do: the daemon, or a direct fallback."""
+
+    async def follow(self, path: str, kind: SourceKind, *, read_to_end: bool) -> None:
+        """Follow this transcript; with `read_to_end`, return once it is stored to its end."""
+        ...
+
+    async def sync(self, session_id: int | None) -> SyncReport:
+        """Save the unsynced messages of one session (or all) to memory now."""
+        ...
+
+    def sync_later(self, session_id: int, delay: float) -> None:
+        """Ask for a sync of this session after `delay` seconds (later asks replace it)."""
+        ...
+
+    async def open_ui(self) -> str:
+        """Serve the web viewer (started on first use); the address that logs a browser in."""
+        ...
+
+
+class OpsBase:
+    """The state every group of operations shares: settings, clock, the daemon's store
+    connection, the memory backend, the runtime, and the helpers they all use."""
+
+    def __init__(self, settings: Settings, clock: Clock, conn: aiosqlite.Connection,
+                 backend: MemoryBackend, runtime: Runtime) -> None:
+        self.settings = settings
+        self.clock = clock
+        self._conn = conn
+        self._backend = backend
+        self._runtime = runtime
+        # One transaction at a time on the shared connection (concurrent requests).
+        self._writing = asyncio.Lock()
+        self._refused: set[str] = set()  # transcript paths refused (said once each)
+        rerank = settings.memory.rerank
+        self._reranker = None if rerank.provider == "none" else HttpReranker(RerankOptions(
+            base_url=rerank.base_url, model=rerank.model, api_key_env=rerank.api_key_env,
+            candidates=rerank.candidates, timeout=rerank.timeout))
+
+    @property
+    def store(self) -> aiosqlite.Connection:
+        """The daemon's store connection (the viewer's read-only queries)."""
+        return self._conn
+
+    @property
+    def memory(self) -> MemoryBackend:
+        return self._backend
+
+    async def _recall(self, query: str, args: Mapping[str, Any], *, limit: int,
+                      types: Sequence[MemoryType] | None = None,
+                      order: RecallOrder = "score") -> list[RecallResult]:
+        now = self.clock.now()
+        kinds = types if types is not None else arg.types(args)
+        reranking = self._reranker is not None and order == "score" and bool(query.strip())
+        wanted = max(limit, self.settings.memory.rerank.candidates) if reranking else limit
+        results = await self._backend.recall(
+            query, project=await self._linked(args), all_projects=arg.flag(args, "all_projects"),
+            limit=wanted, since=arg.when(args, "since", now), until=arg.when(args, "until", now),
+            types=kinds, order=order, agent=arg.agent(args))
+        if reranking and self._reranker is not None and len(results) > 1:
+            scores = await self._reranker.scores(
+                query, [r.excerpt or r.content for r in results])
+            if scores is not None:
+                results = [results[i] for i in reorder(scores, len(results))]
+        return results[:limit]
+
+    async def _linked(self, args: Mapping[str, Any]) -> str | None:
+        """The request's project, by its new path when it was linked to one."""
+        return await links.resolve(self._conn, arg.project(args))
+
+    @staticmethod
+    def _visible(memory: Memory | None, args: Mapping[str, Any]) -> Memory | None:
+        """`memory`, unless an agent asks and it is another agent's private memory (a
+        person, asking without an agent, sees all of their own memories by id)."""
+        if memory is None or "agent" not in args or visible_to(memory.private_to,
+                                                               arg.agent(args)):
+            return memory
+        return None
+
+    def _require(self, capability: Capability) -> None:
+        if capability not in self._backend.capabilities:
+            raise ApiError(501, f"the {self._backend.name} memory backend cannot"
+                                f" {capability.value}")
+
+    def _noting_copies(self, answer: dict[str, Any], capability: Capability) -> dict[str, Any]:
+        """`answer`, plus the layers that cannot do `capability` and so keep their copy as it
+        was (the Memory Gateway keeps what is forgotten or corrected elsewhere)."""
+        cannot = getattr(self._backend, "cannot", None)
+        remains = cannot(capability) if cannot is not None else []
+        return {**answer, "remains_in": remains} if remains else answer
+
+    async def _record(self, injection: Injection) -> None:
+        try:
+            async with self._writing:
+                await record_injection(self._conn, injection, self.clock.now())
+        except MemorydError as exc:
+            # What was given is still given; only its record is lost.
+            log.warning("injection_not_recorded", error=str(exc))
+
+
+def refuse_if_held(held: holds.Holds, project: str | None, session_id: int | None,
+                    session_external_id: str | None) -> None:
+    if held.covers(project=project, session_id=session_id,
+                   session_external_id=session_external_id):
+        raise ApiError(409, "a legal hold covers this (`memoryd hold list`); release it"
+                            " before deleting anything it keeps")

@@ -1,0 +1,242 @@
+"""Sessions and the agents' session events: search, list, sync, and the hooks' work.
+
+`session_event`, by event:
+
+- `start`: follow the agent's transcript at once (when `discovery.admit_transcript`
+  lets it be read), then give a
+  `<memory_context>` block for the session's project: explicit facts and
+  corrections first, then what recent sessions in the project were about, then
+  the project's weightiest memories; at most `agents.start_context_chars`.
+- `prompt`: recall for the prompt and give only memories whose relevance reaches
+  `agents.prompt_min_relevance` and that this agent session was not given
+  before, within `agents.prompt_budget_tokens`; nothing when nothing qualifies.
+- `pre_compact`: read the transcript to its end and save the session's unsynced
+  messages to memory now, before the agent drops them from its context.
+- `end`: mark the session `ended` and sync it now. `stop`: a sync, debounced.
+
+Every block given is recorded in `injections` (never its text).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from daemon.api import args as arg
+from daemon.api.base import (
+    MAX_LIMIT,
+    PROMPT_QUERY_CHARS,
+    RECENT_DAYS,
+    RECENT_ITEMS,
+    REFUSALS_REMEMBERED,
+    SEARCH_ANSWER_CHARS,
+    SEARCH_PAGES,
+    SEARCH_READ_CHARS,
+    OpsBase,
+)
+from daemon.config import DEFAULT_ROOTS, SourceKind
+from daemon.errors import ApiError
+from daemon.ingest.discovery import admit_transcript
+from daemon.memory import MemoryType, RecallResult
+from daemon.memory.context import build_context
+from daemon.memory.gate import coverage
+from daemon.memory.redaction import mask_extra, redact
+from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS, project_path
+from daemon.store import links, queries
+from daemon.store.injections import Injection, injected_memory_ids, sessions_with_given
+from daemon.store.sessions import mark_ended
+
+log = structlog.get_logger("memoryd.api")
+
+
+class SessionEvents(OpsBase):
+    """The stored sessions, and what a hook asks at each event of an agent's session."""
+
+    async def search_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        query = arg.text(args, "query")
+        words = [w for w in query.split() if w][:12]
+        now = self.clock.now()
+        since, until = arg.when(args, "since", now), arg.when(args, "until", now)
+        hidden: list[str] = []
+        if "agent" in args:
+            caller = arg.agent(args)
+            hidden = [a for a in self.settings.memory.private_agents if a != caller]
+        limit = arg.integer(args, "limit", 20, 1, MAX_LIMIT)
+        # What an agent reads is what memory would hold (`show --view model`): secrets,
+        # personal data, extra patterns and `<private>` spans masked, and the words are
+        # matched against that masked text, so no search can spell out what it hides.
+        # Masked whole (up to SEARCH_READ_CHARS), then clipped: a secret is never cut in
+        # half before its rule sees it.
+        masks = self.settings.extra_masks()
+        lowered = [w.lower() for w in words]
+        found: list[dict[str, Any]] = []
+        page, offset = max(2 * limit, 50), 0
+        for _ in range(SEARCH_PAGES):
+            rows = await queries.search_messages(
+                self._conn, words, project=arg.project(args),
+                since=arg.iso(since) if since else None, until=arg.iso(until) if until else None,
+                limit=page, offset=offset, hidden_sources=hidden,
+                max_chars=SEARCH_READ_CHARS)
+            for row in rows:
+                text = mask_extra(redact(row["content"]), masks)
+                if all(w in text.lower() for w in lowered):
+                    found.append({**row, "content": text[:SEARCH_ANSWER_CHARS]})
+            if len(found) >= limit or len(rows) < page:
+                break
+            offset += page
+        return {"messages": found[:limit]}
+
+    async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """`memoryd sessions`: every session, newest first, with the blocks it was given."""
+        return {"sessions": await sessions_with_given(
+            self._conn, status=arg.opt_text(args, "status"), source=arg.opt_text(args, "source"))}
+
+    async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        session = arg.opt_text(args, "session")
+        session_id = None
+        if session is not None:
+            found = await queries.find_session(self._conn, session)
+            if found is None:
+                raise ApiError(404, f"no session {session!r}")
+            session_id = int(found["id"])
+        return {"report": asdict(await self._runtime.sync(session_id))}
+
+    async def open_ui(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return {"url": await self._runtime.open_ui()}
+
+    async def session_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """A hook's event; returns `context` (a block, or None) and the memory ids in it."""
+        agent = arg.text(args, "agent")
+        event = arg.text(args, "event")
+        if agent not in AGENTS:
+            raise ApiError(400, f"agent must be one of {', '.join(AGENTS)}")
+        if event not in EVENTS:
+            raise ApiError(400, f"event must be one of {', '.join(EVENTS)}")
+        agent_session = arg.opt_text(args, "session_id")
+        transcript = arg.opt_text(args, "transcript_path")
+        cwd = arg.opt_text(args, "cwd")
+        project = await links.resolve(self._conn, project_path(cwd) if cwd else None)
+        kind = SourceKind(agent)
+        if transcript is not None and self._admitted(transcript, kind, args):
+            await self._runtime.follow(transcript, kind,
+                                       read_to_end=event in ("pre_compact", "end"))
+        if event in ("pre_compact", "end", "stop"):
+            await self._session_ended_or_synced(event, transcript, agent_session)
+            return {"context": None, "memory_ids": []}
+        if not self.settings.agents.inject:
+            return {"context": None, "memory_ids": []}
+        if event == "start":
+            block_text, ids = await self._start_context(project, agent)
+        else:
+            block_text, ids = await self._prompt_context(
+                arg.text(args, "prompt", default=""), project, agent_session, agent)
+        if block_text is not None:
+            await self._record(Injection(agent=agent, agent_session_id=agent_session,
+                                         interface="hook", event=event, project=project,
+                                         memory_ids=tuple(ids), chars=len(block_text)))
+        return {"context": block_text, "memory_ids": ids}
+
+    def _admitted(self, transcript: str, kind: SourceKind, args: Mapping[str, Any]) -> bool:
+        """Whether a transcript a hook named may be read (`discovery.admit_transcript`):
+        inside a configured root of its agent, the agent's default directory or the one
+        the hook found in the agent's environment (`transcript_root`). A refusal is
+        logged once per path."""
+        roots = [str(s.root) for s in self.settings.enabled_sources() if s.kind == kind]
+        roots.append(os.path.expanduser(DEFAULT_ROOTS[kind]))
+        told = arg.opt_text(args, "transcript_root")
+        if told is not None and _plausible_root(told, kind):
+            roots.append(told)
+        refusal = admit_transcript(transcript, roots)
+        if refusal is None:
+            return True
+        if transcript not in self._refused:
+            if len(self._refused) < REFUSALS_REMEMBERED:
+                self._refused.add(transcript)
+            log.warning("transcript_refused", agent=kind.value, path=transcript[:300],
+                        reason=refusal)
+        return False
+
+    async def _session_ended_or_synced(self, event: str, transcript: str | None,
+                                       agent_session: str | None) -> None:
+        session = await self._find_agent_session(transcript, agent_session)
+        if session is None:
+            log.info("hook_session_unknown", hook_event=event, agent_session_id=agent_session)
+            return
+        session_id = int(session["id"])
+        if event == "stop":
+            self._runtime.sync_later(session_id, self.settings.agents.stop_sync_delay)
+            return
+        if event == "end":
+            async with self._writing:
+                await mark_ended(self._conn, session_id)
+        await self._runtime.sync(session_id)
+
+    async def _find_agent_session(self, transcript: str | None,
+                                  agent_session: str | None) -> dict[str, Any] | None:
+        if transcript is not None:
+            found = await queries.session_by_transcript(self._conn, transcript)
+            if found is not None:
+                return found
+        if agent_session:
+            return await queries.find_session(self._conn, agent_session)
+        return None
+
+    async def _start_context(self, project: str | None,
+                             agent: str) -> tuple[str | None, list[str]]:
+        scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
+        explicit = await self._recall(
+            "", scope, limit=40,
+            types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
+        recent_scope = {**scope, "since": arg.iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
+        recent = []
+        if project:
+            for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
+                found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
+                                           order="recent")
+                recent += [r for r in found if r.project == project][:RECENT_ITEMS]
+        weighty = await self._recall("", scope, limit=10) if project else []
+        chosen: dict[str, RecallResult] = {}
+        for result in [*explicit, *recent, *weighty]:
+            chosen.setdefault(result.memory_id, result)
+        if not chosen:
+            return None, []
+        max_chars = self.settings.agents.start_context_chars
+        block = build_context(list(chosen.values()), budget=max_chars // 4, max_chars=max_chars)
+        if not block.items:
+            return None, []
+        return block.text, [item.result.memory_id for item in block.items]
+
+    async def _prompt_context(self, prompt: str, project: str | None,
+                              agent_session: str | None,
+                              agent: str) -> tuple[str | None, list[str]]:
+        query = prompt[:PROMPT_QUERY_CHARS]
+        if not query.strip():
+            return None, []
+        scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
+        results = await self._recall(query, scope, limit=20)
+        floor = self.settings.agents.prompt_min_relevance
+        given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
+        fresh = [r for r in results if r.memory_id not in given
+                 and coverage(query, r.excerpt or r.content) >= floor]
+        if not fresh:
+            return None, []
+        block = build_context(fresh, budget=self.settings.agents.prompt_budget_tokens)
+        if not block.items:
+            return None, []
+        return block.text, [item.result.memory_id for item in block.items]
+
+
+def _plausible_root(path: str, kind: SourceKind) -> bool:
+    """Whether a transcript root a hook reports can be the agent's own: an absolute path
+    ending in the agent's folder (`projects`, `sessions`, `.gemini/tmp`) below a home
+    directory, never `/` or a system folder that would admit every file of the user's."""
+    _variable, folder = AGENT_HOME_ENV[kind.value]
+    clean = os.path.normpath(path)
+    home = os.path.dirname(clean[: -len(folder)].rstrip(os.sep)) if clean.endswith(
+        os.sep + folder) else ""
+    return os.path.isabs(clean) and bool(home) and home != os.sep
