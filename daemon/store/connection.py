@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
@@ -13,35 +11,24 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import aiosqlite
 
+from daemon import sqlite
 from daemon.errors import (
     StateDirError,
     StoreBusy,
     StoreDamaged,
     StoreError,
-    is_damage,
 )
 from daemon.files import ensure_private_dir
-from daemon.sqlitecall import call_on_connection
-
-_TRANSIENT_MARKERS = ("database is locked", "database or disk is full", "disk i/o error",
-                      "database table is locked", "unable to open database")
+from daemon.sqlite import call_on_connection
 
 
 def translate(exc: sqlite3.Error) -> StoreError:
-    text = str(exc).lower()
-    if is_damage(text):
+    kind = sqlite.kind_of(exc)
+    if kind is sqlite.Kind.DAMAGED:
         return StoreDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)")
-    if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
+    if kind is sqlite.Kind.TRANSIENT:
         return StoreBusy(str(exc))
     return StoreError(str(exc))
-
-
-def _ensure_private_file(path: Path) -> None:
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.close(fd)
-    elif stat.S_IMODE(path.stat().st_mode) != 0o600:
-        path.chmod(0o600)
 
 
 #: Pages of the state database. Messages average about 4 KB with their raw line, and
@@ -57,42 +44,19 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
     On any failure the connection is closed before the error leaves: an open
     aiosqlite connection's thread would keep the process from exiting.
     """
-    try:
-        if readonly:
-            conn = await aiosqlite.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
-        else:
-            ensure_private_dir(path.parent)
-            try:
-                _ensure_private_file(path)
-            except OSError as exc:
-                raise StateDirError(str(path.parent), exc.strerror or str(exc)) from None
-            conn = await aiosqlite.connect(path, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise translate(exc) from exc
-    try:
-        await conn.execute("PRAGMA busy_timeout = 5000")
-        if not readonly:
-            # Takes effect only when the file is new (before WAL mode is set); an older
-            # database keeps the page size it was made with.
-            await conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
-            await conn.execute("PRAGMA journal_mode = WAL")
-            # WAL with synchronous=NORMAL is durable against process crashes,
-            # which is what the exactly-once guarantee is about.
-            await conn.execute("PRAGMA synchronous = NORMAL")
-        await conn.execute("PRAGMA foreign_keys = ON")
-    except sqlite3.Error as exc:
-        await conn.close()
-        raise translate(exc) from exc
-    except BaseException:
-        await conn.close()
-        raise
-    conn.row_factory = aiosqlite.Row
+    pragmas = ["busy_timeout = 5000"]
     if not readonly:
-        for suffix in ("-wal", "-shm"):
-            side = path.with_name(path.name + suffix)
-            if side.exists() and stat.S_IMODE(side.stat().st_mode) != 0o600:
-                side.chmod(0o600)
-    return conn
+        ensure_private_dir(path.parent)
+        try:
+            sqlite.create_private(path)
+        except OSError as exc:
+            raise StateDirError(str(path.parent), exc.strerror or str(exc)) from None
+        # page_size takes effect only when the file is new (before WAL mode is set); an
+        # older database keeps the page size it was made with. WAL with synchronous=NORMAL
+        # is durable against process crashes, which is what exactly-once is about.
+        pragmas += [f"page_size = {PAGE_SIZE}", "journal_mode = WAL", "synchronous = NORMAL"]
+    return await sqlite.connect(path, translate=translate, readonly=readonly,
+                                pragmas=[*pragmas, "foreign_keys = ON"])
 
 
 def integrity_problems(path: Path, *, full: bool = False, limit: int = 20) -> list[str]:
@@ -166,7 +130,7 @@ async def run_on_connection(
     **kwargs: _P.kwargs,
 ) -> _T:
     """`fn(sqlite3_connection, *args)` run on the connection's own thread, in one hop;
-    sqlite errors become StoreErrors (`daemon.sqlitecall` leaves them as they are).
+    sqlite errors become StoreErrors (`daemon.sqlite` leaves them as they are).
 
     Work of many statements (a batch commit) then costs one round trip through the
     event loop instead of one per statement, and holds the loop's thread only to

@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 import aiosqlite
 import structlog
 
-from daemon.store.connection import transaction
+from daemon import sqlite
+from daemon.errors import StoreError
+from daemon.store.connection import translate
 
 log = structlog.get_logger("memoryd.store")
 
@@ -200,32 +202,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 
 
 async def current_version(conn: aiosqlite.Connection) -> int:
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
-    )
-    async with conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations") as cur:
-        row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return await sqlite.schema_version(conn)
 
 
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+def _too_new(version: int, latest: int) -> StoreError:
+    return StoreError(f"the state database is at schema version {version}, newer than this"
+                      f" memoryd knows ({latest}); upgrade memoryd")
 
 
-async def migrate(conn: aiosqlite.Connection) -> int:
+async def migrate(conn: aiosqlite.Connection, now: datetime | None = None) -> int:
     """Apply every migration newer than the database; returns the resulting version."""
-    version = await current_version(conn)
-    for number, description, script in MIGRATIONS:
-        if number <= version:
-            continue
-        async with transaction(conn):
-            for statement in _statements(script):
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
-                (number, description, datetime.now(UTC).isoformat()),
-            )
-        log.info("migration_applied", version=number, description=description)
-        version = number
-    return version
+    return await sqlite.migrate(
+        conn, MIGRATIONS, applied_at=(now or datetime.now(UTC)).isoformat(),
+        translate=translate, too_new=_too_new, event="migration_applied")

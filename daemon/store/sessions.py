@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import aiosqlite
 
-from daemon.sqlitecall import immediate_transaction
+from daemon.sqlite import immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
 from daemon.store.connection import iso_utc, run_on_connection, transaction

@@ -387,7 +387,8 @@ async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: F
 async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> None:
     """A store written before scopes existed (v2) is migrated: existing chunks get their
     project's scope and the rebuilt index finds them, and new ones are scoped too."""
-    from daemon.memory.sqlite.schema import MIGRATIONS, _statements
+    from daemon.memory.sqlite.schema import MIGRATIONS
+    from daemon.sqlite import statements as _statements
 
     path = tmp_path / "memory.db"
     with sqlite3.connect(path) as raw:

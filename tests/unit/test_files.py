@@ -46,3 +46,28 @@ def test_a_planted_symlink_at_a_predictable_name_is_not_followed(tmp_path: Path)
     atomic_write(tmp_path / "out.json", "data")
     assert victim.read_text() == "untouched"
     assert (tmp_path / "out.json").read_text() == "data"
+
+
+async def test_a_state_database_newer_than_this_memoryd_is_refused(tmp_path: Path) -> None:
+    """One migration runner for both databases: the state database, like the memory one,
+    refuses to be written by a memoryd older than its schema."""
+    import sqlite3
+
+    from daemon.errors import StoreError
+    from daemon.store.connection import connect
+    from daemon.store.migrations import MIGRATIONS, migrate
+
+    path = tmp_path / "memoryd.db"
+    conn = await connect(path)
+    try:
+        assert await migrate(conn) == MIGRATIONS[-1][0]
+    finally:
+        await conn.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("INSERT INTO schema_migrations VALUES (999, 'from the future', 'later')")
+    conn = await connect(path)
+    try:
+        with pytest.raises(StoreError, match="newer than this memoryd"):
+            await migrate(conn)
+    finally:
+        await conn.close()

@@ -87,11 +87,10 @@ from daemon.memory.sqlite.rows import (
 from daemon.memory.sqlite.schema import (
     BACKEND_NAME,
     connect,
-    make_private,
     migrate,
     translate,
 )
-from daemon.sqlitecall import call_on_connection, immediate_transaction
+from daemon.sqlite import call_on_connection, immediate_transaction
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.embeddings.base import Embedder
@@ -336,8 +335,8 @@ class SQLiteMemoryBackend:
         """
         writes.fraction("vector_weight", vector_weight)  # before a connection exists to leak
         writes.fraction("paraphrase_vector_weight", paraphrase_vector_weight)
-        conn = await connect(path, busy_timeout=busy_timeout)
-        try:
+
+        async def prepare(conn: aiosqlite.Connection) -> None:
             await migrate(conn, to_utc_text(clock.now()))
             await conn.create_function(
                 sqlite_recall.SCORE_FUNCTION, 5, sqlite_recall.score_sql, deterministic=True
@@ -345,13 +344,8 @@ class SQLiteMemoryBackend:
             await _chunk_missing(conn)
             if owner is not None:
                 await _claim(conn, owner, to_utc_text(clock.now()), path)
-        except sqlite3.Error as exc:
-            await conn.close()
-            raise translate(exc) from exc
-        except BaseException:
-            await conn.close()
-            raise
-        make_private(path)
+
+        conn = await connect(path, busy_timeout=busy_timeout, then=prepare)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
         return cls(conn, path, clock, embedder=embedder, fusion=fusion,
                    vector_weight=vector_weight, paraphrase_vector_weight=paraphrase_vector_weight)

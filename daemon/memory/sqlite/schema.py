@@ -44,27 +44,19 @@ recovery's index work by a tenth; a query reads a few more segments.
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiosqlite
 import structlog
 
-from daemon.errors import BackendDamaged, BackendError, BackendUnavailable, is_damage
+from daemon import sqlite
+from daemon.errors import BackendDamaged, BackendError, BackendUnavailable
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
 BACKEND_NAME = "sqlite"
-
-_TRANSIENT_MARKERS = (
-    "database is locked",
-    "database table is locked",
-    "database or disk is full",
-    "disk i/o error",
-    "unable to open database",
-)
 
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
@@ -272,106 +264,41 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 
 def translate(exc: sqlite3.Error) -> BackendError:
     """A sqlite3 error as a BackendError; locked or full databases are transient."""
-    text = str(exc).lower()
-    if is_damage(text):
+    kind = sqlite.kind_of(exc)
+    if kind is sqlite.Kind.DAMAGED:
         return BackendDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)",
                               backend=BACKEND_NAME)
-    if isinstance(exc, sqlite3.OperationalError) and any(m in text for m in _TRANSIENT_MARKERS):
+    if kind is sqlite.Kind.TRANSIENT:
         return BackendUnavailable(str(exc), backend=BACKEND_NAME)
     return BackendError(str(exc), backend=BACKEND_NAME)
 
 
-def _private_file(path: Path) -> None:
-    if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True)
-    if not path.exists():
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    make_private(path)
+make_private = sqlite.make_private
 
 
-def make_private(path: Path) -> None:
-    """Mode 0600 on the database and its -wal/-shm side files, where they exist."""
-    for candidate in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) != 0o600:
-            candidate.chmod(0o600)
-
-
-async def connect(path: Path, *, busy_timeout: float = 5.0) -> aiosqlite.Connection:
-    """Open (creating it 0600) the memory database: WAL, busy timeout, secure delete."""
+async def connect(path: Path, *, busy_timeout: float = 5.0,
+                  then: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None,
+                  ) -> aiosqlite.Connection:
+    """Open (creating it 0600) the memory database: WAL, busy timeout, secure delete
+    (forgotten content is overwritten with zeros rather than left in free pages)."""
     try:
-        _private_file(path)
-        conn = await aiosqlite.connect(path, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise translate(exc) from exc
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True)
+        sqlite.create_private(path)
     except OSError as exc:
         raise BackendUnavailable(f"{path}: {exc.strerror or exc}", backend=BACKEND_NAME) from exc
-    try:
-        await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        await conn.execute("PRAGMA journal_mode = WAL")
-        await conn.execute("PRAGMA synchronous = NORMAL")
-        # Forgotten content is overwritten with zeros rather than left in free pages.
-        await conn.execute("PRAGMA secure_delete = ON")
-    except sqlite3.Error as exc:
-        await conn.close()
-        raise translate(exc) from exc
-    except BaseException:
-        await conn.close()
-        raise
-    conn.row_factory = aiosqlite.Row
-    return conn
+    return await sqlite.connect(
+        path, translate=translate, then=then,
+        pragmas=[f"busy_timeout = {int(busy_timeout * 1000)}", "journal_mode = WAL",
+                 "synchronous = NORMAL", "secure_delete = ON"])
 
 
-async def current_version(conn: aiosqlite.Connection) -> int:
-    await conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
-    )
-    async with conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations") as cur:
-        row = await cur.fetchone()
-    return int(row[0]) if row else 0
-
-
-def _statements(script: str) -> list[str]:
-    """Split a script into statements, keeping trigger bodies (BEGIN ... END;) whole."""
-    statements: list[str] = []
-    pending = ""
-    for part in script.split(";"):
-        pending += part + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                statements.append(pending.strip())
-            pending = ""
-    return statements
+def _too_new(version: int, latest: int) -> BackendError:
+    return BackendError(f"memory database is at schema version {version}, newer than this "
+                        f"memoryd knows ({latest}); upgrade memoryd", backend=BACKEND_NAME)
 
 
 async def migrate(conn: aiosqlite.Connection, applied_at: str) -> int:
     """Apply every newer migration, each with its bookkeeping row in one transaction."""
-    try:
-        version = await current_version(conn)
-        if version > LATEST_VERSION:
-            raise BackendError(
-                f"memory database is at schema version {version}, newer than this "
-                f"memoryd knows ({LATEST_VERSION}); upgrade memoryd",
-                backend=BACKEND_NAME,
-            )
-        for number, description, script in MIGRATIONS:
-            if number <= version:
-                continue
-            await conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in _statements(script):
-                    await conn.execute(statement)
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version, description, applied_at)"
-                    " VALUES (?, ?, ?)",
-                    (number, description, applied_at),
-                )
-            except BaseException:
-                await conn.execute("ROLLBACK")
-                raise
-            await conn.execute("COMMIT")
-            log.info("memory_migration_applied", version=number, description=description)
-            version = number
-    except sqlite3.Error as exc:
-        raise translate(exc) from exc
-    return version
+    return await sqlite.migrate(conn, MIGRATIONS, applied_at=applied_at, translate=translate,
+                                too_new=_too_new, event="memory_migration_applied")
