@@ -3,6 +3,7 @@
     opening.py    opening the configured memory (the one place): owners, layers, chain
     protocol.py   what every backend does (MemoryBackend) and declares (Capability)
     models.py     the values: Memory, ConversationSegment, RecallResult, ...
+    policy.py     the forgetting rules, once (backends keep only their dialect)
     writes.py     the rows every SQL backend writes, in one shape
     chain.py      layers in order, with outbox.py holding what a layer missed
     masking.py    extra patterns masked at the one boundary before any layer

@@ -59,6 +59,7 @@ from daemon.memory.models import (
     chain_order,
     visible_to,
 )
+from daemon.memory.policy import ForgetScope, is_forgotten
 from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
 from daemon.memory.redaction import redact
@@ -375,11 +376,8 @@ class JsonlMemoryBackend:
                            all: bool = False, hard: bool = False,
                            as_of: datetime | None = None,
                            memory_ids: Sequence[str] | None = None) -> int:
-        named = session_id, session_external_id, project, memory_ids
-        if all and named != (None, None, None, None):
-            raise ValueError("all=True forgets everything: give no other filter with it")
-        if not all and named == (None, None, None, None):
-            raise ValueError("give a session, a project, or all=True")
+        scope = ForgetScope(session_id, session_external_id, project, all, memory_ids)
+        scope.check()
         wanted = None if memory_ids is None else set(memory_ids)
 
         def chosen(m: Memory) -> bool:
@@ -395,16 +393,7 @@ class JsonlMemoryBackend:
         async with self._lock:
             targets = [m for m in self._memories.values() if chosen(m)]
             count = await self._delete(targets, hard=hard)
-            scopes: set[tuple[str, str]] = set()
-            if project is not None:
-                scopes.add(("project", project))
-            if session_id is not None:
-                scopes.add(("session_id", str(session_id)))
-            if session_id is not None or session_external_id is not None:
-                if session_external_id is not None:
-                    scopes.add(("session", session_external_id))
-                scopes.update(("session", m.provenance.session_external_id) for m in targets
-                              if m.provenance.session_external_id)
+            scopes = scope.lasting(m.provenance.session_external_id for m in targets)
             if scopes:
                 at = to_utc_text(as_of or self._clock.now())
                 await self._write(SCOPES, [{"op": "forgotten", "kind": k, "value": v, "at": at}
@@ -412,14 +401,7 @@ class JsonlMemoryBackend:
         return count
 
     def _forgotten(self, memory: Memory) -> bool:
-        prov = memory.provenance
-        began = prov.started_at or prov.ended_at or memory.created_at
-        if prov.session_external_id and ("session", prov.session_external_id) in self._scopes:
-            return True
-        if prov.session_id is not None and ("session_id", str(prov.session_id)) in self._scopes:
-            return True
-        at = self._scopes.get(("project", memory.project or ""))
-        return memory.project is not None and at is not None and at >= began
+        return is_forgotten(memory, self._scopes)
 
     async def correct(self, memory_id: str, new_content: str, *, reason: str | None = None,
                       provenance: Provenance | None = None) -> Memory:

@@ -60,6 +60,7 @@ from daemon.memory.models import (
     SessionSummary,
     chain_order,
 )
+from daemon.memory.policy import ForgetScope, began
 from daemon.memory.postgres.schema import (
     BACKEND_NAME,
     describe,
@@ -741,6 +742,8 @@ class PostgresMemoryBackend:
         project: str | None = None, all: bool = False, hard: bool = False,
         as_of: datetime | None = None, memory_ids: Sequence[str] | None = None,
     ) -> int:
+        scope = ForgetScope(session_id, session_external_id, project, all, memory_ids)
+        scope.check()
         filters: list[str] = []
         params: dict[str, Any] = {"user": self._owner.user, "origin": self._owner.origin}
         if memory_ids is not None:
@@ -755,10 +758,6 @@ class PostgresMemoryBackend:
         if project is not None:
             filters.append("project = %(project)s")
             params["project"] = project
-        if all and filters:
-            raise ValueError("all=True forgets everything: give no other filter with it")
-        if not all and not filters:
-            raise ValueError("give a session, a project, or all=True")
         if as_of is not None:
             filters.append("created_at <= %(as_of)s")
             params["as_of"] = _utc(as_of)
@@ -766,16 +765,10 @@ class PostgresMemoryBackend:
         async with self._write() as conn:
             rows = await self._rows(conn, f"SELECT * FROM memories WHERE {where}", params)
             count = await self._delete(conn, rows, hard=hard)
-            scopes: set[tuple[str, str]] = set()
-            if project is not None:
-                scopes.add(("project", project))
-            if session_id is not None:
-                scopes.add(("session_id", f"{self._owner.origin}:{session_id}"))
-            if session_id is not None or session_external_id is not None:
-                if session_external_id is not None:
-                    scopes.add(("session", session_external_id))
-                scopes.update(("session", r["session_external_id"]) for r in rows
-                              if r["session_external_id"])
+            scopes = scope.lasting(
+                (r["session_external_id"] for r in rows),
+                session_id_value=None if session_id is None
+                else f"{self._owner.origin}:{session_id}")
             if scopes:
                 async with conn.cursor() as cur:
                     await cur.executemany(
@@ -792,7 +785,6 @@ class PostgresMemoryBackend:
 
     async def _forgotten(self, conn: psycopg.AsyncConnection[Any], memory: Memory) -> bool:
         prov = memory.provenance
-        began = prov.started_at or prov.ended_at or memory.created_at
         rows = await self._rows(
             conn,
             "SELECT 1 FROM forgotten_scopes WHERE owner_user = %(user)s AND ("
@@ -803,7 +795,7 @@ class PostgresMemoryBackend:
             {"user": self._owner.user, "external": prov.session_external_id,
              "session": (None if prov.session_id is None
                          else f"{self._owner.origin}:{prov.session_id}"),
-             "project": memory.project, "began": began})
+             "project": memory.project, "began": began(memory)})
         if rows:
             log.info("memory_not_saved_forgotten", backend=BACKEND_NAME, memory_id=memory.id,
                      session_external_id=prov.session_external_id, project=memory.project)

@@ -65,6 +65,7 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
+from daemon.memory.policy import ForgetScope, began
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.records import (
     from_utc_text,
@@ -180,10 +181,9 @@ async def _insert_chunks(conn: aiosqlite.Connection, seq: int, memory: Memory) -
 
 def _forgotten_params(memory: Memory) -> dict[str, Any]:
     prov = memory.provenance
-    began = prov.started_at or prov.ended_at or memory.created_at
     return {"external": prov.session_external_id,
             "session_id": None if prov.session_id is None else str(prov.session_id),
-            "project": memory.project, "began": to_utc_text(began)}
+            "project": memory.project, "began": to_utc_text(began(memory))}
 
 
 def _tail_key(segment: ConversationSegment) -> list[Any]:
@@ -602,7 +602,7 @@ class SQLiteMemoryBackend:
     async def _read_index(self, embedder: Embedder) -> VectorIndex:
         from daemon.memory.sqlite.vector_index import VectorIndex
 
-        began = self._clock.monotonic()
+        started = self._clock.monotonic()
         index = VectorIndex(embedder.dimensions)
         after = -1
         while True:
@@ -620,7 +620,7 @@ class SQLiteMemoryBackend:
             after = int(rows[-1][0])
         self._index = index
         log.info("vector_index_loaded", backend=BACKEND_NAME, vectors=len(index),
-                 seconds=round(self._clock.monotonic() - began, 1))
+                 seconds=round(self._clock.monotonic() - started, 1))
         return index
 
     async def pending_embeddings(self) -> int:
@@ -702,6 +702,8 @@ class SQLiteMemoryBackend:
         as_of: datetime | None = None,
         memory_ids: Sequence[str] | None = None,
     ) -> int:
+        scope = ForgetScope(session_id, session_external_id, project, all, memory_ids)
+        scope.check()
         filters: list[str] = []
         params: list[Any] = []
         for column, value in (("session_id", session_id),
@@ -713,10 +715,6 @@ class SQLiteMemoryBackend:
         if memory_ids is not None:
             filters.append("id IN (SELECT value FROM json_each(?))")
             params.append(json.dumps(list(memory_ids)))
-        if all and filters:
-            raise ValueError("all=True forgets everything: give no other filter with it")
-        if not all and not filters:
-            raise ValueError("give a session, a project, or all=True")
         where = " AND ".join(filters) if filters else "1"
         if as_of is not None:
             where += " AND created_at <= ?"
@@ -729,9 +727,9 @@ class SQLiteMemoryBackend:
                 params,
             )
             count = await self._delete(conn, rows, hard=hard)
-            await self._remember_forgotten(conn, rows, session_id=session_id,
-                                           session_external_id=session_external_id,
-                                           project=project, at=as_of or self._clock.now())
+            await self._remember_forgotten(
+                conn, scope.lasting(r["session_external_id"] for r in rows),
+                at=as_of or self._clock.now())
         if count and hard:
             await self._scrub()
         log.info("memories_forgotten", count=count, hard=hard, session_id=session_id,
@@ -739,21 +737,9 @@ class SQLiteMemoryBackend:
         return count
 
     async def _remember_forgotten(self, conn: aiosqlite.Connection,
-                                  rows: Sequence[sqlite3.Row], *, session_id: int | None,
-                                  session_external_id: str | None,
-                                  project: str | None, at: datetime) -> None:
-        """Forgetting sticks: what a session or project later brings (a later segment, a
-        re-ingested transcript, a re-sync, an import) is never saved (`_forgotten`)."""
-        scopes: set[tuple[str, str]] = set()
-        if project is not None:
-            scopes.add(("project", project))
-        if session_id is not None or session_external_id is not None:
-            if session_id is not None:
-                scopes.add(("session_id", str(session_id)))
-            if session_external_id is not None:
-                scopes.add(("session", session_external_id))
-            scopes.update(("session", r["session_external_id"]) for r in rows
-                          if r["session_external_id"])
+                                  scopes: set[tuple[str, str]], *, at: datetime) -> None:
+        """Forgetting sticks (`policy`): what a session or project later brings (a later
+        segment, a re-ingested transcript, a re-sync, an import) is never saved."""
         if scopes:
             await conn.executemany(
                 "INSERT INTO forgotten_scopes (kind, value, forgotten_at) VALUES (?, ?, ?)"

@@ -1,0 +1,83 @@
+"""The forgetting rules, written once: every backend keeps only its dialect.
+
+`forget_where` (see `protocol.MemoryBackend`) selects by session (memoryd's id on
+this machine, or the agent's own), by project, by exact ids, or everything, never
+"everything" with a filter and never nothing at all (`ForgetScope.check`). What
+it selects it tombstones or deletes, and it remembers what the scope may bring
+later (`ForgetScope.lasting`), so that forgetting sticks:
+
+- a forgotten session's later segments, a re-ingested transcript, a re-sync, an
+  import never bring it back (`session`: the agent's id, from the request and
+  from every selected memory; `session_id`: memoryd's own number);
+- a forgotten project's conversations that began before the forget never come
+  back; new ones are kept (`project`, with the time of the forget).
+
+`is_forgotten` is the rule a saved memory is checked against; SQL backends write
+the same rule as a query over their `forgotten_scopes` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from daemon.memory.models import Memory
+
+
+@dataclass(frozen=True, slots=True)
+class ForgetScope:
+    """What a `forget_where` call selects (the filters AND-ed, or `all`)."""
+
+    session_id: int | None = None
+    session_external_id: str | None = None
+    project: str | None = None
+    all: bool = False
+    memory_ids: Sequence[str] | None = None
+
+    def check(self) -> None:
+        """ValueError unless exactly one of `all` and the filters is given."""
+        named = (self.session_id, self.session_external_id, self.project, self.memory_ids)
+        if self.all and any(value is not None for value in named):
+            raise ValueError("all=True forgets everything: give no other filter with it")
+        if not self.all and all(value is None for value in named):
+            raise ValueError("give a session, a project, or all=True")
+
+    def lasting(self, selected_external_ids: Iterable[str | None], *,
+                session_id_value: str | None = None) -> set[tuple[str, str]]:
+        """The (kind, value) scopes to remember: what this forget must keep out later.
+
+        `selected_external_ids` are the agents' session ids of the memories selected;
+        `session_id_value` is how this backend writes memoryd's session number (a shared
+        database prefixes the machine it came from)."""
+        scopes: set[tuple[str, str]] = set()
+        if self.project is not None:
+            scopes.add(("project", self.project))
+        if self.session_id is not None:
+            scopes.add(("session_id", session_id_value or str(self.session_id)))
+        if self.session_id is not None or self.session_external_id is not None:
+            if self.session_external_id is not None:
+                scopes.add(("session", self.session_external_id))
+            scopes.update(("session", external) for external in selected_external_ids
+                          if external)
+        return scopes
+
+
+def began(memory: Memory) -> datetime:
+    """When the conversation behind a memory began (what a project's forget compares)."""
+    prov = memory.provenance
+    return prov.started_at or prov.ended_at or memory.created_at
+
+
+def is_forgotten(memory: Memory, scopes: Mapping[tuple[str, str], datetime], *,
+                 session_id_value: str | None = None) -> bool:
+    """Whether `memory` belongs to a forgotten session, or to a conversation of a forgotten
+    project that began before the project was forgotten (`scopes`: (kind, value) -> when)."""
+    prov = memory.provenance
+    if prov.session_external_id and ("session", prov.session_external_id) in scopes:
+        return True
+    if prov.session_id is not None and (
+            "session_id", session_id_value or str(prov.session_id)) in scopes:
+        return True
+    at = scopes.get(("project", memory.project)) if memory.project is not None else None
+    return at is not None and began(memory) <= at
