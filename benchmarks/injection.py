@@ -44,9 +44,9 @@ import structlog
 
 from benchmarks import locomo, longmemeval
 from benchmarks._common import REPO, isolated_env, machine
-from daemon.memory.context import build_context
-from daemon.memory.gate import coverage
 from daemon.memory.models import MemoryType, Provenance, RecallResult
+from daemon.memory.recall.context import build_context
+from daemon.memory.recall.gate import coverage
 
 RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)

@@ -69,7 +69,7 @@ from daemon.lifecycle.recovery import sync_now
 from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
 from daemon.memory.embeddings.base import Embedder
 from daemon.memory.embeddings.local import LocalEmbedder
-from daemon.memory.fusion import VECTOR_WEIGHT
+from daemon.memory.recall.fusion import VECTOR_WEIGHT
 from daemon.memory.records import memory_to_record
 
 DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"

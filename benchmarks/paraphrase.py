@@ -44,7 +44,7 @@ import structlog
 
 from benchmarks._common import REPO, machine
 from benchmarks.locomo import DATA, build, default_config, embed_with_defaults
-from daemon.memory.gate import content_words
+from daemon.memory.recall.gate import content_words
 
 SETS = ("observation", "no-names", "reworded")
 

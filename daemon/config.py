@@ -36,7 +36,7 @@ from daemon.errors import ConfigError
 from daemon.locations import default_config_path, default_state_dir
 
 if TYPE_CHECKING:
-    from daemon.memory.redaction import ExtraMasks
+    from daemon.memory.privacy.redaction import ExtraMasks
 
 MAX_DURATION = 10 * 365 * 86400.0
 DAY = 86400.0
@@ -443,7 +443,7 @@ class Settings(BaseSettings):
 
     def extra_masks(self) -> ExtraMasks:
         """`privacy.extra_patterns`, compiled (they were checked at load time)."""
-        from daemon.memory.redaction import compile_extra
+        from daemon.memory.privacy.redaction import compile_extra
 
         return compile_extra((p.name, p.pattern) for p in self.privacy.extra_patterns)
 

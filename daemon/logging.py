@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 if TYPE_CHECKING:
-    from daemon.memory.redaction import ExtraMasks
+    from daemon.memory.privacy.redaction import ExtraMasks
 
 _HANDLER_NAME = "memoryd"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
@@ -21,7 +21,7 @@ def redact_secrets(_logger: object, _method: str,
                    event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Mask secrets in every string of a log event (an endpoint's URL with a password in
     it, an error that quotes a token): logs are shared in bug reports."""
-    from daemon.memory.redaction import redact
+    from daemon.memory.privacy.redaction import redact
 
     for key, value in event.items():
         if isinstance(value, str):
@@ -30,7 +30,7 @@ def redact_secrets(_logger: object, _method: str,
 
 
 def _masking(extra: ExtraMasks) -> structlog.typing.Processor:
-    from daemon.memory.redaction import mask_extra
+    from daemon.memory.privacy.redaction import mask_extra
 
     def mask(_logger: object, _method: str,
              event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

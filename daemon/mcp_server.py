@@ -22,7 +22,7 @@ from daemon.client import MemoryClient
 from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.errors import ApiError, MemorydError
-from daemon.memory.context import escape
+from daemon.memory.recall.context import escape
 
 MAX_ANSWER_CHARS = 20_000
 INSTRUCTIONS = (

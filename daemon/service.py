@@ -46,9 +46,9 @@ from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import hold_lock
 from daemon.memory import MemoryBackend
+from daemon.memory.backends.gateway import expire_calls as expire_gateway_calls
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import LazyLocalEmbedder
-from daemon.memory.gateway import expire_calls as expire_gateway_calls
 from daemon.memory.opening import open_memory_backend
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier

@@ -98,7 +98,7 @@ def where_is(kind: str, settings: Settings) -> str:
     if kind == "jsonl":
         return str(settings.jsonl_path)
     if kind == "postgres":
-        from daemon.memory.postgres.schema import describe
+        from daemon.memory.backends.postgres.schema import describe
 
         dsn = os.environ.get(settings.memory.postgres.dsn_env, "")
         return (describe(dsn) if dsn else f"${settings.memory.postgres.dsn_env} not set")

@@ -17,7 +17,7 @@ from daemon.errors import ApiError, MemorydError
 from daemon.lifecycle.recovery import SyncReport
 from daemon.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
 from daemon.memory.models import Memory, visible_to
-from daemon.memory.rerank import HttpReranker, RerankOptions, reorder
+from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
 from daemon.store import holds, links
 from daemon.store.injections import Injection, record_injection
 

@@ -43,9 +43,9 @@ from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError
 from daemon.ingest.discovery import admit_transcript
 from daemon.memory import MemoryType, RecallResult
-from daemon.memory.context import build_context
-from daemon.memory.gate import coverage
-from daemon.memory.redaction import mask_extra, redact
+from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.recall.context import build_context
+from daemon.memory.recall.gate import coverage
 from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS, project_path
 from daemon.store import links, queries
 from daemon.store.injections import Injection, injected_memory_ids, sessions_with_given

@@ -17,8 +17,8 @@ from daemon.errors import ApiError
 from daemon.lifecycle.retention import Retention
 from daemon.memory import Capability
 from daemon.memory.opening import opener, owner_user
+from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import ProjectRelabel, Relabelled
-from daemon.memory.redaction import mask_extra, redact
 from daemon.names import project_path
 from daemon.store import holds, links, queries, raw, transcripts
 

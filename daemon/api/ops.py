@@ -17,8 +17,8 @@ from daemon.api.base import (
 )
 from daemon.errors import ApiError
 from daemon.memory import Capability, MemoryType, memory_to_record
-from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
-from daemon.memory.gate import content_words, coverage
+from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
+from daemon.memory.recall.gate import content_words, coverage
 from daemon.memory.records import result_to_record
 from daemon.store import forgotten, holds, queries
 from daemon.store.injections import Injection

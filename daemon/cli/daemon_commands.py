@@ -160,7 +160,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
     from daemon.lifecycle.segments import render_message
-    from daemon.memory.redaction import mask_extra, redact
+    from daemon.memory.privacy.redaction import mask_extra, redact
     from daemon.store.injections import injections_for
     from daemon.store.sessions import StoredMessage
 

@@ -42,10 +42,10 @@ from daemon.config import Settings
 from daemon.errors import ApiError
 from daemon.files import atomic_writer
 from daemon.memory import Capability, MemoryBackend, require
-from daemon.memory.context import DEFAULT_BUDGET, MIN_BUDGET
-from daemon.memory.gateway import call_events as gateway_calls
+from daemon.memory.backends.gateway import call_events as gateway_calls
 from daemon.memory.models import visible_to
 from daemon.memory.opening import open_memory_backend
+from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.records import record_to_memory
 from daemon.store import audit
 from daemon.store.connection import iso_utc

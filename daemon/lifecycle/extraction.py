@@ -26,7 +26,7 @@ questions ("remember that bug?"); and sentences where the cue is not the start
 
 A memory's text is its sentence from the cue on, whitespace collapsed, at most
 MAX_CHARS (longer ones are cut at a word and marked "…"); its provenance is the
-message. Secrets are masked (`memory.redaction`) in the whole message before any
+message. Secrets are masked (`memory.privacy.redaction`) in the whole message before any
 sentence is cut out of it, so that clipping cannot leave half a secret unmasked.
 """
 
@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from daemon.memory.redaction import redact
+from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 MAX_CHARS = 500

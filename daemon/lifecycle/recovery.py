@@ -50,8 +50,8 @@ from daemon.memory import (
     SessionSummary,
 )
 from daemon.memory.opening import open_memory_backend
+from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import save_segments
-from daemon.memory.redaction import redact
 from daemon.store import queries
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent

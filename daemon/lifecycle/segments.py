@@ -11,7 +11,7 @@ decides when an open run is saved anyway (quiet for `sync_delay`, session
 paused or ended, an explicit `memoryd sync`).
 
 Rendering keeps tool noise out of the memory text (long tool output and base64
-are clipped) and secrets are masked (`memory.redaction`), while the segment's
+are clipped) and secrets are masked (`memory.privacy.redaction`), while the segment's
 index range and uuids still point at every message, so provenance is complete.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from daemon.memory.models import Turn
-from daemon.memory.redaction import redact
+from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})

@@ -1,20 +1,17 @@
-"""Memory backends: the protocol every store implements, its values, and the backends.
+"""Memory: the protocol every store implements, its values, the rules they share, and
+the backends.
 
     opening.py    opening the configured memory (the one place): owners, layers, chain
     protocol.py   what every backend does (MemoryBackend) and declares (Capability)
     models.py     the values: Memory, ConversationSegment, RecallResult, ...
     policy.py     the forgetting rules, once (backends keep only their dialect)
-    writes.py     the rows every SQL backend writes, in one shape
+    writes.py     the rows every backend writes, in one shape
+    records.py    export/import records
     chain.py      layers in order, with outbox.py holding what a layer missed
-    masking.py    extra patterns masked at the one boundary before any layer
-    redaction.py  secrets and personal data masked
-    ranking.py    how recall weighs relevance, importance and age (every backend)
-    fusion.py, rerank.py, words.py, gate.py   keyword/vector fusion, reranking, relevance
-    chunks.py     memories cut into search units
-    records.py    export/import records; context.py the block hooks inject
+    backends/     sqlite/ (the default), postgres/, jsonl.py, gateway.py
+    recall/       chunks, words, gate, fusion, ranking, rerank, context (the block)
+    privacy/      redaction (secrets, personal data), masking (extra patterns)
     embeddings/   the embedders (local ONNX model, OpenAI-compatible endpoints)
-    sqlite/       the embedded backend (the default); postgres/ PostgreSQL + pgvector
-    jsonl.py      an append-only file backend; gateway.py the HTTP Memory Gateway
 """
 
 from typing import TYPE_CHECKING, Any
@@ -41,7 +38,7 @@ from daemon.memory.protocol import Capability, MemoryBackend, RecallOrder, requi
 from daemon.memory.records import SCHEMA_VERSION, memory_to_record, record_to_memory
 
 if TYPE_CHECKING:
-    from daemon.memory.sqlite import SQLiteMemoryBackend
+    from daemon.memory.backends.sqlite import SQLiteMemoryBackend
 
 __all__ = [
     "DECAYING_TYPES",
@@ -75,7 +72,7 @@ def __getattr__(name: str) -> Any:
     # The embedded backend loads on first use: commands that only mask text
     # (redaction, for logging) or read records should not pay for it.
     if name == "SQLiteMemoryBackend":
-        from daemon.memory.sqlite import SQLiteMemoryBackend
+        from daemon.memory.backends.sqlite import SQLiteMemoryBackend
 
         return SQLiteMemoryBackend
     raise AttributeError(f"module 'daemon.memory' has no attribute {name!r}")

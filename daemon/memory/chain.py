@@ -46,12 +46,6 @@ from daemon.errors import (
     MemorydError,
 )
 from daemon.memory import writes
-from daemon.memory.masking import (
-    masked_record,
-    masked_requested,
-    masked_segment,
-    masked_summary,
-)
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -64,6 +58,13 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
+from daemon.memory.privacy.masking import (
+    masked_record,
+    masked_requested,
+    masked_segment,
+    masked_summary,
+)
+from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
 from daemon.memory.protocol import (
     Capability,
     MemoryBackend,
@@ -74,7 +75,6 @@ from daemon.memory.protocol import (
     vector_queue,
 )
 from daemon.memory.records import from_utc_text, memory_to_record, to_utc_text
-from daemon.memory.redaction import ExtraMasks, mask_extra
 
 if TYPE_CHECKING:
     from daemon.memory.embeddings.base import Embedder

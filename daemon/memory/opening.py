@@ -25,15 +25,15 @@ from daemon.clock import Clock
 from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError, EmbeddingError
 from daemon.files import ensure_private_dir
+from daemon.memory.backends.gateway import GatewayConfig, GatewayMemoryBackend
+from daemon.memory.backends.jsonl import JsonlMemoryBackend
+from daemon.memory.backends.sqlite import SQLiteMemoryBackend
 from daemon.memory.chain import ChainBackend, Layer
 from daemon.memory.embeddings import make_embedder
 from daemon.memory.embeddings.base import Embedder
-from daemon.memory.gateway import GatewayConfig, GatewayMemoryBackend
-from daemon.memory.jsonl import JsonlMemoryBackend
-from daemon.memory.masking import MaskedBackend
 from daemon.memory.outbox import Outbox
+from daemon.memory.privacy.masking import MaskedBackend
 from daemon.memory.protocol import Capability, MemoryBackend
-from daemon.memory.sqlite import SQLiteMemoryBackend
 
 log = structlog.get_logger("memoryd.memory")
 
@@ -49,7 +49,7 @@ DECLARED: dict[str, frozenset[Capability]] = {
 
 def origin(settings: Settings) -> str:
     """This memoryd among several sharing one database: its host and state directory."""
-    from daemon.memory.postgres import origin_id
+    from daemon.memory.backends.postgres import origin_id
 
     return origin_id(f"{socket.gethostname()}:{settings.state_dir}")
 
@@ -95,7 +95,7 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
             paraphrase_vector_weight=embeddings.paraphrase_vector_weight)
 
     async def postgres() -> MemoryBackend:
-        from daemon.memory.postgres import Owner, PostgresMemoryBackend
+        from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
 
         pg = settings.memory.postgres
         return await PostgresMemoryBackend.open(

@@ -25,7 +25,7 @@ from daemon.memory.models import (
     SessionSummary,
     new_memory_id,
 )
-from daemon.memory.redaction import redact
+from daemon.memory.privacy.redaction import redact
 from daemon.names import agent_name
 
 

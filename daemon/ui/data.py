@@ -22,9 +22,9 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.memory.models import Memory
+from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import MemoryBrowse
 from daemon.memory.records import memory_to_record
-from daemon.memory.redaction import mask_extra, redact
 from daemon.store import audit, queries
 from daemon.store.injections import injections_for, recent_injections
 

@@ -320,7 +320,7 @@ def test_ingest_loads_only_what_ingestion_needs(tmp_path: Path) -> None:
     roots = lay_out_fixtures(tmp_path / "roots")
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots)
     heavy = ("numpy", "httpx", "apscheduler", "daemon.service", "daemon.memory.opening",
-             "daemon.memory.sqlite", "daemon.memory.embeddings")
+             "daemon.memory.backends.sqlite", "daemon.memory.embeddings")
     probe = ("import sys\nfrom daemon.entry import main\n"
              f"sys.argv = ['memoryd', '--config', {str(config)!r}, 'ingest', '--once']\n"
              "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"

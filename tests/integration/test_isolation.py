@@ -106,7 +106,7 @@ def test_the_jsonl_layer_refuses_another_user_too(tmp_path: Path) -> None:
 
     from daemon.clock import SystemClock
     from daemon.errors import StoreOwnedElsewhere
-    from daemon.memory.jsonl import JsonlMemoryBackend
+    from daemon.memory.backends.jsonl import JsonlMemoryBackend
 
     async def go() -> None:
         mine = await JsonlMemoryBackend.open(tmp_path / "j", clock=SystemClock(), owner="alice")

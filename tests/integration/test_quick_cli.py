@@ -124,6 +124,6 @@ def test_the_quick_path_imports_neither_click_nor_pydantic(tmp_path: Path) -> No
                           timeout=60, env=daemon_env(tmp_path))
     assert done.stdout.strip() == "[]", done.stderr
     from daemon.cli.quick import MIN_BUDGET
-    from daemon.memory.context import MIN_BUDGET as CONTEXT_MIN_BUDGET
+    from daemon.memory.recall.context import MIN_BUDGET as CONTEXT_MIN_BUDGET
 
     assert MIN_BUDGET == CONTEXT_MIN_BUDGET

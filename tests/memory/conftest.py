@@ -18,7 +18,7 @@ async def _sqlite(path: Path, clock: FakeClock) -> MemoryBackend:
 
 
 async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
-    from daemon.memory.postgres import Owner, PostgresMemoryBackend
+    from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
     from tests.pg import new_database
 
     return await PostgresMemoryBackend.open(
@@ -26,7 +26,7 @@ async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
 
 
 async def _jsonl(path: Path, clock: FakeClock) -> MemoryBackend:
-    from daemon.memory.jsonl import JsonlMemoryBackend
+    from daemon.memory.backends.jsonl import JsonlMemoryBackend
 
     return await JsonlMemoryBackend.open(path / "memory-jsonl", clock=clock)
 

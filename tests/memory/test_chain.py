@@ -13,10 +13,10 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.errors import BackendUnavailable
 from daemon.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
+from daemon.memory.backends.jsonl import JsonlMemoryBackend
+from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
 from daemon.memory.chain import OPEN_RETRY, ChainBackend, Layer
-from daemon.memory.jsonl import JsonlMemoryBackend
 from daemon.memory.outbox import MAX_ATTEMPTS, Outbox
-from daemon.memory.postgres import Owner, PostgresMemoryBackend
 from daemon.memory.protocol import Capability
 from tests.pg import database_on, own_server, start, stop
 
@@ -196,7 +196,7 @@ async def test_extra_patterns_are_masked_before_the_outbox_and_every_layer(
         tmp_path: Path) -> None:
     """With the primary away, a save waits in the outbox: the configured patterns are masked
     in what it keeps, as in what the fallback stores."""
-    from daemon.memory.redaction import compile_extra
+    from daemon.memory.privacy.redaction import compile_extra
 
     clock = FakeClock()
 

@@ -14,10 +14,10 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.config import EmbeddingSettings
 from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
-from daemon.memory.chunks import chunk_memory
-from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, fuse_one
+from daemon.memory.backends.sqlite.vector_index import VectorIndex
 from daemon.memory.models import Provenance
-from daemon.memory.sqlite.vector_index import VectorIndex
+from daemon.memory.recall.chunks import chunk_memory
+from daemon.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, fuse_one
 from tests.memory.hybrid_helpers import FakeEmbedder
 
 START = datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
@@ -136,7 +136,7 @@ async def test_recall_never_waits_for_a_large_index_to_load(
     (past INDEX_WAIT it answers by keywords), and uses vectors once they are in memory."""
     import asyncio
 
-    from daemon.memory.sqlite import backend as sqlite_backend
+    from daemon.memory.backends.sqlite import backend as sqlite_backend
 
     async with await open_hybrid(tmp_path, clock) as backend:
         wanted = await backend.remember("my kitten sleeps all day")
@@ -387,7 +387,7 @@ async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: F
 async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> None:
     """A store written before scopes existed (v2) is migrated: existing chunks get their
     project's scope and the rebuilt index finds them, and new ones are scoped too."""
-    from daemon.memory.sqlite.schema import MIGRATIONS
+    from daemon.memory.backends.sqlite.schema import MIGRATIONS
     from daemon.sqlite import statements as _statements
 
     path = tmp_path / "memory.db"

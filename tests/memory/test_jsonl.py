@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from daemon.clock import FakeClock
 from daemon.memory import ConversationSegment, MemoryType
-from daemon.memory.jsonl import NO_PROJECT, JsonlMemoryBackend
+from daemon.memory.backends.jsonl import NO_PROJECT, JsonlMemoryBackend
 
 
 def segment(last: int, text: str = "we picked the blue green rollout") -> ConversationSegment:

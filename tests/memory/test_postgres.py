@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 from daemon.clock import FakeClock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import ConversationSegment, MemoryType
-from daemon.memory.postgres import Owner, PostgresMemoryBackend
-from daemon.memory.postgres.schema import describe, sanitize
+from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
+from daemon.memory.backends.postgres.schema import describe, sanitize
 from tests.memory.hybrid_helpers import FakeEmbedder
 from tests.pg import database_on, new_database, own_server, start, stop
 

@@ -19,7 +19,7 @@ from tests.memory.test_contract import *  # noqa: F403  (the same tests, this mo
 
 @pytest.fixture
 async def make_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[BackendFactory]:
-    from daemon.memory.postgres import Owner, PostgresMemoryBackend
+    from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
     from tests.pg import new_database
 
     opened: list[PostgresMemoryBackend] = []

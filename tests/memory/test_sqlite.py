@@ -14,8 +14,8 @@ import structlog
 from daemon.clock import FakeClock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import ConversationSegment, SQLiteMemoryBackend
-from daemon.memory.sqlite import backend as sqlite_module
-from daemon.memory.sqlite.schema import LATEST_VERSION, translate
+from daemon.memory.backends.sqlite import backend as sqlite_module
+from daemon.memory.backends.sqlite.schema import LATEST_VERSION, translate
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from daemon.memory import (
     Provenance,
     RequestedMemory,
     memory_to_record,
-    ranking,
     record_to_memory,
     segment_id,
     summary_id,
 )
-from daemon.memory.sqlite import fts
+from daemon.memory.backends.sqlite import fts
+from daemon.memory.recall import ranking
 
 
 def test_segment_id_is_deterministic_and_distinct() -> None:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from daemon.memory import MemoryType, Provenance, RecallResult
-from daemon.memory.context import PREAMBLE, build_context, estimate_tokens
+from daemon.memory.recall.context import PREAMBLE, build_context, estimate_tokens
 
 WHEN = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 

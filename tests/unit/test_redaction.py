@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from daemon.lifecycle.segments import render_message
-from daemon.memory.redaction import redact
+from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 SECRETS = [

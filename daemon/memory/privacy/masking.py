@@ -24,8 +24,8 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
+from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
 from daemon.memory.protocol import MemoryBackend, save_segments
-from daemon.memory.redaction import ExtraMasks, mask_extra
 
 
 def masked_segment(segment: ConversationSegment, masks: ExtraMasks) -> ConversationSegment:

@@ -9,6 +9,6 @@
     vector_index.py  the in-memory, filter-first vector index (NumPy)
 """
 
-from daemon.memory.sqlite.backend import SQLiteMemoryBackend
+from daemon.memory.backends.sqlite.backend import SQLiteMemoryBackend
 
 __all__ = ["SQLiteMemoryBackend"]

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from daemon.memory import gate
+from daemon.memory.recall import gate
 
 Fusion = Literal["adaptive", "weighted", "relative", "rrf", "vector"]
 # Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5

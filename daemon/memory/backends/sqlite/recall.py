@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from daemon.memory import ranking
+from daemon.memory.backends.sqlite import fts
 from daemon.memory.models import MemoryType
 from daemon.memory.protocol import RecallOrder
+from daemon.memory.recall import ranking
 from daemon.memory.records import to_utc_text
-from daemon.memory.sqlite import fts
 
 SCORE_FUNCTION = "memoryd_score"
 IN_PROJECT = "(m.project = :project OR m.project IS NULL)"

@@ -6,6 +6,6 @@
 Needs the `postgres` extra (psycopg 3 and psycopg_pool): pip install 'memoryd[postgres]'.
 """
 
-from daemon.memory.postgres.backend import Owner, PostgresMemoryBackend, origin_id
+from daemon.memory.backends.postgres.backend import Owner, PostgresMemoryBackend, origin_id
 
 __all__ = ["Owner", "PostgresMemoryBackend", "origin_id"]

@@ -1,6 +1,6 @@
 """The embedded memory backend: one private SQLite file with an FTS5 index.
 
-Recall ranks with `ranking.score` (see daemon/memory/ranking.py):
+Recall ranks with `ranking.score` (see daemon/memory/recall/ranking.py):
 
     score = bm25/(bm25 + 1) * (0.5 + 0.5 * importance * decay)
 
@@ -49,9 +49,24 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
-from daemon.memory import ranking, writes
-from daemon.memory.chunks import chunk_memory
-from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
+from daemon.memory import writes
+from daemon.memory.backends.sqlite import fts
+from daemon.memory.backends.sqlite import hybrid as sqlite_hybrid
+from daemon.memory.backends.sqlite import recall as sqlite_recall
+from daemon.memory.backends.sqlite.rows import (
+    CHAIN,
+    INSERT_ONCE,
+    chain_order,
+    row_memory,
+    row_params,
+    row_provenance,
+)
+from daemon.memory.backends.sqlite.schema import (
+    BACKEND_NAME,
+    connect,
+    migrate,
+    translate,
+)
 from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
@@ -66,36 +81,22 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.policy import ForgetScope, began
+from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
+from daemon.memory.recall import ranking
+from daemon.memory.recall.chunks import chunk_memory
+from daemon.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from daemon.memory.records import (
     from_utc_text,
     memory_to_record,
     record_to_memory,
     to_utc_text,
 )
-from daemon.memory.redaction import redact
-from daemon.memory.sqlite import fts
-from daemon.memory.sqlite import hybrid as sqlite_hybrid
-from daemon.memory.sqlite import recall as sqlite_recall
-from daemon.memory.sqlite.rows import (
-    CHAIN,
-    INSERT_ONCE,
-    chain_order,
-    row_memory,
-    row_params,
-    row_provenance,
-)
-from daemon.memory.sqlite.schema import (
-    BACKEND_NAME,
-    connect,
-    migrate,
-    translate,
-)
 from daemon.sqlite import call_on_connection, immediate_transaction
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
+    from daemon.memory.backends.sqlite.vector_index import Floats, VectorIndex
     from daemon.memory.embeddings.base import Embedder
-    from daemon.memory.sqlite.vector_index import Floats, VectorIndex
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
@@ -600,7 +601,7 @@ class SQLiteMemoryBackend:
             return None
 
     async def _read_index(self, embedder: Embedder) -> VectorIndex:
-        from daemon.memory.sqlite.vector_index import VectorIndex
+        from daemon.memory.backends.sqlite.vector_index import VectorIndex
 
         started = self._clock.monotonic()
         index = VectorIndex(embedder.dimensions)

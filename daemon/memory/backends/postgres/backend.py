@@ -1,10 +1,10 @@
 """The PostgreSQL + pgvector memory backend: one database shared by several memoryds.
 
-Recall works as in the embedded backend (`daemon/memory/sqlite/hybrid.py`):
+Recall works as in the embedded backend (`daemon/memory/backends/sqlite/hybrid.py`):
 filters first (owner, live, project, time span, types) in the same statement
 as each channel, a keyword channel over chunks (PostgreSQL full text,
 `ts_rank` squashed into [0, 1)), a vector channel over chunks (pgvector cosine,
-HNSW), the shared fusion (`daemon/memory/fusion.py`), then `ranking.blend` for
+HNSW), the shared fusion (`daemon/memory/recall/fusion.py`), then `ranking.blend` for
 importance and recency, one result per memory with its best chunks as excerpt.
 Without query words (or ordered by time) the same weight is computed in SQL.
 
@@ -41,10 +41,16 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import fusion as fusion_
-from daemon.memory import ranking, writes
-from daemon.memory.chunks import chunk_memory
-from daemon.memory.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, Fusion
+from daemon.memory import writes
+from daemon.memory.backends.postgres.schema import (
+    BACKEND_NAME,
+    describe,
+    migrate,
+    password_of,
+    sanitize,
+    translate,
+    vector_literal,
+)
 from daemon.memory.models import (
     DECAYING_TYPES,
     ConversationSegment,
@@ -61,19 +67,14 @@ from daemon.memory.models import (
     chain_order,
 )
 from daemon.memory.policy import ForgetScope, began
-from daemon.memory.postgres.schema import (
-    BACKEND_NAME,
-    describe,
-    migrate,
-    password_of,
-    sanitize,
-    translate,
-    vector_literal,
-)
+from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
+from daemon.memory.recall import fusion as fusion_
+from daemon.memory.recall import ranking
+from daemon.memory.recall.chunks import chunk_memory
+from daemon.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, Fusion
+from daemon.memory.recall.words import terms
 from daemon.memory.records import memory_to_record, record_to_memory
-from daemon.memory.redaction import redact
-from daemon.memory.words import terms
 
 if TYPE_CHECKING:
     import psycopg

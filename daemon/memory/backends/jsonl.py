@@ -43,7 +43,7 @@ import structlog
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
 from daemon.files import atomic_write
-from daemon.memory import gate, ranking, writes
+from daemon.memory import writes
 from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
@@ -60,10 +60,11 @@ from daemon.memory.models import (
     visible_to,
 )
 from daemon.memory.policy import ForgetScope, is_forgotten
+from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder
+from daemon.memory.recall import gate, ranking
+from daemon.memory.recall.words import terms
 from daemon.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
-from daemon.memory.redaction import redact
-from daemon.memory.words import terms
 
 log = structlog.get_logger("memoryd.memory.jsonl")
 

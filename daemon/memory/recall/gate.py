@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from daemon.memory.words import STOPWORDS
+from daemon.memory.recall.words import STOPWORDS
 
 SHORT = 6
 STEM = 5

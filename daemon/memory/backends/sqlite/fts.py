@@ -11,7 +11,7 @@ match every memory that contains "the".
 
 from __future__ import annotations
 
-from daemon.memory.words import MAX_TERMS, terms
+from daemon.memory.recall.words import MAX_TERMS, terms
 
 __all__ = ["MAX_TERMS", "match_expression", "terms"]
 

@@ -15,7 +15,7 @@ goes through `recall.py` unchanged):
    query's embedding (`vector_index`), relevance max(cos, 0). The embedding is
    computed on a worker thread while SQLite runs step 2 and the filter query
    of this step, and awaited only then.
-4. Fusion, per chunk (`daemon/memory/fusion.py`, shared by every backend):
+4. Fusion, per chunk (`daemon/memory/recall/fusion.py`, shared by every backend):
    `adaptive` by default, the vector weight (0.1) when the best keyword chunks
    cover the query's words, the paraphrase weight (0.8) when they do not.
 5. Merge: a memory's relevance is its best chunk's; its result carries the
@@ -36,8 +36,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.memory import ranking
-from daemon.memory.fusion import (
+from daemon.memory.backends.sqlite import fts
+from daemon.memory.backends.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
+from daemon.memory.recall import ranking
+from daemon.memory.recall.fusion import (
     PARAPHRASE_VECTOR_WEIGHT,
     VECTOR_WEIGHT,
     Candidate,
@@ -47,11 +49,9 @@ from daemon.memory.fusion import (
     words_found,
     worth_weighting,
 )
-from daemon.memory.sqlite import fts
-from daemon.memory.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
-    from daemon.memory.sqlite.vector_index import Floats, VectorIndex
+    from daemon.memory.backends.sqlite.vector_index import Floats, VectorIndex
 
 CANDIDATES = 200
 EXCERPT_CHUNKS = 2

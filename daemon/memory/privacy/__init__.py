@@ -1,0 +1,5 @@
+"""What never reaches memory as written.
+
+    redaction.py  secrets and personal data masked (memory text and log lines)
+    masking.py    `privacy.extra_patterns` masked at the one boundary before any layer
+"""
