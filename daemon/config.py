@@ -313,7 +313,9 @@ def _duration_or_never(value: object) -> object:
 def _crontab(value: object) -> object:
     if not isinstance(value, str):
         raise ValueError("a schedule is a crontab line such as '17 3 * * *'")
-    from daemon.lifecycle.scheduling import cron_trigger  # apscheduler stays in one module
+    # An import up, on purpose: a cron expression is checked when the settings load, by
+    # APScheduler itself, and APScheduler stays in one module.
+    from daemon.lifecycle.scheduling import cron_trigger
 
     cron_trigger(value)
     return value
@@ -443,6 +445,7 @@ class Settings(BaseSettings):
 
     def extra_masks(self) -> ExtraMasks:
         """`privacy.extra_patterns`, compiled (they were checked at load time)."""
+        # An import up, on purpose: the masks are compiled by the module that applies them.
         from daemon.memory.privacy.redaction import compile_extra
 
         return compile_extra((p.name, p.pattern) for p in self.privacy.extra_patterns)

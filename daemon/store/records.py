@@ -4,7 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from daemon.ingest.parsers.base import ParsedMessage
+
+@dataclass(slots=True)
+class ParsedMessage:
+    """One message as a parser read it from a transcript record (what the store keeps)."""
+
+    role: str  # user | assistant | system | tool
+    content: str
+    # message | injected | tool_call | tool_result | thinking | compact_summary |
+    # compact_boundary | compacted
+    kind: str = "message"
+    tool_name: str | None = None
+    tool_input: str | None = None  # JSON text
+    uuid: str | None = None
+    timestamp: str | None = None  # ISO-8601 UTC
+    is_sidechain: bool = False
 
 
 @dataclass(slots=True)

@@ -9,23 +9,12 @@ from typing import Any, Protocol
 
 import orjson
 
+# What a parser returns is the value the store keeps (defined there: store is the lower room).
+from daemon.store.records import ParsedMessage as ParsedMessage
+
 #: How much of a tool's input or output goes into a message's readable `content`.
 CONTENT_TOOL_LIMIT = 4000
 CLIP_BACKTRACK = 200  # how far back `clip` looks for a whitespace to cut at
-
-
-@dataclass(slots=True)
-class ParsedMessage:
-    role: str  # user | assistant | system | tool
-    content: str
-    # message | injected | tool_call | tool_result | thinking | compact_summary |
-    # compact_boundary | compacted
-    kind: str = "message"
-    tool_name: str | None = None
-    tool_input: str | None = None  # JSON text
-    uuid: str | None = None
-    timestamp: str | None = None  # ISO-8601 UTC
-    is_sidechain: bool = False
 
 
 @dataclass(slots=True)
