@@ -1,4 +1,5 @@
-"""The forgetting rules, written once: every backend keeps only its dialect.
+"""The rules every backend shares, written once: forgetting and what recall may return.
+Each backend keeps only its dialect.
 
 `forget_where` (see `protocol.MemoryBackend`) selects by session (memoryd's id on
 this machine, or the agent's own), by project, by exact ids, or everything, never
@@ -14,15 +15,20 @@ later (`ForgetScope.lasting`), so that forgetting sticks:
 
 `is_forgotten` is the rule a saved memory is checked against; SQL backends write
 the same rule as a query over their `forgotten_scopes` table.
+
+`recall_filters` is what a recall may return (live, visible to the asking agent, in
+the project, in the time span, of the types asked for), as SQL terms written with
+the backend's own placeholders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from daemon.memory.models import Memory
+from daemon.memory.models import Memory, MemoryType
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +87,63 @@ def is_forgotten(memory: Memory, scopes: Mapping[tuple[str, str], datetime], *,
         return True
     at = scopes.get(("project", memory.project)) if memory.project is not None else None
     return at is not None and began(memory) <= at
+
+
+@dataclass(frozen=True, slots=True)
+class RecallFilters:
+    """What a recall may return, as SQL over memories `m`: the WHERE terms and their
+    parameters, and `tier` (0 for the asked project or none, 1 for others when every
+    project is searched), in the backend's own placeholder style."""
+
+    where: list[str]
+    params: dict[str, Any]
+    tier: str
+    #: The project condition, when recall is held to one project (chunks filter on it).
+    in_project: str | None
+
+
+def recall_filters(
+    param: Callable[[str], str], *, moment: Callable[[datetime], Any],
+    project: str | None, since: datetime | None, until: datetime | None,
+    types: Iterable[MemoryType] | None, all_projects: bool, agent: str | None,
+) -> RecallFilters | None:
+    """The rules every backend's recall applies (None: nothing can match):
+
+    - live memories only (neither forgotten nor superseded);
+    - another agent's private memories never; the asking agent's own, yes;
+    - in a project: its memories and those of no project (first, when `all_projects`);
+    - `since`/`until` select memories whose conversation (or creation) overlaps them;
+    - `types`, when given, is the whole list of types wanted.
+
+    `param(name)` writes a placeholder in the backend's dialect; `moment(t)` a time
+    as the backend stores it."""
+    params: dict[str, Any] = {}
+    where = ["m.deleted_at IS NULL", "m.superseded_by IS NULL"]
+    if agent is None:
+        where.append("m.private_to IS NULL")
+    else:
+        where.append(f"(m.private_to IS NULL OR m.private_to = {param('agent')})")
+        params["agent"] = agent
+    tier, held_to = "0", None
+    if project is not None:
+        params["project"] = project
+        in_project = f"(m.project = {param('project')} OR m.project IS NULL)"
+        if all_projects:
+            tier = f"(CASE WHEN {in_project} THEN 0 ELSE 1 END)"
+        else:
+            where.append(in_project)
+            held_to = in_project
+    if since is not None:
+        where.append(f"COALESCE(m.ended_at, m.started_at, m.created_at) >= {param('since')}")
+        params["since"] = moment(since)
+    if until is not None:
+        where.append(f"COALESCE(m.started_at, m.created_at) < {param('until')}")
+        params["until"] = moment(until)
+    if types is not None:
+        wanted = sorted({MemoryType(t).value for t in types})
+        if not wanted:
+            return None
+        names = [f"type{i}" for i in range(len(wanted))]
+        where.append(f"m.type IN ({', '.join(param(n) for n in names)})")
+        params.update(zip(names, wanted, strict=True))
+    return RecallFilters(where, params, tier, held_to)

@@ -41,7 +41,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import writes
+from daemon.memory import policy, writes
 from daemon.memory.backends.postgres.schema import (
     BACKEND_NAME,
     describe,
@@ -446,38 +446,20 @@ class PostgresMemoryBackend:
     def _filters(self, *, now: datetime, project: str | None, since: datetime | None,
                  until: datetime | None, types: Iterable[MemoryType] | None,
                  all_projects: bool, agent: str | None = None) -> _Filters | None:
+        rules = policy.recall_filters(
+            lambda name: f"%({name})s", moment=_utc, project=project, since=since,
+            until=until, types=types, all_projects=all_projects, agent=agent)
+        if rules is None:
+            return None
         mine, params = self._mine()
-        where = [mine, "m.deleted_at IS NULL", "m.superseded_by IS NULL"]
-        if agent is None:
-            where.append("m.private_to IS NULL")
-        else:
-            where.append("(m.private_to IS NULL OR m.private_to = %(agent)s)")
-            params["agent"] = agent
-        params.update(now=now, decaying=list(_DECAYING))
-        tier = "0"
+        where = [mine, *rules.where]
+        params.update(rules.params, now=now, decaying=list(_DECAYING))
+        tier = rules.tier
         chunk_where = ["c.owner_user = %(user)s"]
-        if project is not None:
-            params["project"] = project
-            in_project = "(m.project = %(project)s OR m.project IS NULL)"
-            if all_projects:
-                tier = f"(CASE WHEN {in_project} THEN 0 ELSE 1 END)"
-            else:
-                where.append(in_project)
-                chunk_where.append("(c.project = %(project)s OR c.project IS NULL)")
-        if since is not None:
-            where.append("COALESCE(m.ended_at, m.started_at, m.created_at) >= %(since)s")
-            params["since"] = _utc(since)
-        if until is not None:
-            where.append("COALESCE(m.started_at, m.created_at) < %(until)s")
-            params["until"] = _utc(until)
-        if types is not None:
-            wanted = sorted({MemoryType(t).value for t in types})
-            if not wanted:
-                return None
-            where.append("m.type = ANY(%(types)s)")
-            params["types"] = wanted
+        if rules.in_project is not None:
+            chunk_where.append("(c.project = %(project)s OR c.project IS NULL)")
         return _Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where),
-                        scoped=project is not None and not all_projects)
+                        scoped=rules.in_project is not None)
 
     async def recall(
         self, query: str, *, project: str | None = None, limit: int = 10,

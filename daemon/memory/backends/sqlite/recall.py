@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from daemon.memory import policy
 from daemon.memory.backends.sqlite import fts
 from daemon.memory.models import MemoryType
 from daemon.memory.protocol import RecallOrder
@@ -75,44 +76,21 @@ def plan(
     all_projects: bool,
     agent: str | None = None,
 ) -> RecallPlan | None:
-    """The SQL for a recall, or None when the filters can match nothing.
-
-    Memories private to an agent are in it only when `agent` is that agent."""
-    params: dict[str, Any] = {"now": to_utc_text(now)}
-    where = ["m.deleted_at IS NULL", "m.superseded_by IS NULL"]
-    if agent is None:
-        where.append("m.private_to IS NULL")
-    else:
-        where.append("(m.private_to IS NULL OR m.private_to = :agent)")
-        params["agent"] = agent
+    """The SQL for a recall (`policy.recall_filters`), or None when the filters can match
+    nothing; words, when given, select the memories whose chunks hold them."""
+    filters = policy.recall_filters(
+        lambda name: f":{name}", moment=to_utc_text, project=project, since=since,
+        until=until, types=types, all_projects=all_projects, agent=agent)
+    if filters is None:
+        return None
+    where, params = list(filters.where), {"now": to_utc_text(now), **filters.params}
     match = fts.match_expression(query, content_only=True)
     if match is not None:
         # Ranked recall with words is hybrid (chunks); here words only select.
         where.append("m.seq IN (SELECT c.memory_seq FROM memory_chunks_fts JOIN memory_chunks c"
                      " ON c.seq = memory_chunks_fts.rowid WHERE memory_chunks_fts MATCH :match)")
         params["match"] = match
-    tier = "0"
-    if project is not None:
-        params["project"] = project
-        in_project = IN_PROJECT
-        if all_projects:
-            tier = f"(CASE WHEN {in_project} THEN 0 ELSE 1 END)"
-        else:
-            where.append(in_project)
-    if since is not None:
-        where.append("COALESCE(m.ended_at, m.started_at, m.created_at) >= :since")
-        params["since"] = to_utc_text(since)
-    if until is not None:
-        where.append("COALESCE(m.started_at, m.created_at) < :until")
-        params["until"] = to_utc_text(until)
-    if types is not None:
-        wanted = sorted({MemoryType(t).value for t in types})
-        if not wanted:
-            return None
-        names = [f"type{i}" for i in range(len(wanted))]
-        where.append(f"m.type IN ({', '.join(':' + n for n in names)})")
-        params.update(zip(names, wanted, strict=True))
-    return RecallPlan(" AND ".join(where), params, tier)
+    return RecallPlan(" AND ".join(where), params, filters.tier)
 
 
 async def ranked_rows(
