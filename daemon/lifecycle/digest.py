@@ -1,0 +1,506 @@
+"""A session's digest: what it asked, changed, ran, committed, concluded and left open.
+
+Built from the stored records alone, deterministically and offline (no model): the
+person's own requests, the files each agent's edit tools touched, the commands that
+matter (tests, builds, linters, git, package managers) with their outcome, commit
+messages, the agent's last words and the last todo list's unfinished items are facts
+in the transcript, not paraphrases. Pure: the caller reads the messages (`DigestMessage`,
+with each tool row's raw line, where the outcome and the call's id live) and stores
+the result.
+
+Each agent's tools are mapped here: Claude Code (Edit, MultiEdit, Write, NotebookEdit,
+Bash, TodoWrite), Codex (apply_patch, shell, exec_command, update_plan) and Gemini CLI
+(write_file, replace, run_shell_command, write_todos).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from daemon.memory.privacy.redaction import redact
+
+#: A digest's rendered text aims below this many characters (the parts are clipped to fit).
+DIGEST_CHARS = 1200
+REQUEST_CHARS = 160
+CONCLUSION_CHARS = 300
+ERROR_CHARS = 120
+MAX_REQUESTS = 4
+MAX_FILES = 12
+MAX_COMMANDS = 6
+MAX_OPEN = 6
+
+
+@dataclass(frozen=True, slots=True)
+class DigestMessage:
+    """One stored message as the digest reads it (`raw`: the transcript line, for tool
+    calls and results, where a call's id and a result's exit status are)."""
+
+    index: int
+    role: str
+    kind: str
+    content: str
+    tool_name: str | None = None
+    tool_input: str | None = None
+    timestamp: datetime | None = None
+    is_sidechain: bool = False
+    raw: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    command: str
+    outcome: str  # "passed", "failed: <first line>", or "" (no result seen)
+
+
+@dataclass(slots=True)
+class Digest:
+    """What a session did, part by part (each empty when there is nothing to say)."""
+
+    source: str
+    session: str
+    project: str | None = None
+    branch: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    turns: int = 0
+    title: str | None = None
+    asked: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    edited: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    ran: list[Command] = field(default_factory=list)
+    committed: list[str] = field(default_factory=list)
+    concluded: str | None = None
+    interrupted: bool = False
+    open_items: list[str] = field(default_factory=list)
+    unanswered: str | None = None
+
+    def render(self, limit: int = DIGEST_CHARS) -> str:
+        """Short readable text, one part a line, within about `limit` characters."""
+        lines = [self._heading()]
+        if self.title:
+            lines.append(f"Title: {self.title}")
+        if self.asked:
+            lines.append("Asked: " + "; ".join(f'"{a}"' for a in self.asked))
+        changed = [*(f"{p} (new)" for p in self.created), *self.edited,
+                   *(f"{p} (deleted)" for p in self.deleted)]
+        if changed:
+            shown = changed[:MAX_FILES]
+            more = len(changed) - len(shown)
+            lines.append("Changed: " + ", ".join(shown) + (f" (+{more} more)" if more else ""))
+        if self.ran:
+            lines.append("Ran: " + "; ".join(
+                f"{c.command} → {c.outcome}" if c.outcome else c.command for c in self.ran))
+        if self.committed:
+            lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
+        if self.concluded:
+            lines.append(f"Concluded: {self.concluded}")
+        if self.interrupted:
+            lines.append("Ended mid-turn (interrupted or killed).")
+        if self.open_items:
+            lines.append("Open: " + "; ".join(self.open_items))
+        if self.unanswered:
+            lines.append(f'Left unanswered: "{self.unanswered}"')
+        text = "\n".join(lines)
+        return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+    def _heading(self) -> str:
+        where = self.project or "no project"
+        parts = [f"{self.source} session {self.session} in {where}"]
+        if self.branch:
+            parts.append(f"branch {self.branch}")
+        if self.started_at is not None:
+            span = self.started_at.strftime("%Y-%m-%d %H:%M")
+            if self.ended_at is not None and self.ended_at != self.started_at:
+                end = self.ended_at.strftime(
+                    "%H:%M" if self.ended_at.date() == self.started_at.date() else "%Y-%m-%d %H:%M")
+                span += f"–{end}"
+            parts.append(span + " UTC")
+        if self.turns:
+            parts.append(f"{self.turns} request{'s' if self.turns != 1 else ''}")
+        return ", ".join(parts)
+
+
+# -- the person's words ----------------------------------------------------------------
+
+#: Text an agent or a hook put into a user's message: never the person's own words.
+_INJECTED = re.compile(
+    r"<(memory_context|hook_context|system-reminder|command-[a-z]+|local-command-stdout|"
+    r"local-command-stderr|user-prompt-submit-hook|task-notification|bash-input|bash-stdout|"
+    r"bash-stderr)\b[^>]*>.*?</\1>",
+    re.DOTALL | re.IGNORECASE)
+#: Escaped blocks of memoryd's own (Gemini records hook output escaped in the prompt).
+_ESCAPED_BLOCK = re.compile(r"&lt;memory_context&gt;.*?&lt;/memory_context&gt;", re.DOTALL)
+_NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
+                  "caveat: the messages below", "full transcript available at")
+
+
+def _own_words(message: DigestMessage) -> str | None:
+    if message.role != "user" or message.kind != "message" or message.is_sidechain:
+        return None
+    text = _ESCAPED_BLOCK.sub("", _INJECTED.sub("", message.content))
+    text = " ".join(text.split())
+    if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
+        return None
+    return text
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _choose_requests(requests: Sequence[str]) -> list[str]:
+    """De-duplicated, clipped; the first and the last kept when there are many."""
+    seen: set[str] = set()
+    unique = []
+    for text in requests:
+        key = text.lower()
+        if key not in seen:
+            seen.add(key)
+            unique.append(_clip(text, REQUEST_CHARS))
+    if len(unique) <= MAX_REQUESTS:
+        return unique
+    half = MAX_REQUESTS // 2
+    return [*unique[:half], f"… {len(unique) - MAX_REQUESTS} more …", *unique[-half:]]
+
+
+# -- tools -----------------------------------------------------------------------------
+
+_EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path",
+               "replace": "file_path", "edit": "file_path"}
+_WRITE_TOOLS = {"Write": "file_path", "write_file": "file_path"}
+_SHELL_TOOLS = ("Bash", "shell", "exec_command", "run_shell_command", "local_shell",
+                "container.exec", "shell_command")
+_TODO_TOOLS = ("TodoWrite", "update_plan", "write_todos")
+_PATCH = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.M)
+#: Commands worth a line: tests, builds, linters and formatters, git, package managers.
+_MATTERS = re.compile(
+    r"^(?:sudo\s+)?(?:[\w./-]*/)?(?:pytest|py\.test|tox|nox|ruff|mypy|pyright|flake8|black|"
+    r"isort|pylint|python3?\s+-m\s+(?:pytest|unittest|mypy|ruff|pip|build)|pip3?|uv|poetry|"
+    r"npm|npx|yarn|pnpm|bun|node\s+--test|jest|vitest|tsc|eslint|prettier|cargo|rustc|go|"
+    r"make|cmake|ctest|ninja|mix|elixir|iex|rebar3|gradlew?|mvn|dotnet|bundle|rake|rspec|"
+    r"rails|swift|xcodebuild|git|docker|docker-compose|terraform|kubectl|deno|phpunit|"
+    r"composer|\./[\w./-]*test[\w.-]*)(?:\s|$)")
+_EXIT = re.compile(r"(?:exit code|exited with code|exit status)[:\s]+(-?\d+)", re.I)
+_COMMIT_RESULT = re.compile(r"^\[[^\]\n]+ [0-9a-f]{7,40}\] (.+)$", re.M)
+_COMMIT_MESSAGE = re.compile(r"""-m\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+))""")
+_HEREDOC_MESSAGE = re.compile(r"<<\s*'?(\w+)'?\s*\n(.*?)\n\s*\1", re.S)
+_REDIRECT = re.compile(r"(?:^|[;&|]\s*)(?:cat|echo|printf|tee)\b[^>\n|;&]*>{1,2}\s*([\w./@+-]+)")
+_REMOVE = re.compile(
+    r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:-[a-zA-Z]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
+
+
+def _json(text: str | bytes | None) -> Any:
+    if not text:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _relative(path: str, project: str | None) -> str:
+    if project and path.startswith(project.rstrip("/") + "/"):
+        return path[len(project.rstrip("/")) + 1:]
+    return path
+
+
+def _shell_command(name: str, args: Any) -> str | None:
+    """The command line a shell tool ran, as the person would type it."""
+    if not isinstance(args, dict):
+        return None
+    command = args.get("command", args.get("cmd"))
+    if isinstance(command, list) and all(isinstance(c, str) for c in command):
+        if len(command) >= 3 and command[1] in ("-lc", "-c") and command[0].endswith(
+                ("sh", "bash", "zsh")):
+            return str(command[2])
+        return shlex.join(command)
+    return command if isinstance(command, str) else None
+
+
+def _matters(command: str) -> bool:
+    return any(_MATTERS.match(part.strip()) for part in re.split(r"&&|\|\||;|\n", command)
+               if part.strip())
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("[tool error]"):
+            return _clip(line, ERROR_CHARS)
+        if line.startswith("[tool error]") and line[len("[tool error]"):].strip():
+            return _clip(line[len("[tool error]"):], ERROR_CHARS)
+    return ""
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    args: Any
+    call_id: str | None
+    result: str | None = None
+    failed: bool | None = None
+
+
+def _calls_of(message: DigestMessage) -> list[_Call]:
+    """The tool calls a message made, with their ids where the line has them."""
+    record = _json(message.raw)
+    if isinstance(record, dict) and isinstance(record.get("toolCalls"), list):  # Gemini
+        calls = []
+        for call in record["toolCalls"]:
+            if not isinstance(call, dict):
+                continue
+            status = call.get("status")
+            output = _gemini_output(call)
+            calls.append(_Call(str(call.get("name") or "tool"), call.get("args"),
+                               call.get("id") if isinstance(call.get("id"), str) else None,
+                               output, None if status is None else status != "success"))
+        return calls
+    call_id = None
+    if isinstance(record, dict):
+        payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
+        if payload is not None:  # Codex
+            call_id = payload.get("call_id")
+            if payload.get("type") == "custom_tool_call":
+                return [_Call(message.tool_name or "tool", payload.get("input"), call_id)]
+        content = (record.get("message") or {}).get("content") if isinstance(
+            record.get("message"), dict) else None
+        if isinstance(content, list):  # Claude: one tool_use block a line
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_use":
+                    return [_Call(str(block.get("name") or "tool"), block.get("input"),
+                                  block.get("id") if isinstance(block.get("id"), str) else None)]
+    return [_Call(message.tool_name or "tool", _json(message.tool_input), call_id)]
+
+
+def _gemini_output(call: dict[str, Any]) -> str | None:
+    for item in call.get("result") or []:
+        if isinstance(item, dict):
+            response = (item.get("functionResponse") or {}).get("response")
+            if isinstance(response, dict):
+                output = response.get("output", response.get("error"))
+                if isinstance(output, str):
+                    return output
+    display = call.get("resultDisplay")
+    return display if isinstance(display, str) else None
+
+
+def _results_of(message: DigestMessage) -> list[tuple[str | None, str, bool | None]]:
+    """(call id, text, failed) for each tool result a message holds."""
+    record = _json(message.raw)
+    if isinstance(record, dict):
+        payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
+        if payload is not None:  # Codex
+            output = payload.get("output")
+            failed = None
+            text = message.content
+            decoded = _json(output) if isinstance(output, str) and output.startswith("{") else None
+            if isinstance(decoded, dict) and isinstance(decoded.get("metadata"), dict):
+                code = decoded["metadata"].get("exit_code")
+                failed = code != 0 if isinstance(code, int) else None
+            return [(payload.get("call_id"), text, failed)]
+        content = (record.get("message") or {}).get("content") if isinstance(
+            record.get("message"), dict) else None
+        if isinstance(content, list):  # Claude: tool_result blocks
+            found = []
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    body = block.get("content")
+                    if isinstance(body, list):
+                        body = "\n".join(b.get("text", "") for b in body if isinstance(b, dict))
+                    text = body if isinstance(body, str) else ""
+                    error = block.get("is_error")
+                    found.append((block.get("tool_use_id"), text,
+                                  True if error is True else None))
+            if found:
+                return found
+    failed = True if message.content.startswith("[tool error]") else None
+    return [(None, message.content, failed)]
+
+
+def _outcome(call: _Call) -> str:
+    if call.result is None and call.failed is None:
+        return ""
+    text = call.result or ""
+    failed = call.failed
+    if failed is None:
+        code = _EXIT.search(text)
+        failed = code is not None and code.group(1) != "0"
+    if not failed:
+        return "passed"
+    detail = _first_line(_EXIT.sub("", text) if text.lstrip().lower().startswith("exit")
+                         else text)
+    return f"failed: {detail}" if detail else "failed"
+
+
+def _commit_message(command: str, result: str | None) -> str | None:
+    if result:
+        found = _COMMIT_RESULT.search(result)
+        if found:
+            return _clip(found.group(1), REQUEST_CHARS)
+    if not re.search(r"\bgit\b[^\n;&|]*\bcommit\b", command):
+        return None
+    heredoc = _HEREDOC_MESSAGE.search(command)
+    if heredoc:
+        return _clip(heredoc.group(2).strip().splitlines()[0], REQUEST_CHARS)
+    found = _COMMIT_MESSAGE.search(command)
+    if found:
+        message = next(g for g in found.groups() if g is not None)
+        return _clip(message.replace('\\"', '"'), REQUEST_CHARS)
+    return None
+
+
+def _todo_items(name: str, args: Any) -> list[str] | None:
+    """The unfinished items of a todo list or plan a call wrote; None if it wrote none."""
+    if not isinstance(args, dict):
+        return None
+    items = args.get("todos", args.get("plan"))
+    if not isinstance(items, list):
+        return None
+    left = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        status = str(item.get("status") or "pending").lower()
+        text = item.get("content", item.get("step", item.get("description")))
+        if isinstance(text, str) and status not in ("completed", "done", "cancelled"):
+            left.append(_clip(text, REQUEST_CHARS))
+    return left
+
+
+def _changed_by_patch(patch: str, digest: Digest, project: str | None) -> None:
+    for match in _PATCH.finditer(patch):
+        verb, path, moved = match.group(1), match.group(2), match.group(3)
+        if moved:
+            _add(digest.created, _relative(moved.strip(), project))
+        elif verb == "Add":
+            _add(digest.created, _relative(path.strip(), project))
+        elif verb == "Delete":
+            _add(digest.deleted, _relative(path.strip(), project))
+        else:
+            _add(digest.edited, _relative(path.strip(), project), digest.created)
+
+
+def _add(paths: list[str], path: str, *already: list[str]) -> None:
+    if path and path not in paths and not any(path in other for other in already):
+        paths.append(path)
+
+
+def _branch(message: DigestMessage) -> str | None:
+    record = _json(message.raw)
+    if isinstance(record, dict):
+        branch = record.get("gitBranch")
+        if isinstance(branch, str) and branch not in ("", "HEAD") and not branch.startswith("["):
+            return branch
+    return None
+
+
+def build_digest(messages: Iterable[DigestMessage], *, source: str, session: str,
+                 project: str | None, title: str | None = None,
+                 branch: str | None = None) -> Digest:
+    """The digest of a session's messages, in order. Secrets are masked in every part."""
+    digest = Digest(source=source, session=session, project=project, branch=branch,
+                    title=_clip(redact(title), REQUEST_CHARS) if title else None)
+    requests: list[str] = []
+    calls: dict[str, _Call] = {}
+    ordered: list[_Call] = []
+    last_assistant_text: str | None = None
+    pending_request: str | None = None
+    last_kind = ""
+    for message in messages:
+        if message.timestamp is not None:
+            digest.started_at = digest.started_at or message.timestamp
+            digest.ended_at = message.timestamp
+        if message.is_sidechain:
+            continue
+        if digest.branch is None and message.raw:
+            digest.branch = _branch(message)
+        words = _own_words(message)
+        if words is not None:
+            requests.append(words)
+            pending_request = words
+            last_kind = "request"
+            continue
+        if message.kind == "tool_call":
+            for call in _calls_of(message):
+                ordered.append(call)
+                if call.call_id:
+                    calls[call.call_id] = call
+            last_kind = "tool_call"
+        elif message.kind == "tool_result":
+            for call_id, text, failed in _results_of(message):
+                found = calls.get(call_id) if call_id else next(
+                    (c for c in reversed(ordered) if c.result is None), None)
+                if found is not None:
+                    found.result = text
+                    found.failed = failed if failed is not None else found.failed
+            last_kind = "tool_result"
+        elif message.role == "assistant" and message.kind == "message" and message.content.strip():
+            last_assistant_text = message.content
+            pending_request = None
+            last_kind = "answer"
+    digest.turns = len(requests)
+    digest.asked = [redact(r) for r in _choose_requests(requests)]
+    todos: list[str] | None = None
+    for call in ordered:
+        _apply_call(call, digest, project)
+        items = _todo_items(call.name, call.args) if call.name in _TODO_TOOLS else None
+        if items is not None:
+            todos = items
+    digest.ran = digest.ran[-MAX_COMMANDS:]
+    if last_assistant_text:
+        digest.concluded = redact(_clip(last_assistant_text, CONCLUSION_CHARS))
+    digest.interrupted = last_kind in ("tool_call", "tool_result")
+    digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
+    if pending_request is not None:
+        digest.unanswered = redact(_clip(pending_request, REQUEST_CHARS))
+    return digest
+
+
+def _apply_call(call: _Call, digest: Digest, project: str | None) -> None:
+    args = call.args
+    if call.name == "apply_patch":
+        patch = args if isinstance(args, str) else (
+            args.get("input", args.get("patch")) if isinstance(args, dict) else None)
+        if isinstance(patch, str):
+            _changed_by_patch(patch, digest, project)
+        return
+    if call.name in _EDIT_TOOLS and isinstance(args, dict):
+        path = args.get(_EDIT_TOOLS[call.name])
+        if isinstance(path, str):
+            _add(digest.edited, _relative(path, project), digest.created)
+        return
+    if call.name in _WRITE_TOOLS and isinstance(args, dict):
+        path = args.get(_WRITE_TOOLS[call.name])
+        if isinstance(path, str):
+            relative = _relative(path, project)
+            created = call.result is not None and "created" in call.result.lower()[:200]
+            if created:
+                _add(digest.created, relative)
+            else:
+                _add(digest.edited, relative, digest.created)
+        return
+    if call.name not in _SHELL_TOOLS:
+        return
+    command = _shell_command(call.name, args)
+    if not command:
+        return
+    for match in _REDIRECT.finditer(command):
+        if not match.group(1).startswith("/dev/"):
+            _add(digest.edited, _relative(match.group(1), project))
+    for match in _REMOVE.finditer(command):
+        for path in match.group(1).split():
+            _add(digest.deleted, _relative(path, project))
+    message = _commit_message(command, call.result)
+    if message:
+        digest.committed.append(redact(message))
+    if _matters(command):
+        digest.ran.append(Command(redact(_clip(command, 100)), _outcome(call)))

@@ -1,0 +1,196 @@
+"""Session digests (issue 31.1): built from the records alone, for each agent."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from helpers import fixture_files
+
+from daemon.config import SourceKind
+from daemon.ingest.parsers import parse_document, record_parser_for
+from daemon.lifecycle.digest import DIGEST_CHARS, DigestMessage, build_digest
+from daemon.store.sessions import parse_utc
+
+T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
+PROJECT = "/home/ana/shop"
+
+
+def _messages(kind: str, lines: list[bytes]) -> tuple[list[DigestMessage], dict[str, str]]:
+    parser = record_parser_for(SourceKind(kind))
+    found: list[DigestMessage] = []
+    hints: dict[str, str] = {}
+    for line in lines:
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        outcome = parser.parse(record)
+        for key, value in outcome.hints.items():
+            hints.setdefault(key, value)
+        m = outcome.message
+        if m is not None:
+            found.append(DigestMessage(len(found), m.role, m.kind, m.content, m.tool_name,
+                                       m.tool_input, parse_utc(m.timestamp), m.is_sidechain,
+                                       line))
+    return found, hints
+
+
+def _fixture(kind: str, name_part: str) -> list[bytes]:
+    path = next(p for p in fixture_files(kind) if name_part in p.name)
+    return Path(path).read_bytes().splitlines(keepends=True)
+
+
+def test_a_real_claude_session_reads_as_what_it_did() -> None:
+    """The pomodoro session: three requests, three files created (relative paths), the
+    agent's last words; within the size a digest aims for."""
+    messages, hints = _messages("claude", _fixture("claude", "claude-code-pomodoro-timer"))
+    digest = build_digest(messages, source="claude", session="pomodoro",
+                          project=hints["project"])
+    assert digest.turns == 3
+    assert digest.asked[1] == "add smooth transitions between states"
+    assert digest.created == ["index.html", "styles.css", "script.js"]
+    assert digest.edited == [] and digest.concluded and "Pause/Resume" in digest.concluded
+    text = digest.render()
+    assert len(text) <= DIGEST_CHARS and "[tool_use" not in text and "old_string" not in text
+
+
+def test_a_real_codex_session_reads_the_patches() -> None:
+    """Codex's apply_patch adds files; its update_plan is the todo list."""
+    messages, hints = _messages("codex", _fixture("codex", "codex-pomodor-timer"))
+    digest = build_digest(messages, source="codex", session="pomodoro",
+                          project=hints["project"])
+    assert digest.created == ["index.html", "styles.css", "script.js"]
+    assert digest.turns == 3 and "Pause/Resume" in digest.asked[-1]
+    assert "<environment_context>" not in digest.render()
+
+
+def _claude(uuid: str, role: str, content: Any, at: datetime, **extra: Any) -> bytes:
+    return json.dumps({"type": role, "uuid": uuid, "sessionId": "s", "cwd": PROJECT,
+                       "gitBranch": "feature/otel", "timestamp": at.isoformat(),
+                       "message": {"role": role, "content": content}, **extra}).encode()
+
+
+def _tool(uuid: str, at: datetime, name: str, tool_id: str, args: dict[str, Any]) -> bytes:
+    return _claude(uuid, "assistant", [{"type": "tool_use", "id": tool_id, "name": name,
+                                        "input": args}], at)
+
+
+def _result(uuid: str, at: datetime, tool_id: str, text: str, error: bool = False) -> bytes:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id, "content": text}
+    if error:
+        block["is_error"] = True
+    return _claude(uuid, "user", [block], at)
+
+
+def test_commands_commits_todos_and_what_was_left() -> None:
+    """Tests that failed then passed, a commit's message, the last todo list's open items,
+    a request left unanswered; hook output and secrets never in what was asked."""
+    t = [T0 + timedelta(minutes=i) for i in range(20)]
+    lines = [
+        _claude("u1", "user", "<memory_context>old block</memory_context>add otel tracing to "
+                "the terminal channel, token ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5", t[0]),
+        _tool("a1", t[1], "Edit", "e1", {"file_path": f"{PROJECT}/lib/term.ex",
+                                         "old_string": "x", "new_string": "y"}),
+        _result("r1", t[2], "e1", "The file lib/term.ex has been updated successfully."),
+        _tool("a2", t[3], "Bash", "b1", {"command": "mix test"}),
+        _result("r2", t[4], "b1", "Exit code 1\n2 tests, 1 failure\n  test trace spans", True),
+        _tool("a3", t[5], "Bash", "b2", {"command": "mix test"}),
+        _result("r3", t[6], "b2", "2 tests, 0 failures"),
+        _tool("a4", t[7], "Bash", "b3", {"command": "git commit -m \"Trace the terminal\""}),
+        _result("r4", t[8], "b3", "[feature/otel 1a2b3c4] Trace the terminal channel\n 1 file"),
+        _tool("a5", t[9], "TodoWrite", "t1", {"todos": [
+            {"content": "add spans", "status": "completed"},
+            {"content": "document the exporter", "status": "pending"}]}),
+        _result("r5", t[10], "t1", "Todos have been modified successfully."),
+        _claude("a6", "assistant", [{"type": "text", "text": "Tracing is in; tests pass."}],
+                t[11]),
+        _claude("u2", "user", "now add metrics too", t[12]),
+    ]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.branch == "feature/otel" and digest.turns == 2
+    assert digest.asked[0].startswith("add otel tracing to the terminal channel, token")
+    assert "ghp_" not in " ".join(digest.asked) and "old block" not in " ".join(digest.asked)
+    assert digest.edited == ["lib/term.ex"]
+    assert [(c.command, c.outcome) for c in digest.ran] == [
+        ("mix test", "failed: 2 tests, 1 failure"), ("mix test", "passed"),
+        ('git commit -m "Trace the terminal"', "passed")]
+    assert digest.committed == ["Trace the terminal channel"]
+    assert digest.open_items == ["document the exporter"]
+    assert digest.concluded == "Tracing is in; tests pass."
+    assert digest.unanswered == "now add metrics too" and not digest.interrupted
+    text = digest.render()
+    assert "Ran: mix test → failed: 2 tests, 1 failure; mix test → passed" in text
+
+
+def test_a_session_killed_mid_tool_ends_mid_turn() -> None:
+    """A session whose last record is a tool call with no answer after it ended mid-turn."""
+    lines = [_claude("u1", "user", "run the migrations", T0),
+             _tool("a1", T0 + timedelta(seconds=5), "Bash", "b1",
+                   {"command": "make migrate"})]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.interrupted and digest.unanswered == "run the migrations"
+    assert [(c.command, c.outcome) for c in digest.ran] == [("make migrate", "")]
+
+
+def test_codex_shell_outcomes_come_from_exit_codes() -> None:
+    """Codex 0.47 wraps a shell's output with its exit code; a non-zero one is a failure."""
+    def item(payload: dict[str, Any], minute: int) -> bytes:
+        return json.dumps({"timestamp": (T0 + timedelta(minutes=minute)).isoformat(),
+                           "type": "response_item", "payload": payload}).encode()
+
+    lines = [
+        item({"type": "message", "role": "user",
+              "content": [{"type": "input_text", "text": "make the build pass"}]}, 0),
+        item({"type": "function_call", "name": "shell", "call_id": "c1", "arguments": json.dumps(
+            {"command": ["bash", "-lc", "cargo build"]})}, 1),
+        item({"type": "function_call_output", "call_id": "c1", "output": json.dumps(
+            {"output": "error[E0425]: cannot find value `x`\nmore", "metadata": {
+                "exit_code": 101}})}, 2),
+        item({"type": "custom_tool_call", "name": "apply_patch", "call_id": "c2",
+              "input": "*** Begin Patch\n*** Update File: src/main.rs\n@@\n-x\n+y\n"
+                       "*** Delete File: src/old.rs\n*** End Patch"}, 3),
+        item({"type": "message", "role": "assistant",
+              "content": [{"type": "output_text", "text": "Fixed the build."}]}, 4),
+    ]
+    messages, _ = _messages("codex", lines)
+    digest = build_digest(messages, source="codex", session="c", project="/r")
+    assert [(c.command, c.outcome) for c in digest.ran] == [
+        ("cargo build", "failed: error[E0425]: cannot find value `x`")]
+    assert digest.edited == ["src/main.rs"] and digest.deleted == ["src/old.rs"]
+    assert digest.concluded == "Fixed the build."
+
+
+def test_gemini_tool_calls_live_inside_its_messages() -> None:
+    """Gemini's write_file and run_shell_command, with their status, from one message."""
+    document = {"sessionId": "g1", "projectHash": "h", "startTime": T0.isoformat(),
+                "messages": [
+                    {"id": "m1", "timestamp": T0.isoformat(), "type": "user",
+                     "content": "write the readme and lint"},
+                    {"id": "m2", "timestamp": (T0 + timedelta(minutes=1)).isoformat(),
+                     "type": "gemini", "content": "Done: README written, lint fails.",
+                     "toolCalls": [
+                         {"id": "t1", "name": "write_file", "status": "success",
+                          "args": {"file_path": "/g/README.md", "content": "# hi"}},
+                         {"id": "t2", "name": "run_shell_command", "status": "error",
+                          "args": {"command": "npm run lint"},
+                          "result": [{"functionResponse": {"id": "t2", "name": "x",
+                                      "response": {"output": "src/a.ts: 3 problems"}}}]}]}]}
+    parsed = parse_document(json.dumps(document).encode())
+    messages = [DigestMessage(i, e.message.role, e.message.kind, e.message.content,
+                              e.message.tool_name, e.message.tool_input,
+                              parse_utc(e.message.timestamp), False,
+                              json.dumps(document["messages"][i]).encode())
+                for i, e in enumerate(parsed.entries)]
+    digest = build_digest(messages, source="gemini", session="g1", project="/g")
+    assert digest.turns == 1
+    assert digest.edited == ["README.md"] or digest.created == ["README.md"]
+    assert [(c.command, c.outcome) for c in digest.ran] == [
+        ("npm run lint", "failed: src/a.ts: 3 problems")]
