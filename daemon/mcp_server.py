@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from daemon import __version__
 from daemon.client import MemoryClient
@@ -55,6 +56,24 @@ def _line(result: dict[str, Any]) -> str:
             f" score {result.get('score', 0):.3f}] {text}")
 
 
+class _OneLineErrors(MCPServer):
+    """The SDK's server, whose refused calls are one line (as the README promises): a bad
+    argument names the argument and what is wrong with it, never the value it was
+    given (which may be a secret) nor a link to the validation library's site."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"{name}: " + "; ".join(
+                    f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}:"
+                    f" {error['msg'].lower()}" for error in cause.errors())) from None
+            raise ToolError(" ".join(str(exc).split())) from None
+
+
 def build_server(settings: Settings, project_dir: str | None = None,
                  agent: str | None = None) -> MCPServer:
     """The server with its tools; `project_dir` defaults to the current directory.
@@ -63,8 +82,8 @@ def build_server(settings: Settings, project_dir: str | None = None,
     memories are never recalled, shown, corrected or forgotten through it."""
     here = project_dir or os.getcwd()
     caller = agent or "unknown"
-    server = MCPServer("memoryd", instructions=INSTRUCTIONS, version=__version__,
-                       log_level="WARNING")
+    server = _OneLineErrors("memoryd", instructions=INSTRUCTIONS, version=__version__,
+                            log_level="WARNING")
     client = MemoryClient(settings, SystemClock(), interface="mcp")
 
     async def call(operation: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,9 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             return _error(413, f"a request may hold at most {MAX_REQUEST_BYTES} bytes")
         except (ValueError, UnicodeDecodeError):
             return _error(400, "the body must be a JSON object")
+        except RecursionError:
+            # json's decoder recurses once a level: `[` x 100,000 is a bad request, not a bug.
+            return _error(400, "the body must be a JSON object (this one is nested too deeply)")
         if not isinstance(args, dict):
             return _error(400, "the body must be a JSON object")
         try:

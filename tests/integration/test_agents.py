@@ -201,6 +201,20 @@ def test_api_malformed_requests_get_a_clear_error(daemon: Daemon, body: Any, sta
     assert daemon.proc is not None and daemon.proc.poll() is None
 
 
+def test_a_deeply_nested_body_is_one_line_not_a_traceback(daemon: Daemon) -> None:
+    """`[` x 100,000 gets the one-line JSON error (400), and the log holds no traceback
+    (issue 29.12)."""
+    daemon.start()
+    for body in (b"[" * 100_000, b'{"a":' * 100_000):
+        answer = daemon.api("recall", body)
+        assert answer.status_code == 400, answer.text
+        assert "nested too deeply" in answer.json()["error"]
+    assert daemon.api("recall", {"query": "still alive"}).status_code == 200
+    daemon.stop()
+    log = (daemon.tmp / "daemon.log").read_text()
+    assert "RecursionError" not in log and "Traceback" not in log, log[-2000:]
+
+
 def test_api_bounds_request_size_and_serves_concurrent_clients(daemon: Daemon) -> None:
     """A body over 1 MiB is refused with 413; twenty clients at once are all answered."""
     daemon.start()

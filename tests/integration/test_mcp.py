@@ -130,3 +130,19 @@ async def test_stdio_server_as_a_real_process(settings: object, tmp_path: Path) 
         assert not made.is_error
         found = await client.call_tool("recall", {"query": "stdio server"})
         assert "the stdio server works" in _text(found)
+
+
+async def test_a_refused_argument_is_one_line_without_its_value(settings: object) -> None:
+    """A wrong or missing argument is one line naming the argument: no pydantic dump, no
+    link, and never the value given (a secret pasted in the wrong place stays out)."""
+    token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        for arguments in ({"query": "x", "limit": token, "since": 5}, {}):
+            refused = await client.call_tool("recall", arguments)
+            text = _text(refused)
+            assert refused.is_error and "\n" not in text and len(text) < 300, text
+            assert "http" not in text and token not in text and "input_value" not in text
+            assert text.startswith("recall: ")
+        assert "limit:" in _text(await client.call_tool(
+            "recall", {"query": "x", "limit": token}))
