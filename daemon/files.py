@@ -81,6 +81,22 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o600,
             raw.write(data)
 
 
+def make_dirs(path: Path) -> None:
+    """`path` and every missing parent created 0700, whatever the umask (`mkdir`'s
+    `parents` would make the parents 0777 under umask 000); existing ones untouched."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        directory.chmod(0o700)  # mkdir's mode is narrowed by the umask, never widened
+
+
 def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
     """`path` as a directory for memoryd's files: created 0700 when missing.
 
@@ -89,14 +105,12 @@ def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
     that another user owns, or that others may write to, is refused: anyone
     who can write there can replace memoryd's databases or socket.
     """
+    existed = path.exists()
     try:
-        path.mkdir(parents=True, mode=0o700)
-    except FileExistsError:
-        pass
+        make_dirs(path)
     except OSError as exc:
         raise StateDirError(str(path), exc.strerror or str(exc)) from None
-    else:
-        path.chmod(0o700)  # mkdir's mode is narrowed by the umask, never widened: be exact
+    if not existed and path.is_dir():
         return
     try:
         info = path.stat()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import AlreadyRunningError
-from daemon.files import ensure_private_dir
+from daemon.files import ensure_private_dir, make_dirs
 
 if TYPE_CHECKING:
     from daemon.config import Settings
@@ -32,7 +32,7 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self, command: str, started_at: datetime) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

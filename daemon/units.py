@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from daemon.config import Settings
-from daemon.files import atomic_write
+from daemon.files import atomic_write, make_dirs
 
 UNIT_NAME = "memoryd.service"
 LAUNCHD_LABEL = "io.memoryd.daemon"
@@ -182,7 +182,7 @@ class CommandFailure:
 def execute(plan: Plan, *, tolerate_first_failure: bool = False) -> CommandFailure | None:
     """Carry out a plan; the first command that fails stops it and is returned."""
     for directory in plan.make_dirs:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
     for path, data in plan.write.items():
         # A unit file is read by the service manager: readable, written by its user only.
         atomic_write(path, data, mode=0o644)

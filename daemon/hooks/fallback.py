@@ -18,6 +18,7 @@ import structlog
 
 from daemon.clock import SystemClock
 from daemon.config import load_settings
+from daemon.files import make_dirs
 from daemon.localhttp import ask_daemon
 from daemon.logging import configure_logging
 
@@ -27,7 +28,7 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
     """The session_event's answer, plus `state_dir` for the hook's own log."""
     settings = load_settings(config)
     state_dir = str(settings.state_dir)
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    make_dirs(settings.state_dir)
     fd = os.open(os.path.join(state_dir, "hook.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                  0o600)
     log_stream = os.fdopen(fd, "a", encoding="utf-8", buffering=1)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.errors import SettingsFileError
-from daemon.files import atomic_write
+from daemon.files import atomic_write, make_dirs
 from daemon.names import AGENT_EVENTS, AGENTS, Agent
 
 Scope = Literal["user", "project"]
@@ -303,7 +303,7 @@ def write_atomically(path: Path, text: str) -> None:
     A settings file that is a symlink (dotfiles kept in a repository) stays one:
     the file it points to is replaced."""
     path = Path(os.path.realpath(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     mode = 0o600
     if path.exists():
         mode = path.stat().st_mode & 0o777
@@ -354,7 +354,7 @@ class Installer:
             records.pop(key, None)
         else:
             records[key] = {"created": record.created, "original": record.original}
-        self._records_path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self._records_path.parent)
         write_atomically(self._records_path, json.dumps(records, indent=2) + "\n")
         self._records_path.with_name(self._records_path.name + ".memoryd-backup").unlink(
             missing_ok=True)

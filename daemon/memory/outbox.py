@@ -28,6 +28,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
+from daemon.files import make_dirs
 from daemon.memory.models import ConversationSegment, RequestedMemory, SessionSummary, Turn
 from daemon.memory.records import from_utc_text, to_utc_text
 
@@ -93,7 +94,7 @@ def decode(op: str, payload: dict[str, Any]) -> Saved:
 
 def _private_file(path: Path) -> None:
     if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(path.parent)
         path.touch(mode=0o600)
 
 

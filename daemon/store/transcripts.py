@@ -26,7 +26,7 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.files import atomic_writer
+from daemon.files import atomic_writer, make_dirs
 from daemon.store.connection import iso_utc, transaction
 from daemon.store.raw import EXPIRED_KIND
 
@@ -140,7 +140,7 @@ async def archive_session(conn: aiosqlite.Connection, session: dict[str, Any],
 
 def _write_gzip(target_dir: Path, name: str, lines: list[bytes]) -> Path:
     """`lines` as a gzip file, 0600, through a temporary name fsynced then renamed."""
-    target_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(target_dir)
     target = target_dir / name
     with atomic_writer(target, text=False) as raw_file, \
             gzip.GzipFile(fileobj=raw_file, mode="wb") as out:

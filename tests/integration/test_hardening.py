@@ -10,12 +10,14 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
 
 #: Every status a command may exit with (daemon/cli/common.py documents each).
@@ -593,3 +595,35 @@ def test_a_forgotten_session_stays_forgotten_as_it_grows(tmp_path: Path) -> None
     recalled = _memoryd(tmp_path, config, "recall", "zebra migration")
     assert "zebra" not in recalled.stdout, recalled.stdout
     assert "zebra" not in _memoryd(tmp_path, config, "export").stdout
+
+
+def test_everything_memoryd_creates_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 000, the default state directory's missing parents (~/.local,
+    ~/.local/share), the state directory, the archive and every file in them are
+    0700 / 0600 (issue 29.14)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    root = tmp_path / "claude"
+    (root / "-p").mkdir(parents=True)
+    (root / "-p" / "s.jsonl").write_text(_claude_line("hello there", "k1"))
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "sources": [{"kind": "claude", "root": str(root)}],
+        "memory": {"embeddings": {"fetch_model": False}}}))
+    env = {**daemon_env(tmp_path), "HOME": str(home)}
+    env.pop("XDG_DATA_HOME", None)
+    for args in (["ingest", "--once"], ["sync"], ["transcripts", "archive", "--session", "s"],
+                 ["remember", "the umask test fact"]):
+        done = subprocess.run(memoryd_command("--config", str(config), *args), env=env,
+                              capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: os.umask(0))
+        assert done.returncode in (0, 66), (args, done.stderr)
+    created = [home / ".local", home / ".local" / "share", *sorted(
+        (home / ".local" / "share").rglob("*"))]
+    assert any(p.name == "archive" for p in created), created
+    for path in created:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if path.is_socket():
+            continue
+        expected = 0o700 if path.is_dir() else 0o600
+        assert mode == expected, (path, oct(mode))

@@ -42,7 +42,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
-from daemon.files import atomic_write
+from daemon.files import atomic_write, make_dirs
 from daemon.memory import writes
 from daemon.memory.models import (
     ConversationSegment,
@@ -118,7 +118,7 @@ class JsonlMemoryBackend:
     # -- files --------------------------------------------------------------------------
 
     def _load(self) -> None:
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(self._dir)
         for path in sorted(self._dir.glob("*.jsonl")):
             _cut_partial_tail(path)
             for number, event in enumerate(self._events(path), 1):

