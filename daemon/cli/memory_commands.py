@@ -348,15 +348,25 @@ def context(ctx: click.Context, query: str, project: str | None, budget: int,
 @main.command("export")
 @click.option("--project", help="Only this project's memories.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write to FILE atomically instead of standard output.")
+              help="Write to FILE atomically instead of standard output (a new file; an"
+                   " existing one only with --force).")
+@click.option("--force", is_flag=True, help="Replace an existing --output file.")
 @click.option("--agent", callback=agent_callback,
               help="Only what this agent may recall: shared memories and its private ones"
                    " (default: every memory of this user).")
 @config_option
 @click.pass_context
 def export_memories(ctx: click.Context, project: str | None, output: Path | None,
-                    agent: str | None) -> None:
+                    force: bool, agent: str | None) -> None:
     """Every live memory as JSON lines, sorted by id, with provenance and a schema version."""
+    if output is not None and (output.exists() or output.is_symlink()):
+        # Replacing is a rename over the path: never over what is not a plain file (a
+        # device, a symlink to /etc/passwd), and over a file only when asked to.
+        if output.is_symlink() or not output.is_file():
+            fail(f"{output} exists and is not a regular file; export writes a new file",
+                 EX_CANTCREAT)
+        if not force:
+            fail(f"{output} exists; add --force to replace it", EX_CANTCREAT)
     settings = settings_for(ctx)
 
     async def records(backend: MemoryBackend) -> AsyncIterator[dict[str, Any]]:

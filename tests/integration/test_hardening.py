@@ -496,6 +496,28 @@ def test_export_writes_0600_through_an_unpredictable_name(tmp_path: Path) -> Non
                                str(tmp_path / "missing" / "x.jsonl")), 73)
 
 
+def test_export_never_replaces_what_it_was_not_asked_to(tmp_path: Path) -> None:
+    """An existing file is refused unless --force; a device, a directory or a symlink is
+    never replaced, --force or not (issue 29.15)."""
+    _root, _state, config = _setup(tmp_path)
+    assert _memoryd(tmp_path, config, "remember", "a fact worth keeping").returncode == 0
+    existing = tmp_path / "existing.jsonl"
+    existing.write_text("keep me\n")
+    _one_line_failure(_memoryd(tmp_path, config, "export", "--output", str(existing)), 73)
+    assert existing.read_text() == "keep me\n"
+    target = tmp_path / "passwd"
+    target.write_text("root:x:0:0\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    for path in (link, Path("/dev/null")):
+        _one_line_failure(_memoryd(tmp_path, config, "export", "--output", str(path),
+                                   "--force"), 73)
+    assert target.read_text() == "root:x:0:0\n" and link.is_symlink()
+    done = _memoryd(tmp_path, config, "export", "--output", str(existing), "--force")
+    assert done.returncode == 0, done.stderr
+    assert "a fact worth keeping" in existing.read_text()
+
+
 def test_surprising_corrections_refuse(tmp_path: Path) -> None:
     _root, _state, config = _setup(tmp_path)
     assert _memoryd(tmp_path, config, "remember", "the deploy runs on Fridays").returncode == 0
