@@ -21,9 +21,13 @@ from daemon.api.governance import Governance
 from daemon.api.ops import MemoryOperations
 from daemon.errors import ApiError, MemorydError
 from daemon.memory.opening import memory_user
+from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.store import audit
 
 log = structlog.get_logger("memoryd.api")
+
+#: How much of a caller-supplied id, and of a failure's reason, the audit trail keeps.
+AUDIT_FIELD_CHARS, AUDIT_DETAIL_CHARS = 200, 500
 
 
 class MemoryOps(MemoryOperations, Governance, SessionEvents):
@@ -55,9 +59,19 @@ class MemoryOps(MemoryOperations, Governance, SessionEvents):
 
     async def _audit(self, name: str, args: Mapping[str, Any], result: dict[str, Any] | None,
                      *, failure: str | None = None) -> None:
+        masks = self.settings.extra_masks()
+
+        def kept(value: str | None, limit: int = AUDIT_FIELD_CHARS) -> str | None:
+            # A caller may put anything in an id (a token pasted in the wrong place):
+            # the trail keeps it masked like memory text, and bounded.
+            if value is None:
+                return None
+            value = mask_extra(redact(" ".join(value.split())), masks)
+            return value if len(value) <= limit else value[: limit - 1] + "…"
+
         def text(key: str) -> str | None:
             value = args.get(key)
-            return value if isinstance(value, str) and value else None
+            return kept(value) if isinstance(value, str) and value else None
 
         ids, count = audit.ids_in(result)
         if text("memory_id") is not None:
@@ -67,7 +81,7 @@ class MemoryOps(MemoryOperations, Governance, SessionEvents):
             interface=text("interface") or "api", action=action,
             outcome="failed" if failure is not None else "ok", agent=text("agent"),
             agent_session_id=text("agent_session_id") or text("session_id"),
-            memory_ids=ids, count=count, detail=failure)
+            memory_ids=ids, count=count, detail=kept(failure, AUDIT_DETAIL_CHARS))
         try:
             async with self._writing:
                 await audit.record(self._conn, event, self.clock.now())

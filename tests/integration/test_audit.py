@@ -119,3 +119,30 @@ def test_the_audit_command_on_a_fresh_state_dir(tmp_path: Path) -> None:
     done = subprocess.run(memoryd_command("--config", str(config), "audit"),
                           env=daemon_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "no audit events" in done.stdout
+
+
+def test_caller_supplied_strings_are_masked_and_bounded(daemon: Daemon) -> None:
+    """A token passed as a memory id or a hook's session id never reaches the trail as
+    written; a huge one is bounded (issue 29.7)."""
+    token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    daemon.start()
+    try:
+        assert daemon.api("get_memory", {"memory_id": token}).status_code == 404
+        assert daemon.api("forget", {"memory_id": token}).status_code == 200
+        assert daemon.api("get_memory", {"memory_id": "x" * 50_000}).status_code == 404
+        hooked = daemon.hook("claude", "UserPromptSubmit", claude_payload(
+            "UserPromptSubmit", token, prompt="anything"))
+        assert hooked.returncode == 0
+        assert daemon.api("session_event", {"agent": "claude", "event": "prompt",
+                                            "session_id": "s" * 50_000,
+                                            "prompt": "x"}).status_code == 200
+    finally:
+        daemon.stop()
+    with sqlite3.connect(daemon.state / "memoryd.db") as conn:
+        rows = conn.execute("SELECT * FROM audit_events").fetchall()
+        ids = conn.execute("SELECT memory_id FROM audit_memory_ids").fetchall()
+    dumped = json.dumps([list(r) for r in rows] + [list(r) for r in ids])
+    assert token not in dumped and "ghp_aB3dE5" not in dumped
+    assert "[REDACTED" in dumped
+    assert max(len(str(v)) for row in rows for v in row) <= 600
+    assert max(len(r[0]) for r in ids) <= 200
