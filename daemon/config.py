@@ -33,7 +33,7 @@ from pydantic_settings import (
 
 from daemon import names
 from daemon.errors import ConfigError
-from daemon.locations import default_config_path, default_state_dir
+from daemon.locations import default_config_path, default_state_dir, read_config_file
 
 if TYPE_CHECKING:
     from daemon.memory.privacy.redaction import ExtraMasks
@@ -495,9 +495,11 @@ def load_settings(
     data: dict[str, Any] = {}
     if path.exists():
         try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+            loaded = yaml.safe_load(read_config_file(path))
         except UnicodeDecodeError as exc:
             raise ConfigError(str(path), f"not UTF-8 text (byte {exc.start})") from None
+        except ValueError as exc:
+            raise ConfigError(str(path), str(exc)) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}" if mark is not None else "file"

@@ -6,6 +6,7 @@ Standard library only: the hook and the quick command path use it too.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -26,3 +27,31 @@ def default_config_path() -> Path:
     xdg = os.environ.get("XDG_CONFIG_HOME")
     base = Path(xdg) if xdg else Path("~/.config").expanduser()
     return base / "memoryd" / "config.yaml"
+
+
+#: A config file larger than this is refused: settings are a few kilobytes, and reading
+#: a path named by mistake (`--config /dev/zero`) must end.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def read_config_file(path: str | os.PathLike[str]) -> str:
+    """The config file's text; ValueError (UnicodeDecodeError for bad bytes) when it is not
+    a regular file or is larger than MAX_CONFIG_BYTES, OSError when it cannot be read.
+    Opened without blocking: a FIFO named by mistake must not hang the command."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"larger than {MAX_CONFIG_BYTES // 1024} KiB: not a settings file")
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")

@@ -398,6 +398,11 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
     click.echo(f"exported {count} memories" + (f" to {output}" if output else ""), err=True)
 
 
+#: An export record is one memory on one line; a longer line is not one (and reading it
+#: whole would grow without end on `/dev/zero`).
+MAX_IMPORT_LINE = 64 << 20
+
+
 @main.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @config_option
@@ -406,8 +411,13 @@ def import_memories(ctx: click.Context, path: Path) -> None:
     """Import an export file; memories already present (by id) are left as they are."""
     settings = settings_for(ctx)
     records: list[dict[str, Any]] = []
+    if not path.is_file():  # a device or a FIFO would be read for ever
+        fail(f"{path} is not a regular file", EX_DATAERR)
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_IMPORT_LINE + 1), b""), 1):
+            if len(raw) > MAX_IMPORT_LINE:
+                fail(f"{path}:{number}: a line longer than {MAX_IMPORT_LINE >> 20} MiB is not"
+                     " an export record", EX_DATAERR)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:

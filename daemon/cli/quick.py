@@ -24,7 +24,7 @@ from typing import Any
 
 from daemon.cli import render
 from daemon.localhttp import Unreachable, request
-from daemon.locations import default_config_path, default_state_dir, expanded
+from daemon.locations import default_config_path, default_state_dir, expanded, read_config_file
 from daemon.names import AGENTS, agent_name, project_path
 
 COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember"})
@@ -94,8 +94,8 @@ def _read_config(path: str) -> dict[str, Any]:
     try:
         import yaml
 
-        with open(path, encoding="utf-8") as handle:
-            loaded = yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        loaded = yaml.load(read_config_file(path),
+                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:  # the full command line says what is wrong with it
         raise _Fallback from exc
     if loaded is None:

@@ -649,3 +649,33 @@ def test_everything_memoryd_creates_is_private_whatever_the_umask(tmp_path: Path
             continue
         expected = 0o700 if path.is_dir() else 0o600
         assert mode == expected, (path, oct(mode))
+
+
+@pytest.mark.parametrize("command", [["status"], ["sessions"], ["recall", "x"], ["run"]])
+def test_a_config_that_is_not_a_file_is_refused_at_once(tmp_path: Path,
+                                                        command: list[str]) -> None:
+    """`--config /dev/zero` (or an endless FIFO) ends at once with exit 78 and one line,
+    instead of reading for ever (issue 29.11)."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)
+    for path in ("/dev/zero", str(fifo), str(big)):
+        done = subprocess.run(memoryd_command("--config", path, *command),
+                              env=daemon_env(tmp_path), capture_output=True, text=True,
+                              timeout=60)
+        _one_line_failure(done, 78)
+        assert path in done.stderr
+
+
+def test_import_refuses_what_is_not_an_export_file(tmp_path: Path) -> None:
+    """`import /dev/zero` ends at once (not a regular file); an endless line is refused
+    without reading it whole."""
+    _root, _state, config = _setup(tmp_path)
+    _one_line_failure(_memoryd(tmp_path, config, "import", "/dev/zero", timeout=60), 65)
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as handle:
+        handle.truncate(70 << 20)  # 70 MiB of NUL bytes: one line with no end
+    done = _memoryd(tmp_path, config, "import", str(huge), timeout=60)
+    _one_line_failure(done, 65)
+    assert "longer than" in done.stderr
