@@ -3,8 +3,15 @@
 The convention users of other agent memories know: text typed between the tags
 is masked in the daemon's own archive (a message's content and its raw line)
 as soon as it is read, and so never reaches memory, vectors, context blocks or
-a remote backend. An unclosed tag hides the rest of the text (of the JSON
-string, in a raw line, so that the line stays valid JSON).
+a remote backend.
+
+What counts as the tags, whatever an agent or a person writes: any case, spaces
+inside (`< private >`, `</ private>`), attributes on the opening tag
+(`<private reason="x">`); tags nest (the span ends where the outermost one
+closes); an unclosed tag hides the rest of the text (of the JSON string, in a
+raw line, so that the line stays valid JSON); a closing tag with no opening one
+is left as it is. In a raw line a tag may also be written with JSON's escapes
+(`\\u003cprivate\\u003e`).
 """
 
 from __future__ import annotations
@@ -12,24 +19,75 @@ from __future__ import annotations
 import re
 
 PLACEHOLDER = "[REDACTED:private]"
-_TEXT = re.compile(r"(?is)<private>.*?(?:</private>|\Z)")
-# Inside a JSON line: the span ends at its closing tag or, unclosed, before the string's
-# closing quote (escaped characters skipped).
-_RAW = re.compile(rb'(?is)<private>(?:[^"\\]|\\.)*?(?:</private>|(?="))')
-# The test every line goes through: a search costs less than a lowered copy of the line.
-_TAG = re.compile("<private>", re.IGNORECASE)
-_RAW_TAG = re.compile(b"<private>", re.IGNORECASE)
+_OPEN = r"<\s*private\b[^<>]*>"
+_CLOSE = r"<\s*/\s*private\s*>"
+_TAGS = re.compile(f"({_OPEN})|{_CLOSE}", re.IGNORECASE)
+# The test every message goes through: one search, which almost never finds anything.
+_TAG = re.compile(r"<\s*/?\s*private\b", re.IGNORECASE)
+
+# The same in a raw JSON line, where `<` and `>` may be escaped and a tag never spans a
+# string's closing quote.
+_LT, _GT = rb"(?:<|\\u003[cC])", rb"(?:>|\\u003[eE])"
+_RAW_TAGS = re.compile(
+    rb"(" + _LT + rb"\s*private\b(?:(?!" + _GT + rb")(?:\\.|[^<>\"\\]))*" + _GT + rb")|"
+    + _LT + rb"\s*/\s*private\s*" + _GT, re.IGNORECASE)
+_RAW_TAG = re.compile(_LT + rb"\s*/?\s*private\b", re.IGNORECASE)
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _spans(found: list[tuple[int, int, bool]], length: int) -> list[tuple[int, int]]:
+    """The outermost private spans, from the tags found ((start, end, opening) in order);
+    an unclosed one runs to `length`."""
+    spans: list[tuple[int, int]] = []
+    depth, start = 0, 0
+    for tag_start, tag_end, opening in found:
+        if opening:
+            if depth == 0:
+                start = tag_start
+            depth += 1
+        elif depth:
+            depth -= 1
+            if depth == 0:
+                spans.append((start, tag_end))
+    if depth:
+        spans.append((start, length))
+    return spans
 
 
 def mask_private(text: str) -> str:
     """`text` with every `<private>` span replaced by PLACEHOLDER."""
     if _TAG.search(text) is None:
         return text
-    return _TEXT.sub(PLACEHOLDER, text)
+    found = [(m.start(), m.end(), m.group(1) is not None) for m in _TAGS.finditer(text)]
+    spans = _spans(found, len(text))
+    if not spans:
+        return text
+    parts, at = [], 0
+    for start, end in spans:
+        parts += [text[at:start], PLACEHOLDER]
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
+
+
+def _mask_literal(literal: bytes) -> bytes:
+    inner = literal[1:-1]
+    found = [(m.start(), m.end(), m.group(1) is not None) for m in _RAW_TAGS.finditer(inner)]
+    spans = _spans(found, len(inner))
+    if not spans:
+        return literal
+    parts, at = [b'"'], 0
+    for start, end in spans:
+        parts += [inner[at:start], PLACEHOLDER.encode()]
+        at = end
+    parts += [inner[at:], b'"']
+    return b"".join(parts)
 
 
 def mask_private_raw(raw: bytes) -> bytes:
-    """The same for a raw JSON line, keeping it valid JSON."""
+    """The same for a raw JSON line, span by span inside each string, so that the line
+    stays valid JSON; `raw` itself when there is nothing to mask."""
     if _RAW_TAG.search(raw) is None:
         return raw
-    return _RAW.sub(PLACEHOLDER.encode(), raw)
+    masked = _STRING.sub(lambda m: _mask_literal(m.group(0)), raw)
+    return raw if masked == raw else masked

@@ -127,12 +127,12 @@ def _row(message: ParsedMessage, raw: bytes, offset: int) -> MessageRow:
     """A message to store, `<private>` spans masked in its text and its raw line (the key
     that recognises it when read again is the unmasked line's, as before)."""
     key = _dedupe_key(message.uuid, raw)
-    masked = mask_private_raw(raw)
-    if masked is not raw:
-        message.content = mask_private(message.content)
-        if message.tool_input is not None:
-            message.tool_input = mask_private(message.tool_input)
-    return MessageRow(message, masked, offset, key)
+    # The decoded text is masked whatever the raw line showed: a tag written with JSON's
+    # escapes, or split across a message's blocks, is still a tag (one search each).
+    message.content = mask_private(message.content)
+    if message.tool_input is not None:
+        message.tool_input = mask_private(message.tool_input)
+    return MessageRow(message, mask_private_raw(raw), offset, key)
 
 
 def _dedupe_key(uuid: str | None, raw: bytes) -> str:

@@ -10,8 +10,8 @@ import contextlib
 import json
 import os
 import signal
-import stat
 import sqlite3
+import stat
 import subprocess
 import time
 from pathlib import Path

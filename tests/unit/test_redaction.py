@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.lifecycle.segments import render_message
 from daemon.memory.privacy.redaction import redact
@@ -139,3 +141,44 @@ def test_personal_data_and_private_spans_are_masked(text: str, planted: str, kin
 ])
 def test_what_is_not_personal_data_stays(text: str) -> None:
     assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", [
+    "before <private>a <private>nested SECRETWORD</private> still hidden SECRETWORD</private>"
+    " after",
+    "before <private >SECRETWORD</private> after",
+    'before <private reason="salary">SECRETWORD</private> after',
+    "before < Private\t>SECRETWORD</ private > after",
+    "before <PRIVATE class='x'>SECRETWORD and never closed",
+])
+def test_every_private_tag_variant_is_private(text: str) -> None:
+    """Spaces, attributes, case and nesting: the span is masked, in the text and in its raw
+    JSON line (which stays valid JSON), and what follows a closed span is kept (29.6)."""
+    import json
+
+    from daemon.private import mask_private, mask_private_raw
+
+    masked = mask_private(text)
+    assert "SECRETWORD" not in masked and masked.startswith("before [REDACTED:private]")
+    raw = json.dumps({"message": {"content": [{"type": "text", "text": text}]},
+                      "uuid": "u-1"}).encode()
+    masked_raw = mask_private_raw(raw)
+    assert b"SECRETWORD" not in masked_raw
+    assert json.loads(masked_raw)["uuid"] == "u-1"
+    if "never closed" not in text:
+        assert masked.endswith(" after")
+
+
+@given(st.lists(st.sampled_from(["<private>", "</private>", "< private x='1'>", "</ private>",
+                                 "\"", "\\", "\n", "word", " ", "<", ">", "\u003c"]),
+                max_size=30))
+def test_a_masked_raw_line_is_always_json(pieces: list[str]) -> None:
+    """Whatever tags, quotes and backslashes a string holds, its raw line masked is still
+    the same JSON shape (an object with the same keys)."""
+    import json
+
+    from daemon.private import mask_private_raw
+
+    raw = json.dumps({"text": "".join(pieces), "uuid": "u"}).encode()
+    decoded = json.loads(mask_private_raw(raw))
+    assert set(decoded) == {"text", "uuid"} and decoded["uuid"] == "u"
