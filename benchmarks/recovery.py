@@ -78,9 +78,11 @@ def _split(rng: random.Random, total: int, parts: int) -> list[int]:
 class MessageMaker:
     """Rows for `session_messages` in the shape and sizes memoryd stores from Claude Code."""
 
-    def __init__(self, rng: random.Random, pools: Pools) -> None:
+    def __init__(self, rng: random.Random, pools: Pools, floor: int = 0) -> None:
         self.rng = rng
         self.pools = pools
+        #: Every message's text at least this long (`--huge`: the audit's ~4 KB messages).
+        self.floor = floor
 
     def _uuid(self) -> str:
         return str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
@@ -106,6 +108,10 @@ class MessageMaker:
             out.append(("tool", "tool_result", output, None, None))
         out.append(("assistant", "message", pools.prose(rng, _loguniform(rng, 30, 4000)), None,
                     None))
+        if self.floor:
+            out = [(role, kind, content if len(content) >= self.floor else
+                    content + " " + pools.prose(rng, self.floor - len(content)), name, given)
+                   for role, kind, content, name, given in out]
         return out
 
 
@@ -120,11 +126,12 @@ async def _migrate(settings: Any) -> None:
         pass
 
 
-def build_state(settings: Any, sessions: int, messages: int, seed: int) -> dict[str, int]:
+def build_state(settings: Any, sessions: int, messages: int, seed: int,
+                floor: int = 0) -> dict[str, int]:
     """Fill the migrated state database; returns counts of what was written."""
     asyncio.run(_migrate(settings))
     rng = random.Random(seed)
-    maker = MessageMaker(rng, Pools(rng))
+    maker = MessageMaker(rng, Pools(rng), floor)
     conn = sqlite3.connect(settings.database_path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = OFF")  # a fixture: durability does not matter here
@@ -417,9 +424,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", action="store_true",
                         help="the user's path instead of the in-process pass: `memoryd sync`"
                              " as a process, twice, each on a copy of the state")
+    parser.add_argument("--huge", type=int, metavar="N", default=None,
+                        help="one session of N messages of about 4 KB each (the audit's long"
+                             " session) instead of many sessions")
     args = parser.parse_args(argv)
     if args.quick:
         args.sessions, args.messages = 100, 100_000
+    if args.huge is not None:
+        args.sessions, args.messages = 1, args.huge
     if args.messages < args.sessions:
         parser.error("--messages must be at least --sessions")
 
@@ -438,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     try:
         began = time.perf_counter()
-        facts = build_state(settings, args.sessions, args.messages, args.seed)
+        facts = build_state(settings, args.sessions, args.messages, args.seed,
+                            floor=3500 if args.huge is not None else 0)
         print(f"state: {args.sessions} sessions, {args.messages} messages (sessions of "
               f"{facts['smallest']} to {facts['largest']}; {facts['boundaries']} compaction "
               f"boundaries, {facts['idle_gaps']} idle gaps), memory_sync_index 0; built in "

@@ -25,7 +25,7 @@ from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
 from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
-from daemon.private import mask_private, mask_private_raw
+from daemon.private import mask_private, mask_private_raw, may_hold_private
 from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 from daemon.store.wal import Checkpointer
@@ -127,8 +127,10 @@ def _row(message: ParsedMessage, raw: bytes, offset: int) -> MessageRow:
     """A message to store, `<private>` spans masked in its text and its raw line (the key
     that recognises it when read again is the unmasked line's, as before)."""
     key = _dedupe_key(message.uuid, raw)
-    # The decoded text is masked whatever the raw line showed: a tag written with JSON's
-    # escapes, or split across a message's blocks, is still a tag (one search each).
+    if not may_hold_private(raw):
+        return MessageRow(message, raw, offset, key)
+    # The decoded text is masked whatever the raw line's own masking found: a tag written
+    # with JSON's escapes, or split across a message's blocks, is still a tag.
     message.content = mask_private(message.content)
     if message.tool_input is not None:
         message.tool_input = mask_private(message.tool_input)

@@ -155,6 +155,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE memories ADD COLUMN private_to text;
         """,
     ),
+    (
+        4,
+        "a session's segments found by their first message (a save's shorter saves)",
+        """
+        CREATE INDEX memories_by_session_first
+            ON memories (owner_user, origin, session_id, first_index);
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
