@@ -330,8 +330,10 @@ class RetentionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Conversation memories (saved segments), counted from when the talk happened.
-    conversations: RetentionPeriod = Field(default=90 * DAY, ge=DAY)
+    #: Conversation memories (saved segments), counted from when the talk happened. Kept
+    #: for ever unless set: installing memoryd on a year of transcripts must not delete
+    #: most of them the first night (issue 36.2).
+    conversations: RetentionPeriod = Field(default=None, ge=DAY)
     #: Session summaries.
     summaries: RetentionPeriod = Field(default=None, ge=DAY)
     #: The raw archive's message text (`memoryd show`), once memory holds the message.

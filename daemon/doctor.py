@@ -174,6 +174,41 @@ async def check_backend(settings: Settings, clock: Clock) -> Check:
     return Check(name, "ok", f"{settings.memory_path} answers")
 
 
+async def check_retention(settings: Settings, clock: Clock) -> Check:
+    """What the next retention run would remove (a dry run: nothing is deleted)."""
+    from daemon.lifecycle.retention import Retention, describe
+    from daemon.store.connection import connect
+
+    policy = settings.retention
+    kept = [name for name, value in (("conversations", policy.conversations),
+                                     ("summaries", policy.summaries),
+                                     ("raw message text", policy.raw_messages))
+            if value is None]
+    said = (f"{', '.join(kept)} kept for ever" if kept else "every kind has a period")
+    if not settings.database_path.exists() or not settings.memory_path.exists():
+        return Check("retention", "ok", f"{said}; nothing stored yet")
+    try:
+        backend = await open_memory_backend(settings, clock, vectors=False)
+    except (MemorydError, OSError) as exc:
+        return Check("retention", "warn", f"{said}; cannot survey: {exc}")
+    try:
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            report = await Retention(conn, backend, clock, policy).run(
+                dry_run=True, audit_as=None)
+        finally:
+            await conn.close()
+    except MemorydError as exc:
+        return Check("retention", "warn", f"{said}; cannot survey: {exc}")
+    finally:
+        await backend.close()
+    removes = describe(report)
+    return Check("retention", "ok" if removes == "nothing" else "warn",
+                 f"{said}; the next run ({policy.schedule}) removes {removes}",
+                 None if removes == "nothing" else
+                 "see `memoryd retention --dry-run`; set retention.* or hold what you keep")
+
+
 async def check_embeddings(settings: Settings, clock: Clock) -> Check:
     configured = settings.memory.embeddings.provider
     provider = resolve_provider(settings.memory.embeddings, settings.models_path)
@@ -307,6 +342,7 @@ async def run_checks(settings: Settings, clock: Clock,
     else:
         checks.append(await check_backend(settings, clock))
     checks.append(await check_embeddings(settings, clock))
+    checks.append(await check_retention(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
                    check_api(settings)])
     return checks

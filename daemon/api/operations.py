@@ -77,6 +77,9 @@ class MemoryOps(MemoryOperations, Governance, SessionEvents):
         if text("memory_id") is not None:
             ids = (text("memory_id") or "", *ids)
         action = name if name != "session_event" else f"session_event:{text('event')}"
+        if name == "retention" and args.get("dry_run") is True:
+            # What a dry run would delete is not deleted: recorded as such, counts only.
+            action, ids = "retention_dry_run", ()
         event = audit.AuditEvent(
             interface=text("interface") or "api", action=action,
             outcome="failed" if failure is not None else "ok", agent=text("agent"),

@@ -2,8 +2,9 @@
 
 Once a day (`retention.schedule`) and on request (`memoryd retention`):
 
-- conversation memories older than `retention.conversations` (default 90 days)
-  and session summaries older than `retention.summaries` (default never) are
+- conversation memories older than `retention.conversations` (default never: a
+  person sets it) and session summaries older than `retention.summaries` (default
+  never) are
   deleted for good, with a deletion record each (never their text). Age is
   counted from when the conversation happened, not from when memoryd saved it.
   Explicit facts and corrections never expire, and neither does a memory that is
@@ -19,7 +20,8 @@ Once a day (`retention.schedule`) and on request (`memoryd retention`):
 - nothing under a legal hold (`memoryd hold`) is touched, whatever its age.
 
 With `dry_run` (or `retention.dry_run`) it reports what would go and deletes
-nothing. Every run is one audit record (counts and memory ids, never content).
+nothing. Every run is one audit record (counts and memory ids, never content); a dry
+run is recorded as `retention_dry_run`, with its counts and no ids.
 """
 
 from __future__ import annotations
@@ -185,9 +187,23 @@ class Retention:
             return report
         await audit.record(self._conn, audit.AuditEvent(
             interface=audit_as, action="retention_dry_run" if dry else "retention",
-            memory_ids=tuple(report.touched()),
+            memory_ids=() if dry else tuple(report.touched()),
             count=report.expired + merged,
             detail=(f"expired {report.expired}, merged {merged} into {len(report.merged)};"
                     f" held {report.held}; raw messages {report.raw_messages}"
                     f" in {report.raw_sessions} sessions")), now)
         return report
+
+
+def describe(report: RetentionReport) -> str:
+    """What a (dry) run removes, in one line."""
+    merged = sum(len(ids) for ids in report.merged.values())
+    if not report.expired and not merged and not report.raw_messages:
+        return "nothing"
+    parts = [f"{len(ids)} {kind.replace('_', ' ')} memories past their age"
+             for kind, ids in sorted(report.memories.items()) if ids]
+    if merged:
+        parts.append(f"{merged} repeated automatic memories (merged into the oldest)")
+    if report.raw_messages:
+        parts.append(f"the text of {report.raw_messages} archived messages")
+    return ", ".join(parts)

@@ -57,8 +57,33 @@ def _recalled(config: Path, env: dict[str, str]) -> set[str]:
             for r in json.loads(done.stdout)}
 
 
-def test_old_conversations_expire_facts_stay_and_holds_keep_theirs(tmp_path: Path) -> None:
+def test_a_default_install_deletes_nothing_it_backfilled(tmp_path: Path) -> None:
+    """Months-old history under the default settings: the next run removes nothing, doctor
+    says so, and a dry run is recorded as a dry run (counts, no ids) (issue 36.2)."""
     config, env, _state = _set_up(tmp_path)
+    looked = _cli(config, env, "retention", "--dry-run", "--json")
+    assert looked.returncode == 0, looked.stderr
+    report = json.loads(looked.stdout)
+    assert (report["expired"], report["memories"]) == (0, {})
+    doctor = _cli(config, env, "doctor")
+    line = next(x for x in doctor.stdout.splitlines() if "retention:" in x)
+    assert line.startswith("ok") and "conversations" in line and "removes nothing" in line
+    assert _cli(config, env, "retention").returncode == 0
+    assert _recalled(config, env) >= {"old-alpha", "old-beta", "new-alpha"}
+    trail = json.loads(_cli(config, env, "audit", "--json").stdout)
+    dry = [e for e in trail if e["action"] == "retention_dry_run"]
+    assert len(dry) == 1 and dry[0]["memory_ids"] == []
+
+    # With a period set, doctor names what the next run would take.
+    expiring = write_config(tmp_path / "c90.yaml", tmp_path / "state",
+                            {"claude": tmp_path / "claude"}, retention={"conversations": "90d"})
+    doctor = _cli(expiring, env, "doctor")
+    line = next(x for x in doctor.stdout.splitlines() if "retention:" in x)
+    assert line.startswith("warn") and "2 conversation memories past their age" in line
+
+
+def test_old_conversations_expire_facts_stay_and_holds_keep_theirs(tmp_path: Path) -> None:
+    config, env, _state = _set_up(tmp_path, conversations="90d")
     assert _cli(config, env, "remember", "the walrus fact from long ago").returncode == 0
     assert _recalled(config, env) >= {"old-alpha", "old-beta", "new-alpha"}
 
@@ -103,7 +128,8 @@ def test_old_conversations_expire_facts_stay_and_holds_keep_theirs(tmp_path: Pat
 
     trail = json.loads(_cli(config, env, "audit", "--json").stdout)
     actions = [e["action"] for e in trail]
-    assert actions.count("retention") == 3 and "hold" in actions and "release_hold" in actions
+    assert actions.count("retention") == 2 and actions.count("retention_dry_run") == 1
+    assert "hold" in actions and "release_hold" in actions
     assert "walrus" not in json.dumps(trail)
 
 
