@@ -60,6 +60,20 @@ def _clip(text: str, limit: int) -> str:
     return kept + f" […{len(text) - limit} more characters]"
 
 
+_JSON_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_JSON_CHARS = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+               "t": "\t"}
+
+
+def _unescaped(text: str) -> str:
+    """JSON string escapes in `text` decoded (a clipped input is no longer JSON, so its
+    escapes are decoded where they stand rather than by parsing)."""
+    if "\\" not in text:
+        return text
+    return _JSON_ESCAPE.sub(
+        lambda m: _JSON_CHARS.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), text)
+
+
 def render_message(message: StoredMessage) -> str:
     """One message as a line of memory text: tool noise clipped, secrets masked."""
     prefix, body = _render(message)
@@ -79,7 +93,10 @@ def _render(message: StoredMessage) -> tuple[str, str]:
         return f"{message.role} thought: ", _clip(message.content.strip(), THINKING_CHARS)
     if message.kind == "tool_call":
         name = message.tool_name or "tool"
-        return f"{message.role} used {name}: ", _clip(message.content.strip(), TOOL_CALL_CHARS)
+        # A call's input is JSON text: masked as the strings it holds, not as their
+        # escaped form (`\nAuthorization: Basic`, `{\"api_key\": \"…\"}`).
+        return f"{message.role} used {name}: ", _clip(_unescaped(message.content.strip()),
+                                                      TOOL_CALL_CHARS)
     text = _WHITESPACE_RUNS.sub("\n\n", message.content.strip())
     return f"{message.role}: ", _clip(text, MESSAGE_CHARS)
 

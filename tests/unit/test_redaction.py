@@ -182,3 +182,39 @@ def test_a_masked_raw_line_is_always_json(pieces: list[str]) -> None:
     raw = json.dumps({"text": "".join(pieces), "uuid": "u"}).encode()
     decoded = json.loads(mask_private_raw(raw))
     assert set(decoded) == {"text", "uuid"} and decoded["uuid"] == "u"
+
+
+@pytest.mark.parametrize(("text", "planted"), [
+    ("token hf_abcdefghijklmnopqrstuvwxyzABCDEFGH here", "hf_abcdefghijklmnop"),
+    ("VAULT_TOKEN hvs.CAESIJlU9JMYEhOPYv4igdhm9PnZDrabYZ1234 x", "hvs.CAESIJlU9JMY"),
+    ("shpat_0123456789abcdef0123456789abcdef ok", "shpat_0123456789abcdef"),
+    ("dop_v1_" + "ab" * 32 + " ok", "dop_v1_abab"),
+    ("sq0atp-ABCDEFGHIJKLMNOPQRSTUV12 ok", "sq0atp-ABCDEFGH"),
+    ("bot 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw9 ok", "AAHdqTcvCH1vGWJx"),
+    ("discord bot MTE4NDk4OTYwMDAwMDAwMDAwMA.GaBcDe.abcdefghijklmnopqrstuvwxyz0123456",
+     "MTE4NDk4OTYw"),
+    ("use redis://:s3cretPw@cache.internal:6379/0 now", "s3cretPw"),
+    ("the aws secret access key is wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok",
+     "wJalrXUtnFEMI"),
+    ("the password for the staging box is Tr0ub4dor&3 ok", "Tr0ub4dor"),
+    ("machine api.example.com login bob password correcthorse", "correcthorse"),
+    ("her SSN is 123-45-6789 ok", "123-45-6789"),
+])
+def test_the_kinds_the_audit_found_missing_are_masked(text: str, planted: str) -> None:
+    """Token formats, secrets in prose and personal data that slipped through (29.5)."""
+    assert planted not in redact(text)
+
+
+def test_a_tool_calls_escaped_json_is_masked_as_its_strings() -> None:
+    """A tool input is stored as JSON text: `\\nAuthorization: Basic`, `{\\"api_key\\": …}`
+    and `mysql -p` after an escaped newline are masked in the segment's text (29.5)."""
+    from daemon.lifecycle.segments import render_message
+    from daemon.store.sessions import StoredMessage
+
+    content = ('[tool_use Bash] {"command":"curl -s \\\\\\n  -H \\"Authorization: Basic'
+               ' dXNlcjpwYXNzd29yZDEyMw==\\" https://x\\nmysql -u root -pS3cr3tPw db",'
+               '"cfg":"{\\"api_key\\": \\"abcd1234efgh5678\\"}"}')
+    line = render_message(StoredMessage(0, "assistant", "tool_call", content, "Bash", None,
+                                        None))
+    for planted in ("dXNlcjpwYXNzd29yZDEyMw", "S3cr3tPw", "abcd1234efgh5678"):
+        assert planted not in line, line

@@ -22,8 +22,8 @@ Two rule sets, applied in order:
    public-IP detectors are not used: the first is rule 1's assignment rule,
    the others mask hashes and addresses that are not secrets.
 
-Then personal data (issue 16): e-mail addresses, phone numbers, payment card
-numbers (Luhn-checked), IBANs (mod-97-checked) and IP addresses (loopback and
+Then personal data (issue 16): e-mail addresses, US social security numbers, phone
+numbers, payment card numbers (Luhn-checked), IBANs (mod-97-checked) and IP addresses (loopback and
 unspecified ones kept); and before all, `<private>…</private>` spans.
 
 A pattern with groups masks its longest group when that is at least
@@ -76,7 +76,8 @@ _OWN: list[_Rule] = [
     ("bearer_token", ("bearer",),
      re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/\-]{20,}=*)"), 1),
     # scheme://user:password@host: the password may hold / or @; the last @ ends it.
-    ("url_password", ("://",), re.compile(r"://[^\s:/@\"'<>]+:(\S+)@[\w.\-]+"), 1),
+    # The user may be empty: `redis://:password@host`.
+    ("url_password", ("://",), re.compile(r"://[^\s:/@\"'<>]*:([^\s@]+)@[\w.\-]+"), 1),
     ("anthropic_key", ("sk-ant-",), re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}"), None),
     ("openai_key", ("sk-",),
      re.compile(r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"), None),
@@ -94,6 +95,28 @@ _OWN: list[_Rule] = [
     ("google_api_key", ("AIza",), re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), None),
     ("jwt", ("eyJ",),
      re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"), None),
+    # Token formats of services people paste into agents (issue 29.5).
+    ("huggingface_token", ("hf_",), re.compile(r"\bhf_[A-Za-z0-9]{30,}"), None),
+    ("vault_token", ("hvs.", "hvb.", "hvr."),
+     re.compile(r"\bhv[sbr]\.[A-Za-z0-9_\-]{20,}"), None),
+    ("shopify_token", ("shpat_", "shpca_", "shppa_", "shpss_"),
+     re.compile(r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"), None),
+    ("digitalocean_token", ("_v1_",), re.compile(r"\bdo[por]_v1_[a-f0-9]{64}\b"), None),
+    ("square_token", ("sq0",), re.compile(r"\bsq0(?:atp|csp|idp)-[0-9A-Za-z_\-]{22,}"), None),
+    ("telegram_bot_token", (":AA",), re.compile(r"\b\d{8,10}:AA[0-9A-Za-z_\-]{32,34}\b"), None),
+    ("discord_bot_token", ("discord", "bot "), re.compile(
+        r"\b[MNO][A-Za-z\d_\-]{23,27}\.[A-Za-z\d_\-]{6}\.[A-Za-z\d_\-]{27,40}\b"), None),
+    # An AWS secret access key named in prose, without its key id beside it.
+    ("aws_secret_key", ("secret",), re.compile(
+        r"(?i)\baws[\s_\-]*secret[\s_\-]*(?:access[\s_\-]*)?key\b[^A-Za-z0-9/+=\n]{0,30}"
+        r"(?:is\s+|was\s+)?[`\"']?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"), 1),
+    # "the password for the staging box is hunter2!": the word, a few words, then the value.
+    ("password", ("passw", "passphrase", "passcode"), re.compile(
+        r"(?i)\b(?:password|passphrase|passwd|passcode)\b[^.\n:=]{1,40}?\b(?:is|was|=)\s+"
+        r"[`\"']?((?=[^\s`\"',;]*[\d!@#$%^&*()+=~?<>|\\/])[^\s`\"',;.]{6,})"), 1),
+    # ~/.netrc: `machine HOST login USER password SECRET`, any value.
+    ("netrc_password", ("machine",),
+     re.compile(r"(?i)\bmachine\s+\S+\s+login\s+\S+\s+password\s+(\S+)"), 1),
 ]
 # A bare AWS secret key is 40 characters of base64; alone it is indistinguishable from a
 # hash, so it is masked only in text that also holds an access key id.
@@ -193,6 +216,8 @@ _PHONE = re.compile(r"(?<![\w+.\-])(?:\+\d{1,3}[ .\-]?(?:\(\d{1,4}\)[ .\-]?)?\d{
 # 13-19 digits run together, or grouped as cards print them (4-4-4-x, Amex 4-6-5).
 _CARD = re.compile(r"(?<![\d\-.])(?:\d{13,19}|\d{4}([ \-])\d{4}\1\d{4}\1\d{1,7}"
                    r"|\d{4}([ \-])\d{6}\2\d{5})(?![\d\-]|\.\d)")
+#: A US social security number as written (area never 000, 666 or 9xx).
+_SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")
 _IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
                    r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.]*\d)")
@@ -245,6 +270,8 @@ def mask_personal(text: str) -> str:
     if digits >= 13:
         text = _CARD.sub(_mask_card, text)
         text = _IBAN.sub(_mask_iban, text)
+    if "-" in text:
+        text = _SSN.sub("[REDACTED:ssn]", text)
     text = _PHONE.sub("[REDACTED:phone]", text)
     if text.count(".") >= 3:
         text = _IPV4.sub(_mask_ip, text)
