@@ -187,6 +187,7 @@ async def collect_status(settings: Settings, clock: Clock,
         for s in settings.sources
     ]
     report["sources"] = sources
+    report["retention"] = retention_summary(settings)
     report["memory"] = await _memory_status(settings, clock, memory,
                                             runtime if daemon["running"] else None)
     db = settings.database_path
@@ -220,3 +221,15 @@ async def collect_status(settings: Settings, clock: Clock,
     report.update(totals)
     report["ingestion_lag_bytes"] = _lag_bytes(offsets, {o[0] for o in offsets}, settings)
     return report
+
+
+def retention_summary(settings: Settings) -> dict[str, Any]:
+    """What the daily retention job may delete, from the settings alone (cheap; `memoryd
+    doctor` and `memoryd retention --dry-run` count what it would take now)."""
+    policy = settings.retention
+    periods = {"conversations": policy.conversations, "summaries": policy.summaries,
+               "raw_messages": policy.raw_messages}
+    return {"schedule": policy.schedule, "dry_run": policy.dry_run,
+            "expires": {name: seconds for name, seconds in periods.items()
+                        if seconds is not None},
+            "kept_for_ever": [name for name, seconds in periods.items() if seconds is None]}

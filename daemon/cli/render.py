@@ -66,6 +66,11 @@ def session_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _period(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 1 else duration(seconds)
+
+
 def status_lines(report: dict[str, Any]) -> list[str]:
     out = []
     d = report["daemon"]
@@ -115,6 +120,15 @@ def status_lines(report: dict[str, Any]) -> list[str]:
                       if weights not in (None, "present") else "")
                    + (f", {pace:g} a second, done in about {duration(done_in)}"
                       if pace and done_in is not None else ""))
+    retention = report.get("retention")
+    if retention is not None:
+        expires = retention["expires"]
+        out.append("retention: " + ("deletes nothing by age (no period set)" if not expires
+                                    else "expires " + ", ".join(
+                                        f"{name.replace('_', ' ')} after {_period(seconds)}"
+                                        for name, seconds in expires.items())
+                                    + (" (dry run only)" if retention["dry_run"] else "")
+                                    + " (`memoryd doctor` counts the next run)"))
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     out.append(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     out.append(f"messages: {report['messages']} stored, {report['unsynced_messages']} "

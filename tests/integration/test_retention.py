@@ -240,3 +240,19 @@ def test_a_replayed_history_is_merged_into_one_memory(tmp_path: Path) -> None:
     rollback = _cli(config, env, "recall", "otter rollback", "--project", "/work/gamma",
                     "--json")
     assert "otter rollback" in rollback.stdout
+
+
+def test_status_says_what_retention_may_delete(tmp_path: Path) -> None:
+    """`status` names the periods set, and says when nothing is deleted by age (36.2)."""
+    config, env, _state = _set_up(tmp_path)
+    line = next(x for x in _cli(config, env, "status").stdout.splitlines()
+                if x.startswith("retention:"))
+    assert "deletes nothing by age" in line
+    report = json.loads(_cli(config, env, "status", "--json").stdout)
+    assert report["retention"]["expires"] == {}
+    assert "conversations" in report["retention"]["kept_for_ever"]
+    expiring = write_config(tmp_path / "c90.yaml", tmp_path / "state",
+                            {"claude": tmp_path / "claude"}, retention={"conversations": "90d"})
+    line = next(x for x in _cli(expiring, env, "status").stdout.splitlines()
+                if x.startswith("retention:"))
+    assert "conversations after 90 days" in line
