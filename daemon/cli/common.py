@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
@@ -157,6 +158,12 @@ class _Group(click.Group):
             fail(str(exc), EX_DAMAGED if exc.damaged else EX_UNAVAILABLE if exc.transient else 1)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except BrokenPipeError:
+            # The reader went away (`memoryd show S | head`): what it wanted it has; end
+            # quietly, as a shell tool does, and let nothing write to the closed pipe again.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(0)
         except sqlite3.Error as exc:
             # An SQLite error no boundary translated: still one line and a status.
             from daemon.store.connection import translate

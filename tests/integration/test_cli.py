@@ -331,3 +331,31 @@ def test_ingest_loads_only_what_ingestion_needs(tmp_path: Path) -> None:
     stored, loaded = done.stdout.strip().splitlines()
     assert stored.startswith("stored ") and not stored.startswith("stored 0 ")
     assert loaded == "[]"
+
+
+def test_a_closed_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
+    """`memoryd show S | head -1`, `export | head -1`: the reader leaves early; the command
+    ends with status 0 and says nothing (issue 36.5)."""
+    import shlex
+
+    from helpers import daemon_env, memoryd_command, write_config
+
+    root = tmp_path / "claude" / "-p"
+    root.mkdir(parents=True)
+    lines = "".join(json.dumps({"type": "user", "uuid": f"u{i}", "sessionId": "pipe",
+                                "timestamp": "2026-05-01T10:00:00Z",
+                                "message": {"role": "user", "content": f"line {i} " + "x" * 200}})
+                    + "\n" for i in range(3000))
+    (root / "pipe.jsonl").write_text(lines)
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state",
+                          {"claude": tmp_path / "claude"})
+    env = daemon_env(tmp_path)
+    for setup in (["ingest", "--once"], ["sync"]):
+        assert subprocess.run(memoryd_command("--config", str(config), *setup), env=env,
+                              capture_output=True, timeout=120).returncode == 0
+    for args in (["show", "pipe"], ["show", "pipe", "--view", "model"], ["export"]):
+        command = shlex.join(memoryd_command("--config", str(config), *args))
+        done = subprocess.run(["bash", "-c", f"set -o pipefail; {command} | head -1"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (args, done.returncode, done.stderr)
+        assert done.stderr == "", (args, done.stderr)
