@@ -145,6 +145,25 @@ class _Group(click.Group):
             importlib.import_module(f"daemon.cli.{module}")
         return super().get_command(ctx, cmd_name)
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """click's own loop, with its messages one line each: a usage error names the help
+        to read, an interrupt says what was kept and exits 130."""
+        kwargs["standalone_mode"] = False
+        try:
+            returned = super().main(*args, **kwargs)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "memoryd"
+            fail(f"{' '.join(exc.format_message().split())} (see `{where} --help`)",
+                 exc.exit_code)
+        except click.ClickException as exc:
+            fail(" ".join(exc.format_message().split()), exc.exit_code)
+        except click.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt | EOFError):
+                fail("interrupted; everything stored before this was kept", 130)
+            fail("aborted", 1)
+        sys.exit(returned if isinstance(returned, int) and not isinstance(returned, bool)
+                 else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -359,3 +359,15 @@ def test_a_closed_pipe_ends_a_command_quietly(tmp_path: Path) -> None:
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (args, done.returncode, done.stderr)
         assert done.stderr == "", (args, done.stderr)
+
+
+@pytest.mark.parametrize("args", [["nosuchcommand"], ["show"], ["forget", "--bogus"],
+                                  ["recall", "x", "--limit", "many"]])
+def test_a_usage_error_is_one_line_naming_the_help(tmp_path: Path, args: list[str]) -> None:
+    """click's four lines (Usage / Try / blank / Error) become one, with the help to read
+    (issue 36.7); the status stays 2."""
+    result = run_cli(tmp_path, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("memoryd: "), result.stderr
+    assert "--help" in lines[0] and "Usage:" not in result.stderr
