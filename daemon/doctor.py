@@ -182,9 +182,9 @@ async def check_retention(settings: Settings, clock: Clock) -> Check:
     policy = settings.retention
     kept = [name for name, value in (("conversations", policy.conversations),
                                      ("summaries", policy.summaries),
-                                     ("raw message text", policy.raw_messages))
+                                     ("raw", policy.raw_messages))
             if value is None]
-    said = (f"{', '.join(kept)} kept for ever" if kept else "every kind has a period")
+    said = f"kept: {', '.join(kept)}" if kept else "every kind expires"
     if not settings.database_path.exists() or not settings.memory_path.exists():
         return Check("retention", "ok", f"{said}; nothing stored yet")
     try:
@@ -203,10 +203,12 @@ async def check_retention(settings: Settings, clock: Clock) -> Check:
     finally:
         await backend.close()
     removes = describe(report)
+    # What goes is what a person must see first (and a line fits an 80-column terminal).
     return Check("retention", "ok" if removes == "nothing" else "warn",
-                 f"{said}; the next run ({policy.schedule}) removes {removes}",
+                 f"{said}; next run removes nothing" if removes == "nothing"
+                 else f"next run removes {removes}",
                  None if removes == "nothing" else
-                 "see `memoryd retention --dry-run`; set retention.* or hold what you keep")
+                 "`memoryd retention --dry-run` lists it; set retention.*, or hold")
 
 
 async def check_embeddings(settings: Settings, clock: Clock) -> Check:

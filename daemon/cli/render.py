@@ -124,11 +124,11 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     if retention is not None:
         expires = retention["expires"]
         out.append("retention: " + ("deletes nothing by age (no period set)" if not expires
-                                    else "expires " + ", ".join(
+                                    else ", ".join(
                                         f"{name.replace('_', ' ')} after {_period(seconds)}"
                                         for name, seconds in expires.items())
                                     + (" (dry run only)" if retention["dry_run"] else "")
-                                    + " (`memoryd doctor` counts the next run)"))
+                                    + " (see doctor)"))
     by_status = ", ".join(f"{k} {v}" for k, v in sorted(report["sessions_by_status"].items()))
     out.append(f"sessions: {report['sessions']}" + (f" ({by_status})" if by_status else ""))
     out.append(f"messages: {report['messages']} stored, {report['unsynced_messages']} "

@@ -213,7 +213,7 @@ def _relative(path: str, project: str | None) -> str:
     return path
 
 
-def _shell_command(name: str, args: Any) -> str | None:
+def _shell_command(args: Any) -> str | None:
     """The command line a shell tool ran, as the person would type it."""
     if not isinstance(args, dict):
         return None
@@ -232,12 +232,11 @@ def _matters(command: str) -> bool:
 
 
 def _first_line(text: str) -> str:
+    """The first line that says something, without the parser's `[tool error]` mark."""
     for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("[tool error]"):
+        line = line.strip().removeprefix("[tool error]").strip()
+        if line:
             return _clip(line, ERROR_CHARS)
-        if line.startswith("[tool error]") and line[len("[tool error]"):].strip():
-            return _clip(line[len("[tool error]"):], ERROR_CHARS)
     return ""
 
 
@@ -358,7 +357,7 @@ def _commit_message(command: str, result: str | None) -> str | None:
     return None
 
 
-def _todo_items(name: str, args: Any) -> list[str] | None:
+def _todo_items(args: Any) -> list[str] | None:
     """The unfinished items of a todo list or plan a call wrote; None if it wrote none."""
     if not isinstance(args, dict):
         return None
@@ -452,7 +451,7 @@ def build_digest(messages: Iterable[DigestMessage], *, source: str, session: str
     todos: list[str] | None = None
     for call in ordered:
         _apply_call(call, digest, project)
-        items = _todo_items(call.name, call.args) if call.name in _TODO_TOOLS else None
+        items = _todo_items(call.args) if call.name in _TODO_TOOLS else None
         if items is not None:
             todos = items
     digest.ran = digest.ran[-MAX_COMMANDS:]
@@ -490,7 +489,7 @@ def _apply_call(call: _Call, digest: Digest, project: str | None) -> None:
         return
     if call.name not in _SHELL_TOOLS:
         return
-    command = _shell_command(call.name, args)
+    command = _shell_command(args)
     if not command:
         return
     for match in _REDIRECT.finditer(command):

@@ -201,10 +201,6 @@ MIGRATIONS: list[tuple[int, str, str]] = [
 ]
 
 
-async def current_version(conn: aiosqlite.Connection) -> int:
-    return await sqlite.schema_version(conn)
-
-
 def _too_new(version: int, latest: int) -> StoreError:
     return StoreError(f"the state database is at schema version {version}, newer than this"
                       f" memoryd knows ({latest}); upgrade memoryd")
