@@ -23,22 +23,8 @@ from daemon.store.injections import Injection, record_injection
 
 log = structlog.get_logger("memoryd.api")
 
-#: Recall this many candidates before fitting the best into a context budget.
-CONTEXT_CANDIDATES = 60
-#: A prompt longer than this is recalled on its first part (a pasted log is not a query).
-PROMPT_QUERY_CHARS = 2000
+#: The most results one request may ask for.
 MAX_LIMIT = 200
-#: Correcting by query: the memory must cover this much of the query's words (gate.coverage).
-CORRECT_MIN_COVERAGE = 0.5
-#: How much of recent history the session-start block looks back on.
-RECENT_DAYS = 30
-RECENT_ITEMS = 4
-#: search_sessions: each message is masked on its first SEARCH_READ_CHARS and answered with
-#: SEARCH_ANSWER_CHARS; at most SEARCH_PAGES pages of candidates are read for one answer.
-SEARCH_READ_CHARS, SEARCH_ANSWER_CHARS, SEARCH_PAGES = 64_000, 4000, 8
-#: Refused transcript paths remembered, so each is logged once (bounded: a client may send
-#: any number of paths).
-REFUSALS_REMEMBERED = 1000
 
 
 class Runtime(Protocol):

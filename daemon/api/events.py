@@ -28,17 +28,7 @@ from typing import Any
 import structlog
 
 from daemon.api import args as arg
-from daemon.api.base import (
-    MAX_LIMIT,
-    PROMPT_QUERY_CHARS,
-    RECENT_DAYS,
-    RECENT_ITEMS,
-    REFUSALS_REMEMBERED,
-    SEARCH_ANSWER_CHARS,
-    SEARCH_PAGES,
-    SEARCH_READ_CHARS,
-    OpsBase,
-)
+from daemon.api.base import MAX_LIMIT, OpsBase
 from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError
 from daemon.ingest.discovery import admit_transcript
@@ -52,6 +42,18 @@ from daemon.store.injections import Injection, injected_memory_ids, sessions_wit
 from daemon.store.sessions import mark_ended
 
 log = structlog.get_logger("memoryd.api")
+
+#: A prompt longer than this is recalled on its first part (a pasted log is not a query).
+PROMPT_QUERY_CHARS = 2000
+#: How much of recent history the session-start block looks back on.
+RECENT_DAYS = 30
+RECENT_ITEMS = 4
+#: search_sessions: each message is masked on its first SEARCH_READ_CHARS and answered with
+#: SEARCH_ANSWER_CHARS; at most SEARCH_PAGES pages of candidates are read for one answer.
+SEARCH_READ_CHARS, SEARCH_ANSWER_CHARS, SEARCH_PAGES = 64_000, 4000, 8
+#: Refused transcript paths remembered, so each is logged once (bounded: a client may send
+#: any number of paths).
+REFUSALS_REMEMBERED = 1000
 
 
 class SessionEvents(OpsBase):

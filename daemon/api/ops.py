@@ -9,8 +9,6 @@ import structlog
 
 from daemon.api import args as arg
 from daemon.api.base import (
-    CONTEXT_CANDIDATES,
-    CORRECT_MIN_COVERAGE,
     MAX_LIMIT,
     OpsBase,
     refuse_if_held,
@@ -24,6 +22,11 @@ from daemon.store import forgotten, holds, queries
 from daemon.store.injections import Injection
 
 log = structlog.get_logger("memoryd.api")
+
+#: Recall this many candidates before fitting the best into a context budget.
+CONTEXT_CANDIDATES = 60
+#: Correcting by query: the memory must cover this much of the query's words (gate.coverage).
+CORRECT_MIN_COVERAGE = 0.5
 
 
 class MemoryOperations(OpsBase):
