@@ -351,9 +351,9 @@ class AgentSettings(BaseModel):
 
     #: Inject memory at all; false turns every hook into a no-op (nothing printed).
     inject: bool = True
-    #: The session-start block's size in characters: Claude Code cuts hook output
-    #: above 10,000 characters down to a preview.
-    start_context_chars: int = Field(default=8000, ge=500, le=100_000)
+    #: The session-start block's size in characters (about 1,500 estimated tokens):
+    #: Claude Code cuts hook output above 10,000 characters down to a preview.
+    start_context_chars: int = Field(default=6000, ge=500, le=100_000)
     #: The estimated-token budget of a block injected for one prompt.
     prompt_budget_tokens: int = Field(default=1500, ge=100, le=20_000)
     #: The least share of a prompt's content words (0..1, `memory.gate`) a memory must

@@ -9,7 +9,8 @@ from typing import Any
 
 from daemon.errors import ApiError
 from daemon.memory import MemoryType
-from daemon.names import agent_name, project_path
+from daemon.names import agent_name
+from daemon.repository import project_root
 from daemon.timephrases import WhenError, parse_when
 
 
@@ -83,8 +84,10 @@ def agent(args: Mapping[str, Any]) -> str | None:
 
 
 def project(args: Mapping[str, Any]) -> str | None:
+    """The project a request names: its repository when the path is inside one (any
+    sub-directory or worktree of it, see `repository.project_root`)."""
     value = opt_text(args, "project")
-    return project_path(value) if value is not None else None
+    return project_root(value) if value is not None else None
 
 
 def iso(moment: datetime) -> str:

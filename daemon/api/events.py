@@ -36,7 +36,8 @@ from daemon.memory import MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.recall.context import build_context
 from daemon.memory.recall.gate import coverage
-from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS, project_path
+from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
+from daemon.repository import project_root
 from daemon.store import links, queries
 from daemon.store.injections import Injection, injected_memory_ids, sessions_with_given
 from daemon.store.sessions import mark_ended
@@ -48,6 +49,14 @@ PROMPT_QUERY_CHARS = 2000
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
+#: Digests of the project's latest sessions a session-start block offers (the budget
+#: decides how many fit).
+START_DIGESTS = 8
+
+
+def _session_of(result: RecallResult) -> tuple[str | None, int | str | None]:
+    p = result.provenance
+    return (p.source, p.session_id if p.session_id is not None else p.session_external_id)
 #: search_sessions: each message is masked on its first SEARCH_READ_CHARS and answered with
 #: SEARCH_ANSWER_CHARS; at most SEARCH_PAGES pages of candidates are read for one answer.
 SEARCH_READ_CHARS, SEARCH_ANSWER_CHARS, SEARCH_PAGES = 64_000, 4000, 8
@@ -122,7 +131,7 @@ class SessionEvents(OpsBase):
         agent_session = arg.opt_text(args, "session_id")
         transcript = arg.opt_text(args, "transcript_path")
         cwd = arg.opt_text(args, "cwd")
-        project = await links.resolve(self._conn, project_path(cwd) if cwd else None)
+        project = await links.resolve(self._conn, project_root(cwd) if cwd else None)
         kind = SourceKind(agent)
         if transcript is not None and self._admitted(transcript, kind, args):
             await self._runtime.follow(transcript, kind,
@@ -190,20 +199,32 @@ class SessionEvents(OpsBase):
 
     async def _start_context(self, project: str | None,
                              agent: str) -> tuple[str | None, list[str]]:
+        """Explicit knowledge first; then the digests of the project's latest sessions,
+        newest first (the last one's open items lead, see `build_context`); raw
+        conversation and agents' own summaries only of sessions without a digest."""
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         explicit = await self._recall(
             "", scope, limit=40,
             types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
-        recent_scope = {**scope, "since": arg.iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
-        recent = []
+        digests: list[RecallResult] = []
+        recent: list[RecallResult] = []
+        digested: set[tuple[str | None, int | str | None]] = set()
         if project:
+            found = await self._recall("", scope, limit=START_DIGESTS * 4,
+                                       types=[MemoryType.SESSION_DIGEST], order="recent")
+            digests = [r for r in found if r.project == project][:START_DIGESTS]
+            digested = {_session_of(r) for r in digests}
+            recent_scope = {**scope,
+                            "since": arg.iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
             for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
                 found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
                                            order="recent")
-                recent += [r for r in found if r.project == project][:RECENT_ITEMS]
-        weighty = await self._recall("", scope, limit=10) if project else []
+                recent += [r for r in found if r.project == project
+                           and _session_of(r) not in digested][:RECENT_ITEMS]
+        weighty = [r for r in await self._recall("", scope, limit=10)
+                   if _session_of(r) not in digested] if project else []
         chosen: dict[str, RecallResult] = {}
-        for result in [*explicit, *recent, *weighty]:
+        for result in [*explicit, *digests, *recent, *weighty]:
             chosen.setdefault(result.memory_id, result)
         if not chosen:
             return None, []

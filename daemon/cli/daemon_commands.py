@@ -210,10 +210,12 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
         return
     if view == "model":
         for m in found["messages"]:
-            click.echo(render_message(StoredMessage(
+            line = render_message(StoredMessage(
                 index=m["message_index"], role=m["role"], kind=m["kind"],
                 content=m["content"], tool_name=m["tool_name"], uuid=m["uuid"],
-                timestamp=None)))
+                timestamp=None, tool_input=m.get("tool_input")), found.get("project"))
+            if line:
+                click.echo(line)
         return
     click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
                f"{found['status']}")

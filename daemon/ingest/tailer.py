@@ -26,6 +26,7 @@ from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw, may_hold_private
+from daemon.repository import project_root
 from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 from daemon.store.wal import Checkpointer
@@ -371,6 +372,10 @@ class Tailer:
                 batch.lines_skipped += 1
                 continue
             batch.messages.append(_row(message, line.data, line.offset))
+        project = batch.hints.get("project")
+        if project is not None:
+            # One project a repository: its sub-directories and worktrees included.
+            batch.hints["project"] = project_root(project)
 
     def _log_rejections(self, tracked: Tracked, batch: Batch) -> None:
         if batch.rejected and not tracked.rejected_logged:

@@ -16,15 +16,23 @@ Bash, TodoWrite), Codex (apply_patch, shell, exec_command, update_plan) and Gemi
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import orjson
-
+from daemon.lifecycle.tools import (
+    EDIT_TOOLS,
+    EXIT_STATUS,
+    SHELL_TOOLS,
+    TODO_TOOLS,
+    WRITE_TOOLS,
+    parse_json,
+    relative,
+    shell_command,
+)
 from daemon.memory.privacy.redaction import redact
+from daemon.store.sessions import StoredMessage
 
 #: A digest's rendered text aims below this many characters (the parts are clipped to fit).
 DIGEST_CHARS = 1200
@@ -51,6 +59,10 @@ class DigestMessage:
     timestamp: datetime | None = None
     is_sidechain: bool = False
     raw: bytes = b""
+
+
+#: A stored message (`store.sessions.digest_messages`) or one built by hand.
+Readable = DigestMessage | StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +154,7 @@ _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
                   "caveat: the messages below", "full transcript available at")
 
 
-def _own_words(message: DigestMessage) -> str | None:
+def _own_words(message: Readable) -> str | None:
     if message.role != "user" or message.kind != "message" or message.is_sidechain:
         return None
     text = _ESCAPED_BLOCK.sub("", _INJECTED.sub("", message.content))
@@ -174,12 +186,6 @@ def _choose_requests(requests: Sequence[str]) -> list[str]:
 
 # -- tools -----------------------------------------------------------------------------
 
-_EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path",
-               "replace": "file_path", "edit": "file_path"}
-_WRITE_TOOLS = {"Write": "file_path", "write_file": "file_path"}
-_SHELL_TOOLS = ("Bash", "shell", "exec_command", "run_shell_command", "local_shell",
-                "container.exec", "shell_command")
-_TODO_TOOLS = ("TodoWrite", "update_plan", "write_todos")
 _PATCH = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$|^\*\*\* Move to: (.+)$", re.M)
 #: Commands worth a line: tests, builds, linters and formatters, git, package managers.
 _MATTERS = re.compile(
@@ -189,41 +195,12 @@ _MATTERS = re.compile(
     r"make|cmake|ctest|ninja|mix|elixir|iex|rebar3|gradlew?|mvn|dotnet|bundle|rake|rspec|"
     r"rails|swift|xcodebuild|git|docker|docker-compose|terraform|kubectl|deno|phpunit|"
     r"composer|\./[\w./-]*test[\w.-]*)(?:\s|$)")
-_EXIT = re.compile(r"(?:exit code|exited with code|exit status)[:\s]+(-?\d+)", re.I)
 _COMMIT_RESULT = re.compile(r"^\[[^\]\n]+ [0-9a-f]{7,40}\] (.+)$", re.M)
 _COMMIT_MESSAGE = re.compile(r"""-m\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+))""")
 _HEREDOC_MESSAGE = re.compile(r"<<\s*'?(\w+)'?\s*\n(.*?)\n\s*\1", re.S)
 _REDIRECT = re.compile(r"(?:^|[;&|]\s*)(?:cat|echo|printf|tee)\b[^>\n|;&]*>{1,2}\s*([\w./@+-]+)")
 _REMOVE = re.compile(
     r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:-[a-zA-Z]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
-
-
-def _json(text: str | bytes | None) -> Any:
-    if not text:
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _relative(path: str, project: str | None) -> str:
-    if project and path.startswith(project.rstrip("/") + "/"):
-        return path[len(project.rstrip("/")) + 1:]
-    return path
-
-
-def _shell_command(args: Any) -> str | None:
-    """The command line a shell tool ran, as the person would type it."""
-    if not isinstance(args, dict):
-        return None
-    command = args.get("command", args.get("cmd"))
-    if isinstance(command, list) and all(isinstance(c, str) for c in command):
-        if len(command) >= 3 and command[1] in ("-lc", "-c") and command[0].endswith(
-                ("sh", "bash", "zsh")):
-            return str(command[2])
-        return shlex.join(command)
-    return command if isinstance(command, str) else None
 
 
 def _matters(command: str) -> bool:
@@ -249,9 +226,9 @@ class _Call:
     failed: bool | None = None
 
 
-def _calls_of(message: DigestMessage) -> list[_Call]:
+def _calls_of(message: Readable) -> list[_Call]:
     """The tool calls a message made, with their ids where the line has them."""
-    record = _json(message.raw)
+    record = parse_json(message.raw)
     if isinstance(record, dict) and isinstance(record.get("toolCalls"), list):  # Gemini
         calls = []
         for call in record["toolCalls"]:
@@ -277,7 +254,7 @@ def _calls_of(message: DigestMessage) -> list[_Call]:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     return [_Call(str(block.get("name") or "tool"), block.get("input"),
                                   block.get("id") if isinstance(block.get("id"), str) else None)]
-    return [_Call(message.tool_name or "tool", _json(message.tool_input), call_id)]
+    return [_Call(message.tool_name or "tool", parse_json(message.tool_input), call_id)]
 
 
 def _gemini_output(call: dict[str, Any]) -> str | None:
@@ -292,16 +269,17 @@ def _gemini_output(call: dict[str, Any]) -> str | None:
     return display if isinstance(display, str) else None
 
 
-def _results_of(message: DigestMessage) -> list[tuple[str | None, str, bool | None]]:
+def _results_of(message: Readable) -> list[tuple[str | None, str, bool | None]]:
     """(call id, text, failed) for each tool result a message holds."""
-    record = _json(message.raw)
+    record = parse_json(message.raw)
     if isinstance(record, dict):
         payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
         if payload is not None:  # Codex
             output = payload.get("output")
             failed = None
             text = message.content
-            decoded = _json(output) if isinstance(output, str) and output.startswith("{") else None
+            decoded = (parse_json(output)
+                       if isinstance(output, str) and output.startswith("{") else None)
             if isinstance(decoded, dict) and isinstance(decoded.get("metadata"), dict):
                 code = decoded["metadata"].get("exit_code")
                 failed = code != 0 if isinstance(code, int) else None
@@ -331,11 +309,11 @@ def _outcome(call: _Call) -> str:
     text = call.result or ""
     failed = call.failed
     if failed is None:
-        code = _EXIT.search(text)
+        code = EXIT_STATUS.search(text)
         failed = code is not None and code.group(1) != "0"
     if not failed:
         return "passed"
-    detail = _first_line(_EXIT.sub("", text) if text.lstrip().lower().startswith("exit")
+    detail = _first_line(EXIT_STATUS.sub("", text) if text.lstrip().lower().startswith("exit")
                          else text)
     return f"failed: {detail}" if detail else "failed"
 
@@ -379,13 +357,13 @@ def _changed_by_patch(patch: str, digest: Digest, project: str | None) -> None:
     for match in _PATCH.finditer(patch):
         verb, path, moved = match.group(1), match.group(2), match.group(3)
         if moved:
-            _add(digest.created, _relative(moved.strip(), project))
+            _add(digest.created, relative(moved.strip(), project))
         elif verb == "Add":
-            _add(digest.created, _relative(path.strip(), project))
+            _add(digest.created, relative(path.strip(), project))
         elif verb == "Delete":
-            _add(digest.deleted, _relative(path.strip(), project))
+            _add(digest.deleted, relative(path.strip(), project))
         else:
-            _add(digest.edited, _relative(path.strip(), project), digest.created)
+            _add(digest.edited, relative(path.strip(), project), digest.created)
 
 
 def _add(paths: list[str], path: str, *already: list[str]) -> None:
@@ -393,8 +371,8 @@ def _add(paths: list[str], path: str, *already: list[str]) -> None:
         paths.append(path)
 
 
-def _branch(message: DigestMessage) -> str | None:
-    record = _json(message.raw)
+def _branch(message: Readable) -> str | None:
+    record = parse_json(message.raw)
     if isinstance(record, dict):
         branch = record.get("gitBranch")
         if isinstance(branch, str) and branch not in ("", "HEAD") and not branch.startswith("["):
@@ -402,7 +380,7 @@ def _branch(message: DigestMessage) -> str | None:
     return None
 
 
-def build_digest(messages: Iterable[DigestMessage], *, source: str, session: str,
+def build_digest(messages: Iterable[Readable], *, source: str, session: str,
                  project: str | None, title: str | None = None,
                  branch: str | None = None) -> Digest:
     """The digest of a session's messages, in order. Secrets are masked in every part."""
@@ -451,7 +429,7 @@ def build_digest(messages: Iterable[DigestMessage], *, source: str, session: str
     todos: list[str] | None = None
     for call in ordered:
         _apply_call(call, digest, project)
-        items = _todo_items(call.args) if call.name in _TODO_TOOLS else None
+        items = _todo_items(call.args) if call.name in TODO_TOOLS else None
         if items is not None:
             todos = items
     digest.ran = digest.ran[-MAX_COMMANDS:]
@@ -472,32 +450,32 @@ def _apply_call(call: _Call, digest: Digest, project: str | None) -> None:
         if isinstance(patch, str):
             _changed_by_patch(patch, digest, project)
         return
-    if call.name in _EDIT_TOOLS and isinstance(args, dict):
-        path = args.get(_EDIT_TOOLS[call.name])
+    if call.name in EDIT_TOOLS and isinstance(args, dict):
+        path = args.get(EDIT_TOOLS[call.name])
         if isinstance(path, str):
-            _add(digest.edited, _relative(path, project), digest.created)
+            _add(digest.edited, relative(path, project), digest.created)
         return
-    if call.name in _WRITE_TOOLS and isinstance(args, dict):
-        path = args.get(_WRITE_TOOLS[call.name])
+    if call.name in WRITE_TOOLS and isinstance(args, dict):
+        path = args.get(WRITE_TOOLS[call.name])
         if isinstance(path, str):
-            relative = _relative(path, project)
+            where = relative(path, project)
             created = call.result is not None and "created" in call.result.lower()[:200]
             if created:
-                _add(digest.created, relative)
+                _add(digest.created, where)
             else:
-                _add(digest.edited, relative, digest.created)
+                _add(digest.edited, where, digest.created)
         return
-    if call.name not in _SHELL_TOOLS:
+    if call.name not in SHELL_TOOLS:
         return
-    command = _shell_command(args)
+    command = shell_command(args)
     if not command:
         return
     for match in _REDIRECT.finditer(command):
         if not match.group(1).startswith("/dev/"):
-            _add(digest.edited, _relative(match.group(1), project))
+            _add(digest.edited, relative(match.group(1), project))
     for match in _REMOVE.finditer(command):
         for path in match.group(1).split():
-            _add(digest.deleted, _relative(path, project))
+            _add(digest.deleted, relative(path, project))
     message = _commit_message(command, call.result)
     if message:
         digest.committed.append(redact(message))

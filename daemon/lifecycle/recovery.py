@@ -40,9 +40,11 @@ from tenacity import (
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import BackendError
+from daemon.lifecycle.digest import build_digest
 from daemon.lifecycle.extraction import extract_requests
 from daemon.lifecycle.segments import SegmentPlan, plan_segments
 from daemon.memory import (
+    DIGEST_KIND,
     ConversationSegment,
     MemoryBackend,
     RequestedMemory,
@@ -97,6 +99,7 @@ class SyncReport:
     messages_synced: int = 0
     summaries_saved: int = 0
     requests_saved: int = 0
+    digests_saved: int = 0
     failed_sessions: list[int] = field(default_factory=list)
 
 
@@ -176,10 +179,12 @@ class Recovery:
             await saving.abandon()
         report.sessions = len(saving.touched)
         await self._sync_summaries(session_id, report)
-        if report.segments_saved or report.summaries_saved or report.requests_saved:
+        await self._sync_digests(session_id, report)
+        if (report.segments_saved or report.summaries_saved or report.requests_saved
+                or report.digests_saved):
             log.info("synced", sessions=report.sessions, segments=report.segments_saved,
                      messages=report.messages_synced, summaries=report.summaries_saved,
-                     requested_memories=report.requests_saved)
+                     requested_memories=report.requests_saved, digests=report.digests_saved)
         return report
 
     async def _sync_session(
@@ -192,7 +197,7 @@ class Recovery:
             if not messages:
                 break
             plans = plan_segments(messages, max_chars=self.policy.max_chars,
-                                  idle_gap=self.policy.idle_gap)
+                                  idle_gap=self.policy.idle_gap, project=session.project)
             more = len(messages) == page
             # The last plan may still grow: past this page, or with messages not written yet.
             ready, tail = plans[:-1], plans[-1]
@@ -352,6 +357,36 @@ class Recovery:
                 return
             await store.mark_summary_synced(self._conn, summary.id, self._clock.now())
             report.summaries_saved += 1
+
+    async def _sync_digests(self, session_id: int | None, report: SyncReport) -> None:
+        """Each session whose saved messages moved on gets its digest built again from
+        them; a new version supersedes the last (history kept), an unchanged one is the
+        same id, stored once. Built from what memory holds (`memory_sync_index`), so a
+        digest never names a message that memory does not."""
+        for due in await store.digests_due(self._conn, session_id):
+            session = due.state
+            end = session.memory_sync_index
+            messages = await store.digest_messages(self._conn, session.id, end)
+            if messages:
+                digest = build_digest(messages, source=session.source,
+                                      session=session.external_id or str(session.id),
+                                      project=session.project, branch=due.git_branch)
+                try:
+                    result = await self._retrying(self._backend.save_session_summary,
+                                                  SessionSummary(
+                        source=session.source, session_id=session.id,
+                        session_external_id=session.external_id, project=session.project,
+                        kind=DIGEST_KIND, content=redact(digest.render()),
+                        first_index=messages[0].index, last_index=messages[-1].index,
+                        message_uuids=(), started_at=digest.started_at,
+                        ended_at=digest.ended_at,
+                        private_to=self._private_to(session.source)))
+                except BackendError as exc:
+                    log.warning("digest_sync_failed", session_id=session.id, error=str(exc))
+                    return
+                if result.created:
+                    report.digests_saved += 1
+            await store.mark_digested(self._conn, session.id, end)
 
     def _backing_off(self, session_id: int) -> bool:
         entry = self._backoff.get(session_id)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from daemon.lifecycle.tools import describe_input, failure_of
 from daemon.memory.models import Turn
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
@@ -60,43 +61,43 @@ def _clip(text: str, limit: int) -> str:
     return kept + f" […{len(text) - limit} more characters]"
 
 
-_JSON_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')
-_JSON_CHARS = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
-               "t": "\t"}
+def render_message(message: StoredMessage, project: str | None = None) -> str:
+    """One message as memory text: the words said, one compact line a tool call, a tool
+    result only when it failed (its first line); secrets masked. Empty when the message
+    gives memory nothing to read (a tool result that succeeded)."""
+    prefix, body = _render(message, project)
+    return prefix + redact(body) if prefix or body else ""
 
 
-def _unescaped(text: str) -> str:
-    """JSON string escapes in `text` decoded (a clipped input is no longer JSON, so its
-    escapes are decoded where they stand rather than by parsing)."""
-    if "\\" not in text:
-        return text
-    return _JSON_ESCAPE.sub(
-        lambda m: _JSON_CHARS.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), text)
+#: Where a tool call's own line starts inside a message's text (Claude, Codex, Gemini).
+_CALL_TAG = re.compile(r"^\[tool_(?:use|call) ", re.M)
 
 
-def render_message(message: StoredMessage) -> str:
-    """One message as a line of memory text: tool noise clipped, secrets masked."""
-    prefix, body = _render(message)
-    return prefix + redact(body)
-
-
-def _render(message: StoredMessage) -> tuple[str, str]:
-    """(prefix, body) of a message's line; only the body is masked (the prefix is the
-    role and, for a tool call, the tool's name)."""
+def _render(message: StoredMessage, project: str | None = None) -> tuple[str, str]:
+    """(prefix, body) of a message's text; only the body is masked (the prefix is the
+    role and what the line is)."""
     if message.kind in BOUNDARY_KINDS:
         return ("[conversation compacted]", "") if message.kind == "compact_boundary" else (
             "[compacted] ", _clip(message.content, MESSAGE_CHARS))
     if message.role == "tool" or message.kind == "tool_result":
-        return "tool result: ", _clip(message.content.strip(), TOOL_RESULT_CHARS)
+        failure = failure_of(message.content)
+        # A result that worked says nothing the call's line and the agent's next words
+        # do not; a file's contents or a command's output are not memory.
+        return ("tool failed: ", _clip(failure, TOOL_RESULT_CHARS)) if failure else ("", "")
     if message.kind == "thinking":
         # The agent's reasoning: useful context, but most of it is noise for recall.
         return f"{message.role} thought: ", _clip(message.content.strip(), THINKING_CHARS)
     if message.kind == "tool_call":
-        name = message.tool_name or "tool"
-        # A call's input is JSON text: masked as the strings it holds, not as their
-        # escaped form (`\nAuthorization: Basic`, `{\"api_key\": \"…\"}`).
-        return f"{message.role} used {name}: ", _clip(_unescaped(message.content.strip()),
-                                                      TOOL_CALL_CHARS)
+        found = _CALL_TAG.search(message.content)
+        said = message.content[: found.start()].strip() if found else ""
+        # A call's input is JSON text: described by the strings it holds, which are
+        # masked as themselves, not as their escaped form (`\nAuthorization: Basic`).
+        calls = "; ".join(describe_input(message.tool_name, message.tool_input,
+                                         message.content, project))
+        if said:
+            return f"{message.role}: ", (f"{_clip(said, MESSAGE_CHARS)}\n"
+                                         f"{message.role} used {_clip(calls, TOOL_CALL_CHARS)}")
+        return f"{message.role} used ", _clip(calls, TOOL_CALL_CHARS)
     text = _WHITESPACE_RUNS.sub("\n\n", message.content.strip())
     return f"{message.role}: ", _clip(text, MESSAGE_CHARS)
 
@@ -128,7 +129,8 @@ def _turn(message: StoredMessage, text: str | None, masked: str | None = None) -
 
 
 def plan_segments(
-    messages: Sequence[StoredMessage], *, max_chars: int, idle_gap: timedelta
+    messages: Sequence[StoredMessage], *, max_chars: int, idle_gap: timedelta,
+    project: str | None = None,
 ) -> list[SegmentPlan]:
     """Cut consecutive messages into segments; every segment but the last is closed."""
     plans: list[SegmentPlan] = []
@@ -149,7 +151,7 @@ def plan_segments(
             # Kept in the run, so the index range stays whole, but it gives memory nothing.
             current.append(message)
             continue
-        prefix, body = _render(message)
+        prefix, body = _render(message, project)
         masked = redact(body)
         line = prefix + masked
         text = _turn_text(message)
@@ -165,9 +167,10 @@ def plan_segments(
                     or size + len(line) + 1 > max_chars):
                 close()
         current.append(message)
-        lines.append(line)
+        if line:
+            lines.append(line)
         if turn is not None:
             turns.append(turn)
-        size += len(line) + 1
+        size += len(line) + 1 if line else 0
     close(closed=False)
     return plans

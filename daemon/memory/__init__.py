@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from daemon.memory.models import (
     DECAYING_TYPES,
     DEFAULT_IMPORTANCE,
+    DIGEST_KIND,
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DECAYING_TYPES",
     "DEFAULT_IMPORTANCE",
+    "DIGEST_KIND",
     "SCHEMA_VERSION",
     "Capability",
     "ConversationSegment",

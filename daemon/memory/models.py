@@ -24,6 +24,9 @@ class MemoryType(enum.StrEnum):
     CONVERSATION = "conversation"
     SESSION_SUMMARY = "session_summary"
     PROJECT_CONTEXT = "project_context"
+    #: What one session asked, changed, ran, committed, concluded and left open, built
+    #: from its records without a model (`lifecycle.digest`); one live version a session.
+    SESSION_DIGEST = "session_digest"
 
 
 DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
@@ -32,8 +35,14 @@ DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
     MemoryType.PROJECT_CONTEXT: 0.8,
     MemoryType.CONVERSATION: 0.5,
     MemoryType.SESSION_SUMMARY: 0.5,
+    # Above the raw conversation it condenses: the digest answers "what did we do" first.
+    MemoryType.SESSION_DIGEST: 0.7,
 }
 """Importance given when the caller passes none."""
+
+DIGEST_KIND = "digest"
+"""The `SessionSummary.kind` of a session digest: saved as a `session_digest` memory that
+supersedes the session's previous digest (history kept, one live version)."""
 
 REQUESTED_TAG = "requested"
 """The tag of a fact saved because a message asked for it ("remember that …")."""

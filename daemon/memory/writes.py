@@ -15,6 +15,7 @@ from datetime import datetime
 from daemon.errors import BackendError
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
+    DIGEST_KIND,
     REQUESTED_IMPORTANCE,
     REQUESTED_TAG,
     ConversationSegment,
@@ -94,7 +95,8 @@ def segment_memory(segment: ConversationSegment, now: datetime) -> Memory:
 
 
 def summary_memory(summary: SessionSummary, now: datetime) -> Memory:
-    return _auto(summary.id, summary.content, MemoryType.SESSION_SUMMARY, summary.importance,
+    kind = MemoryType.SESSION_DIGEST if summary.kind == DIGEST_KIND else MemoryType.SESSION_SUMMARY
+    return _auto(summary.id, summary.content, kind, summary.importance,
                  summary.project, (summary.kind,), summary.provenance, now,
                  summary.private_to)
 

@@ -198,6 +198,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ) WITHOUT ROWID;
         """,
     ),
+    (
+        8,
+        "session digests: how far each session's digest reaches, and its git branch",
+        """
+        ALTER TABLE sessions ADD COLUMN digest_index INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN git_branch TEXT;
+        CREATE INDEX sessions_digest_due ON sessions (id) WHERE memory_sync_index > digest_index;
+        """,
+    ),
 ]
 
 

@@ -204,7 +204,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         "   ELSE last_message_at END,"
         " last_ingested_at = ?,"
         " status = CASE WHEN ? > 0 THEN 'active' ELSE status END,"
-        " project = COALESCE(project, ?)"
+        " project = COALESCE(project, ?),"
+        " git_branch = COALESCE(git_branch, ?)"
         " WHERE id = ?",
         (
             count,
@@ -214,6 +215,7 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             now_text,
             len(inserts) + updated,
             batch.hints.get("project"),
+            batch.hints.get("git_branch"),
             session_id,
         ),
     )

@@ -61,6 +61,10 @@ class StoredMessage:
     is_sidechain: bool = False
     #: Its content was forgotten (a copy of a forgotten transcript): never saved to memory.
     forgotten: bool = False
+    #: A tool call's input (JSON text) and the transcript line itself, read only where
+    #: a session's digest needs them (`digest_messages`): calls' ids, exit statuses.
+    tool_input: str | None = None
+    raw: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +141,7 @@ async def messages_from(
     """Up to `limit` messages of a session from `message_index` `start` on, in order."""
     async with conn.execute(
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" {MESSAGE_FORGOTTEN} FROM session_messages m WHERE session_id = ?"
+        f" {MESSAGE_FORGOTTEN}, tool_input FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
         (session_id, start, limit),
     ) as cursor:
@@ -145,9 +149,69 @@ async def messages_from(
     return [
         StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
                       uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
-                      forgotten=bool(r[8]))
+                      forgotten=bool(r[8]), tool_input=r[9])
         for r in rows
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class DigestDue:
+    """A session whose digest is behind what was saved to memory (`memory_sync_index`)."""
+
+    state: SessionSyncState
+    digest_index: int
+    git_branch: str | None
+
+
+async def digests_due(conn: aiosqlite.Connection,
+                      session_id: int | None = None) -> list[DigestDue]:
+    """Sessions with messages saved to memory since their digest was last built."""
+    sql = (f"SELECT {_SYNC_COLUMNS}, digest_index, git_branch FROM sessions"
+           " WHERE memory_sync_index > digest_index")
+    params: tuple[object, ...] = ()
+    if session_id is not None:
+        sql += " AND id = ?"
+        params = (session_id,)
+    async with conn.execute(sql + " ORDER BY id", params) as cursor:
+        return [DigestDue(_sync_state(row), row[9], row[10])
+                for row in await cursor.fetchall()]
+
+
+def _raw_bytes(value: bytes | str | None) -> bytes:
+    # Tests and old versions wrote some lines as text into the BLOB column.
+    if value is None:
+        return b""
+    return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+
+
+async def digest_messages(conn: aiosqlite.Connection, session_id: int,
+                          end: int) -> list[StoredMessage]:
+    """A session's messages before `end`, in order, with what a digest reads: a tool
+    row's input and line, and the first lines' (where an agent writes the branch). Its
+    forgotten messages are left out."""
+    async with conn.execute(
+        "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
+        " tool_input, CASE WHEN kind IN ('tool_call', 'tool_result') OR message_index < 8"
+        " THEN raw END"
+        f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
+        f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
+        (session_id, end),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [
+        StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
+                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
+                      tool_input=r[8], raw=_raw_bytes(r[9]))
+        for r in rows
+    ]
+
+
+async def mark_digested(conn: aiosqlite.Connection, session_id: int, index: int) -> None:
+    """The session's digest now covers its messages before `index` (never moved back)."""
+    async with transaction(conn):
+        await conn.execute(
+            "UPDATE sessions SET digest_index = ? WHERE id = ? AND digest_index < ?",
+            (index, session_id, index))
 
 
 async def advance_sync_index(

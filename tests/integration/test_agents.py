@@ -545,3 +545,85 @@ def test_doctor_checks_the_local_api(daemon: Daemon) -> None:
     daemon.socket.chmod(0o666)
     done = daemon.cli("doctor")
     assert done.returncode != 0 and "is mode 666" in done.stdout
+
+
+def _tool_lines(session: str, cwd: str, root: str, when: datetime) -> str:
+    """A Claude Code session that edits a file, runs the tests (failing), keeps a todo
+    list and stops mid-work: the records as Claude Code writes them."""
+    records: list[dict[str, Any]] = []
+
+    def add(kind: str, content: Any, **extra: Any) -> None:
+        records.append({"type": kind, "uuid": f"{session}-{len(records)}", "sessionId": session,
+                        "cwd": cwd, "gitBranch": "feature",
+                        "timestamp": (when + timedelta(seconds=len(records))).isoformat()
+                        .replace("+00:00", "Z"),
+                        "message": {"role": kind, "content": content}, **extra})
+
+    body = "defmodule Shop.Cart do\n  def total(items), do: Enum.sum(items)\nend\n" * 10
+    add("user", "add a discount to the cart total")
+    add("assistant", [{"type": "tool_use", "id": "t1", "name": "Edit", "input": {
+        "file_path": f"{root}/lib/shop/cart.ex", "old_string": body, "new_string": body + "#"}}])
+    add("user", [{"type": "tool_result", "tool_use_id": "t1",
+                  "content": "The file has been updated successfully."}])
+    add("assistant", [{"type": "tool_use", "id": "t2", "name": "Bash",
+                       "input": {"command": "mix test test/cart_test.exs"}}])
+    add("user", [{"type": "tool_result", "tool_use_id": "t2", "is_error": True,
+                  "content": "Exit code 2\n1) test discount (CartTest) failed"}])
+    add("assistant", [{"type": "tool_use", "id": "t3", "name": "TodoWrite", "input": {
+        "todos": [{"content": "Add discount field", "status": "completed"},
+                  {"content": "Fix the failing discount test", "status": "in_progress"}]}}])
+    add("user", [{"type": "tool_result", "tool_use_id": "t3", "content": "Todos updated"}])
+    add("assistant", [{"type": "text", "text": "The discount is in; one test still fails."}])
+    return "".join(json.dumps(r) + "\n" for r in records)
+
+
+def test_a_session_in_another_worktree_starts_with_what_the_first_one_did(
+        daemon: Daemon) -> None:
+    """Issue 31.3 and 31.4 through the hook as Claude Code calls it: a session in git
+    worktree A edits, tests and leaves a todo open; a new session started in worktree B
+    of the same repository is given A's digest (the file, the failed test, the open
+    item), not the tool calls' JSON; a session in another repository is given nothing."""
+    git_env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+               "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    repo, tree_b = daemon.tmp / "shop", daemon.tmp / "shop-b"
+    other = daemon.tmp / "blog"
+    for directory in (repo, other):
+        directory.mkdir()
+        subprocess.run(["git", "init", "-q", "-b", "main"], cwd=directory, check=True,
+                       env=git_env)
+        (directory / "README").write_text("x\n")
+        subprocess.run(["git", "add", "."], cwd=directory, check=True, env=git_env)
+        subprocess.run(["git", "commit", "-qm", "init"], cwd=directory, check=True,
+                       env=git_env)
+    subprocess.run(["git", "worktree", "add", "-q", "-b", "feature", str(tree_b)], cwd=repo,
+                   check=True, env=git_env)
+    daemon.start()
+    folder = daemon.claude_root / "-shop"
+    folder.mkdir()
+    (folder / "a1.jsonl").write_text(_tool_lines("a1", str(repo / "lib"), str(repo),
+                                                 datetime.now(UTC) - timedelta(hours=2)))
+
+    def digested() -> bool:
+        found = daemon.api("recall", {"query": "", "types": ["session_digest"],
+                                      "all_projects": True}).json()["results"]
+        return bool(found)
+
+    wait_for(digested, timeout=30, what="session a1's digest")
+    block = context_of(daemon.hook("claude", "SessionStart", {
+        **claude_payload("SessionStart", "b1", folder / "b1.jsonl", source="startup"),
+        "cwd": str(tree_b)}))
+    assert block is not None
+    assert "session_digest" in block and "add a discount to the cart total" in block
+    assert "lib/shop/cart.ex" in block and "Fix the failing discount test" in block
+    assert "mix test test/cart_test.exs → failed: 1) test discount (CartTest) failed" in block
+    assert "branch feature" in block
+    assert "defmodule" not in block and "old_string" not in block
+    # The session has a digest: its raw conversation is not given beside it.
+    assert "conversation;" not in block
+    # The open item leads the digest, right after its heading.
+    assert block.index("Open: Fix the failing discount test") < block.index("Asked:")
+    elsewhere = context_of(daemon.hook("claude", "SessionStart", {
+        **claude_payload("SessionStart", "c1", folder / "c1.jsonl", source="startup"),
+        "cwd": str(other)}))
+    assert elsewhere is None or "discount" not in elsewhere

@@ -398,3 +398,73 @@ async def test_real_transcripts_ask_to_remember_nothing(tmp_path: Path,
         report = await recover(everything, backend, force=True)
         assert report.segments_saved > 50
         assert report.requests_saved == 0 and await facts(backend) == []
+
+
+async def _digests(backend: SQLiteMemoryBackend) -> list[dict[str, Any]]:
+    return [r async for r in backend.export() if r["type"] == MemoryType.SESSION_DIGEST.value]
+
+
+async def test_a_session_gets_one_live_digest_that_grows_with_it(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Recovery saves a digest of each session it syncs (31.1): what the person asked and
+    the files it created, with provenance. When the session grows, the new digest
+    supersedes the old one (history kept, one live version), and an unchanged session
+    adds nothing on the next pass."""
+    lines = POMODORO.read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    transcript = world.project / "pomodoro.jsonl"
+    transcript.write_bytes(b"".join(lines[:half]))
+    await ingest(world)
+    first = await recover(world, backend, force=True)
+    assert first.digests_saved == 1
+    [old] = await _digests(backend)
+    assert "Build a simple Pomodoro timer" in old["content"]
+    assert old["provenance"]["first_index"] == 0
+
+    transcript.write_bytes(b"".join(lines))
+    await ingest(world)
+    second = await recover(world, backend, force=True)
+    assert second.digests_saved == 1
+    found = await _digests(backend)
+    live = [r for r in found if r["superseded_by"] is None]
+    assert len(found) == 2 and len(live) == 1
+    [new] = live
+    assert new["supersedes"] == old["id"]
+    assert new["provenance"]["last_index"] > old["provenance"]["last_index"]
+    assert "index.html (new)" in new["content"] and "Changed:" in new["content"]
+    # A digest is recalled like any memory, by its type.
+    recalled = await backend.recall("pomodoro timer", types=[MemoryType.SESSION_DIGEST])
+    assert [r.memory_id for r in recalled] == [new["id"]]
+
+    third = await recover(world, backend, force=True)
+    assert third.digests_saved == 0 and len(await _digests(backend)) == 2
+
+
+async def test_an_older_digest_saved_late_does_not_replace_the_newer(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """An outbox may replay an older version after a newer one landed: the newer stays
+    the live one."""
+    from daemon.memory import DIGEST_KIND, SessionSummary
+
+    def version(last: int, text: str) -> SessionSummary:
+        return SessionSummary(source="claude", session_id=7, session_external_id="s7",
+                              project="/p", kind=DIGEST_KIND, content=text, first_index=0,
+                              last_index=last)
+
+    newer = await backend.save_session_summary(version(40, "claude session s7: forty"))
+    older = await backend.save_session_summary(version(10, "claude session s7: ten"))
+    assert newer.created and older.created
+    live = [r["id"] for r in await _digests(backend) if r["superseded_by"] is None]
+    assert live == [newer.id]
+
+
+async def test_a_forgotten_session_takes_its_digest_with_it(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Forgetting a session forgets its digest, every version."""
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    await recover(world, backend, force=True)
+    [digest] = await _digests(backend)
+    session = digest["provenance"]["session_external_id"]
+    assert await backend.forget_where(session_external_id=session, hard=True) > 0
+    assert await _digests(backend) == []

@@ -253,6 +253,37 @@ async def test_correct_supersedes_and_keeps_history(
         await backend.correct("f" * 32, "nothing to correct")
 
 
+async def test_a_sessions_digest_has_one_live_version(
+    backend: MemoryBackend, clock: FakeClock
+) -> None:
+    """Every backend that stores summaries keeps one live digest a session (31.1): a
+    newer version supersedes the older (history kept), an older one saved late stays
+    superseded, another session's digest is untouched, and `types` finds them."""
+    from daemon.memory import DIGEST_KIND, SessionSummary
+
+    def digest(session: int, last: int, text: str) -> SessionSummary:
+        return SessionSummary(source="claude", session_id=session,
+                              session_external_id=f"s{session}", project="/shop",
+                              kind=DIGEST_KIND, content=text, first_index=0, last_index=last)
+
+    try:
+        first = await backend.save_session_summary(digest(1, 10, "asked to add a discount"))
+    except BackendError:
+        pytest.skip(f"{backend.name} stores no summaries")
+    other = await backend.save_session_summary(digest(2, 5, "asked to fix the login page"))
+    clock.advance(60)
+    second = await backend.save_session_summary(digest(1, 20, "added a discount, tests pass"))
+    late = await backend.save_session_summary(digest(1, 15, "added a discount, tests fail"))
+    assert second.created and late.created
+    found = await backend.recall("", project="/shop", types=[MemoryType.SESSION_DIGEST])
+    assert sorted(r.memory_id for r in found) == sorted([second.id, other.id])
+    old = await backend.get(first.id)
+    assert old is not None and old.superseded_by == second.id
+    assert [m.id for m in await backend.history(second.id)][:2] == [first.id, second.id]
+    assert (await backend.get(late.id)).superseded_by == second.id  # type: ignore[union-attr]
+    assert found[0].type is MemoryType.SESSION_DIGEST
+
+
 async def test_forget_soft(backend: MemoryBackend, clock: FakeClock) -> None:
     """A soft forget tombstones: never recalled, still shown by get, audited as soft."""
     memory = await backend.remember("my old ssh key passphrase hint is octopus")

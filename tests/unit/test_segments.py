@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -51,7 +52,11 @@ def test_tool_noise_is_clipped_but_provenance_kept() -> None:
     [plan] = plan_segments(messages, max_chars=100_000, idle_gap=timedelta(hours=1))
     assert "AAAA" * 100 not in plan.text
     assert (plan.first_index, plan.last_index) == (0, 1)
-    assert render_message(messages[1]).startswith("tool result: ok")
+    # A result that worked is not memory text at all; one that failed is its first line.
+    assert render_message(messages[1]) == ""
+    failed = msg(2, role="tool", kind="tool_result",
+                 content="[tool error] Exit code 1\nmix test: 2 failures\n" + noise)
+    assert render_message(failed) == "tool failed: mix test: 2 failures"
 
 
 @given(
@@ -107,5 +112,39 @@ def test_plans_carry_the_turns_of_their_messages(
     plans = plan_segments(messages, max_chars=1500, idle_gap=timedelta(hours=1))
     for plan in plans:
         assert plan.turns == turns_of(plan.messages)
-        assert plan.text == "\n".join(render_message(m) for m in plan.messages)
+        assert plan.text == "\n".join(line for m in plan.messages if (line := render_message(m)))
         assert "sk-proj-abcdefghij" not in plan.text + "".join(t.text for t in plan.turns)
+
+
+def test_a_tool_call_is_one_compact_line_never_its_input() -> None:
+    """Edit, Bash and Read calls of Claude Code, Codex's shell and apply_patch and Gemini's
+    calls each read as one short line naming the file or the command (31.2), the path
+    relative to the project; the old string, the new string and the file body do not
+    appear."""
+    body = "defmodule Shop.Cart do\n  def total(items), do: Enum.sum(items)\nend\n" * 20
+    edit = json.dumps({"file_path": "/home/ana/shop/lib/cart.ex", "old_string": body,
+                       "new_string": body + "# changed", "replace_all": False})
+    calls = [
+        StoredMessage(0, "assistant", "tool_call", f"[tool_use Edit] {edit[:2000]}", "Edit",
+                      "u0", T0, tool_input=edit),
+        StoredMessage(1, "assistant", "tool_call", "[tool_use Edit] " + edit[:300], "Edit",
+                      "u1", T0),  # the input cut short: found in the text
+        StoredMessage(2, "assistant", "tool_call", "[tool_call shell] {...}", "shell", "u2", T0,
+                      tool_input=json.dumps({"command": ["bash", "-lc", "mix test --trace"]})),
+        StoredMessage(3, "assistant", "tool_call", "[tool_call apply_patch] ...", "apply_patch",
+                      "u3", T0, tool_input="*** Begin Patch\n*** Update File: lib/a.ex\n@@\n"
+                      "-x\n+y\n*** End Patch"),
+        StoredMessage(4, "assistant", "tool_call", "Let me look.\n[tool_call read_file] {}",
+                      "read_file", "u4", T0, tool_input=json.dumps(
+                          [{"name": "read_file", "args": {"absolute_path": "/home/ana/shop/x.md"}},
+                           {"name": "run_shell_command", "args": {"command": "npm test"}}])),
+    ]
+    lines = [render_message(m, "/home/ana/shop") for m in calls]
+    assert lines == [
+        "assistant used Edit lib/cart.ex",
+        "assistant used Edit lib/cart.ex",
+        "assistant used shell: mix test --trace",
+        "assistant used apply_patch lib/a.ex",
+        "assistant: Let me look.\nassistant used read_file x.md; run_shell_command: npm test",
+    ]
+    assert not any("defmodule" in line or "{" in line for line in lines)

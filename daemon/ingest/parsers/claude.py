@@ -106,6 +106,9 @@ class ClaudeParser:
         kind = record.get("type")
         cwd = as_str(record.get("cwd"))
         hints = {"project": cwd} if cwd else {}
+        branch = as_str(record.get("gitBranch"))
+        if branch and branch != "HEAD":
+            hints["git_branch"] = branch
         if kind == "user" or kind == "assistant":
             summary = (self._compact_summary(record)
                        if record.get("isCompactSummary") is True else None)

@@ -101,6 +101,10 @@ class CodexParser:
                 hints["external_id"] = payload["id"]
             if as_str(payload.get("cwd")):
                 hints["project"] = payload["cwd"]
+            git = payload.get("git")
+            branch = as_str(git.get("branch")) if isinstance(git, dict) else None
+            if branch and branch != "HEAD":
+                hints["git_branch"] = branch
             return RecordOutcome(hints=hints)
         if kind == "turn_context":
             cwd = as_str(payload.get("cwd"))

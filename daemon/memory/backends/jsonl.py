@@ -419,6 +419,8 @@ class JsonlMemoryBackend:
     async def _save_once(self, memory: Memory, *, tails: bool = False) -> SaveResult:
         async with self._lock:
             created = not self._forgotten(memory) and await self._add(memory)
+            if created and memory.type is MemoryType.SESSION_DIGEST:
+                await self._supersede_digests(memory)
             if created and tails:
                 p = memory.provenance
                 shorter = sorted(
@@ -436,6 +438,25 @@ class JsonlMemoryBackend:
                          "reason": "extended by a later save of the same messages"}
                         for m in shorter])
         return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_digests(self, new: Memory) -> None:
+        """One live digest a session (see the embedded backend's `_supersede_digests`)."""
+        p = new.provenance
+        live = sorted(
+            (m for m in self._memories.values()
+             if m.id != new.id and m.type is MemoryType.SESSION_DIGEST and m.is_live
+             and (m.provenance.session_id, m.provenance.session_external_id,
+                  m.provenance.source) == (p.session_id, p.session_external_id, p.source)),
+            key=lambda m: (m.provenance.last_index or -1, m.created_at))
+        at = to_utc_text(self._clock.now())
+        newer = [m for m in live if (m.provenance.last_index or -1) > (p.last_index or -1)]
+        if newer:
+            await self._write(_file_name(new.project), [
+                {"op": "supersede", "id": new.id, "by": newer[-1].id, "at": at}])
+        elif live:
+            await self._write(_file_name(new.project), [
+                {"op": "supersede", "id": m.id, "by": new.id, "at": at,
+                 "reason": "a later digest of the same session"} for m in live])
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         return await self._save_once(writes.segment_memory(segment, self._clock.now()),

@@ -73,6 +73,20 @@ def _label_field(text: str) -> str:
     return escape(text).replace("[", "(").replace("]", ")")
 
 
+#: A digest's parts that say what is still to do (`lifecycle.digest.Digest.render`).
+_OPEN_PARTS = ("Open: ", "Left unanswered: ")
+
+
+def digest_text(content: str, *, open_first: bool = False) -> str:
+    """A digest's parts on one line, ` | ` between them; with `open_first` (the latest
+    session's), what it left open comes right after its heading, where a reader starts."""
+    parts = [p for p in content.splitlines() if p.strip()]
+    if open_first and parts:
+        still = [p for p in parts[1:] if p.startswith(_OPEN_PARTS)]
+        parts = [parts[0], *still, *(p for p in parts[1:] if p not in still)]
+    return " | ".join(parts)
+
+
 def estimate_tokens(text: str) -> int:
     return max(math.ceil(len(text) / 4), len(_WORDS.findall(text)))
 
@@ -153,6 +167,7 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
     kept: list[ContextItem] = []
     seen: list[set[tuple[str, ...]]] = []
     duplicates = over_budget = 0
+    first_digest = True
     for result in [*explicit, *others]:
         shingles = _shingles(result.content)
         if any(_similar(shingles, other) for other in seen):
@@ -163,7 +178,10 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
         if room < 20:
             over_budget += 1
             continue
-        body = _clip_to(escape(result.excerpt or result.content), room)
+        text = result.excerpt or result.content
+        if result.type is MemoryType.SESSION_DIGEST and result.excerpt is None:
+            text, first_digest = digest_text(text, open_first=first_digest), False
+        body = _clip_to(escape(text), room)
         line = label + body
         cost = estimate_tokens(line) + 1
         if used + cost > budget:

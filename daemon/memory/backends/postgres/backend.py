@@ -178,6 +178,19 @@ def _utc(value: datetime | None) -> datetime | None:
     return value
 
 
+#: A session's live digests other than `%(id)s`, the one covering the most messages last.
+_LIVE_DIGESTS = """
+    SELECT id, last_index FROM memories
+    WHERE owner_user = %(user)s AND origin = %(origin)s AND type = 'session_digest'
+      AND id <> %(id)s AND superseded_by IS NULL AND deleted_at IS NULL
+      AND session_id IS NOT DISTINCT FROM %(session_id)s
+      AND session_external_id IS NOT DISTINCT FROM %(external)s
+      AND source IS NOT DISTINCT FROM %(source)s
+    ORDER BY COALESCE(last_index, -1), seq
+    FOR UPDATE
+"""
+
+
 class PostgresMemoryBackend:
     """Memory in PostgreSQL: `await PostgresMemoryBackend.open(dsn, owner=o, clock=c)`."""
 
@@ -872,9 +885,35 @@ class PostgresMemoryBackend:
         async with self._write() as conn:
             created = (not await self._forgotten(conn, memory)
                        and await self._insert_once(conn, memory))
+            if created and memory.type is MemoryType.SESSION_DIGEST:
+                await self._supersede_digests(conn, memory)
         log.debug("memory_saved", backend=BACKEND_NAME, memory_id=memory.id,
                   type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_digests(self, conn: psycopg.AsyncConnection[Any], new: Memory) -> None:
+        """One live digest a session (see the embedded backend's `_supersede_digests`)."""
+        p = new.provenance
+        now = self._clock.now()
+        live = await self._rows(conn, _LIVE_DIGESTS, {
+            "user": self._owner.user, "origin": self._owner.origin, "id": new.id,
+            "session_id": p.session_id, "external": p.session_external_id,
+            "source": p.source})
+        newer = [r for r in live if (r["last_index"] or -1) > (p.last_index or -1)]
+        if newer:
+            await conn.execute(
+                "UPDATE memories SET superseded_by = %s, updated_at = %s"
+                " WHERE owner_user = %s AND id = %s",
+                (newer[-1]["id"], now, self._owner.user, new.id))
+            return
+        older = [r["id"] for r in live]
+        if not older:
+            return
+        await conn.execute(
+            "UPDATE memories SET superseded_by = %s, updated_at = %s"
+            " WHERE owner_user = %s AND id = ANY(%s)", (new.id, now, self._owner.user, older))
+        await conn.execute("UPDATE memories SET supersedes = %s WHERE owner_user = %s AND id = %s",
+                           (older[-1], self._owner.user, new.id))
 
     async def get(self, memory_id: str) -> Memory | None:
         rows = await self._read("SELECT * FROM memories WHERE owner_user = %s AND id = %s",

@@ -163,6 +163,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             ON memories (owner_user, origin, session_id, first_index);
         """,
     ),
+    (
+        5,
+        "session digests: a memory type of their own",
+        """
+        ALTER TABLE memories DROP CONSTRAINT memories_type_check;
+        ALTER TABLE memories ADD CONSTRAINT memories_type_check CHECK (type IN
+            ('fact', 'correction', 'conversation', 'session_summary', 'project_context',
+             'session_digest'));
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

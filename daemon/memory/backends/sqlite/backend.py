@@ -155,6 +155,16 @@ _INSERT_CHUNKS = (
     " LEFT JOIN memory_projects mp ON mp.project = m.project")
 
 
+#: A session's live digests other than `:id`, the one covering the most messages last.
+_LIVE_DIGESTS = """
+    SELECT id, last_index FROM memories
+    WHERE type = 'session_digest' AND id != :id AND superseded_by IS NULL
+      AND deleted_at IS NULL AND session_id IS :session_id
+      AND session_external_id IS :external AND source IS :source
+    ORDER BY COALESCE(last_index, -1), seq
+"""
+
+
 def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
     content = memory.content
     spans: list[ChunkSpan] = []
@@ -818,8 +828,36 @@ class SQLiteMemoryBackend:
         async with self._write() as conn:
             created = (not await self._forgotten(conn, memory)
                        and await self._insert_once(conn, memory))
+            if created and memory.type is MemoryType.SESSION_DIGEST:
+                await self._supersede_digests(conn, memory)
         log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_digests(self, conn: aiosqlite.Connection, new: Memory) -> None:
+        """One live digest a session: `new` supersedes the session's digests that cover no
+        more messages than it does; a later one (an older version replayed from the outbox
+        after a newer one landed) supersedes `new` instead."""
+        p = new.provenance
+        now = to_utc_text(self._clock.now())
+        live = await self._fetch_all(conn, _LIVE_DIGESTS, {
+            "id": new.id, "session_id": p.session_id, "external": p.session_external_id,
+            "source": p.source})
+        newer = [r for r in live if (r["last_index"] or -1) > (p.last_index or -1)]
+        if newer:
+            await conn.execute(
+                "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
+                (newer[-1]["id"], now, new.id))
+            return
+        older = [r["id"] for r in live]
+        if not older:
+            return
+        marks = ",".join("?" * len(older))
+        await conn.execute(
+            f"UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id IN ({marks})",
+            (new.id, now, *older))
+        await conn.execute("UPDATE memories SET supersedes = ? WHERE id = ?",
+                           (older[-1], new.id))
+        log.debug("memory_digest_superseded", memory_id=new.id, superseded=older)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         """Store the segment once; in the same transaction, supersede any live segment of
