@@ -93,3 +93,20 @@ def _root_of(clean: str) -> str:
             break
         current = parent
     return clean
+
+
+def working_tree(directory: str) -> str | None:
+    """The top of the working tree `directory` lies in (the main tree or a linked
+    worktree: where its `.git` is), or None outside a repository."""
+    current = project_path(directory)
+    for _ in range(MAX_DEPTH):
+        try:
+            os.stat(os.path.join(current, ".git"))
+        except OSError:
+            parent = os.path.dirname(current)
+            if parent == current:
+                return None
+            current = parent
+            continue
+        return current
+    return None

@@ -52,6 +52,8 @@ RECENT_ITEMS = 4
 #: Digests of the project's latest sessions a session-start block offers (the budget
 #: decides how many fit).
 START_DIGESTS = 8
+#: Memories given earlier in an agent session looked at to find the digests among them.
+MAX_GIVEN_LOOKUPS = 200
 
 
 def _session_of(result: RecallResult) -> tuple[str | None, int | str | None]:
@@ -244,7 +246,11 @@ class SessionEvents(OpsBase):
         results = await self._recall(query, scope, limit=20)
         floor = self.settings.agents.prompt_min_relevance
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
+        digested = await self._digested_sessions(given, results)
+        # A session whose digest this agent session was given: its raw conversation
+        # would tell the same again.
         fresh = [r for r in results if r.memory_id not in given
+                 and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested)
                  and coverage(query, r.excerpt or r.content) >= floor]
         if not fresh:
             return None, []
@@ -252,6 +258,25 @@ class SessionEvents(OpsBase):
         if not block.items:
             return None, []
         return block.text, [item.result.memory_id for item in block.items]
+
+
+    async def _digested_sessions(
+            self, given: set[str], results: list[RecallResult],
+    ) -> set[tuple[str | None, int | str | None]]:
+        """The sessions among `results`' whose digest is among the memories `given`."""
+        if not given:
+            return set()
+        sessions = {_session_of(r) for r in results if r.type is MemoryType.CONVERSATION}
+        if not sessions:
+            return set()
+        found = set()
+        for memory_id in sorted(given)[:MAX_GIVEN_LOOKUPS]:
+            memory = await self._backend.get(memory_id)
+            if memory is not None and memory.type is MemoryType.SESSION_DIGEST:
+                p = memory.provenance
+                found.add((p.source, p.session_id if p.session_id is not None
+                           else p.session_external_id))
+        return found & sessions
 
 
 def _plausible_root(path: str, kind: SourceKind) -> bool:

@@ -26,7 +26,7 @@ from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw, may_hold_private
-from daemon.repository import project_root
+from daemon.repository import project_root, working_tree
 from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 from daemon.store.wal import Checkpointer
@@ -374,8 +374,12 @@ class Tailer:
             batch.messages.append(_row(message, line.data, line.offset))
         project = batch.hints.get("project")
         if project is not None:
-            # One project a repository: its sub-directories and worktrees included.
+            # One project a repository: its sub-directories and worktrees included; the
+            # worktree itself is kept, so paths read relative to where the agent ran.
             batch.hints["project"] = project_root(project)
+            tree = working_tree(project)
+            if tree is not None:
+                batch.hints["worktree"] = tree
 
     def _log_rejections(self, tracked: Tracked, batch: Batch) -> None:
         if batch.rejected and not tracked.rejected_logged:

@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from daemon.lifecycle.markup import without_injected
 from daemon.lifecycle.tools import (
     EDIT_TOOLS,
     EXIT_STATUS,
     SHELL_TOOLS,
     TODO_TOOLS,
     WRITE_TOOLS,
+    Roots,
     parse_json,
     relative,
     shell_command,
@@ -142,12 +144,6 @@ class Digest:
 
 # -- the person's words ----------------------------------------------------------------
 
-#: Text an agent or a hook put into a user's message: never the person's own words.
-_INJECTED = re.compile(
-    r"<(memory_context|hook_context|system-reminder|command-[a-z]+|local-command-stdout|"
-    r"local-command-stderr|user-prompt-submit-hook|task-notification|bash-input|bash-stdout|"
-    r"bash-stderr)\b[^>]*>.*?</\1>",
-    re.DOTALL | re.IGNORECASE)
 #: Escaped blocks of memoryd's own (Gemini records hook output escaped in the prompt).
 _ESCAPED_BLOCK = re.compile(r"&lt;memory_context&gt;.*?&lt;/memory_context&gt;", re.DOTALL)
 _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
@@ -157,7 +153,7 @@ _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
 def _own_words(message: Readable) -> str | None:
     if message.role != "user" or message.kind != "message" or message.is_sidechain:
         return None
-    text = _ESCAPED_BLOCK.sub("", _INJECTED.sub("", message.content))
+    text = _ESCAPED_BLOCK.sub("", without_injected(message.content))
     text = " ".join(text.split())
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None
@@ -353,7 +349,7 @@ def _todo_items(args: Any) -> list[str] | None:
     return left
 
 
-def _changed_by_patch(patch: str, digest: Digest, project: str | None) -> None:
+def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
     for match in _PATCH.finditer(patch):
         verb, path, moved = match.group(1), match.group(2), match.group(3)
         if moved:
@@ -381,7 +377,7 @@ def _branch(message: Readable) -> str | None:
 
 
 def build_digest(messages: Iterable[Readable], *, source: str, session: str,
-                 project: str | None, title: str | None = None,
+                 project: str | None, title: str | None = None, worktree: str | None = None,
                  branch: str | None = None) -> Digest:
     """The digest of a session's messages, in order. Secrets are masked in every part."""
     digest = Digest(source=source, session=session, project=project, branch=branch,
@@ -428,7 +424,7 @@ def build_digest(messages: Iterable[Readable], *, source: str, session: str,
     digest.asked = [redact(r) for r in _choose_requests(requests)]
     todos: list[str] | None = None
     for call in ordered:
-        _apply_call(call, digest, project)
+        _apply_call(call, digest, (worktree, project))
         items = _todo_items(call.args) if call.name in TODO_TOOLS else None
         if items is not None:
             todos = items
@@ -442,7 +438,7 @@ def build_digest(messages: Iterable[Readable], *, source: str, session: str,
     return digest
 
 
-def _apply_call(call: _Call, digest: Digest, project: str | None) -> None:
+def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     args = call.args
     if call.name == "apply_patch":
         patch = args if isinstance(args, str) else (

@@ -197,7 +197,8 @@ class Recovery:
             if not messages:
                 break
             plans = plan_segments(messages, max_chars=self.policy.max_chars,
-                                  idle_gap=self.policy.idle_gap, project=session.project)
+                                  idle_gap=self.policy.idle_gap,
+                                  project=(session.worktree, session.project))
             more = len(messages) == page
             # The last plan may still grow: past this page, or with messages not written yet.
             ready, tail = plans[:-1], plans[-1]
@@ -370,7 +371,8 @@ class Recovery:
             if messages:
                 digest = build_digest(messages, source=session.source,
                                       session=session.external_id or str(session.id),
-                                      project=session.project, branch=due.git_branch)
+                                      project=session.project, branch=due.git_branch,
+                                      worktree=session.worktree)
                 try:
                     result = await self._retrying(self._backend.save_session_summary,
                                                   SessionSummary(

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from daemon.lifecycle.tools import describe_input, failure_of
+from daemon.lifecycle.markup import without_injected
+from daemon.lifecycle.tools import Roots, describe_input, failure_of
 from daemon.memory.models import Turn
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
@@ -61,7 +62,7 @@ def _clip(text: str, limit: int) -> str:
     return kept + f" […{len(text) - limit} more characters]"
 
 
-def render_message(message: StoredMessage, project: str | None = None) -> str:
+def render_message(message: StoredMessage, project: Roots = None) -> str:
     """One message as memory text: the words said, one compact line a tool call, a tool
     result only when it failed (its first line); secrets masked. Empty when the message
     gives memory nothing to read (a tool result that succeeded)."""
@@ -73,7 +74,7 @@ def render_message(message: StoredMessage, project: str | None = None) -> str:
 _CALL_TAG = re.compile(r"^\[tool_(?:use|call) ", re.M)
 
 
-def _render(message: StoredMessage, project: str | None = None) -> tuple[str, str]:
+def _render(message: StoredMessage, project: Roots = None) -> tuple[str, str]:
     """(prefix, body) of a message's text; only the body is masked (the prefix is the
     role and what the line is)."""
     if message.kind in BOUNDARY_KINDS:
@@ -102,10 +103,6 @@ def _render(message: StoredMessage, project: str | None = None) -> tuple[str, st
     return f"{message.role}: ", _clip(text, MESSAGE_CHARS)
 
 
-#: Text that an agent or a hook put into a user's message, never the user's own words.
-_INJECTED = re.compile(
-    r"<(memory_context|system-reminder|command-[a-z]+|local-command-stdout)\b[^>]*>.*?</\1>",
-    re.DOTALL | re.IGNORECASE)
 _SPEAKERS = {"user": "user", "assistant": "assistant", "model": "assistant"}
 
 
@@ -118,7 +115,7 @@ def turns_of(messages: Sequence[StoredMessage]) -> tuple[Turn, ...]:
 def _turn_text(message: StoredMessage) -> str | None:
     if _SPEAKERS.get(message.role) is None or message.kind != "message" or message.is_sidechain:
         return None
-    return _INJECTED.sub("", message.content).strip() or None
+    return without_injected(message.content).strip() or None
 
 
 def _turn(message: StoredMessage, text: str | None, masked: str | None = None) -> Turn | None:
@@ -128,9 +125,15 @@ def _turn(message: StoredMessage, text: str | None, masked: str | None = None) -
                 redact(text) if masked is None else masked, message.timestamp)
 
 
+def quiet_line(messages: Sequence[StoredMessage]) -> str:
+    """The text of a segment whose messages give no line: tool results that worked."""
+    count = sum(not m.forgotten for m in messages)
+    return f"tool results: {count} succeeded"
+
+
 def plan_segments(
     messages: Sequence[StoredMessage], *, max_chars: int, idle_gap: timedelta,
-    project: str | None = None,
+    project: Roots = None,
 ) -> list[SegmentPlan]:
     """Cut consecutive messages into segments; every segment but the last is closed."""
     plans: list[SegmentPlan] = []
@@ -141,6 +144,10 @@ def plan_segments(
 
     def close(closed: bool = True) -> None:
         nonlocal current, lines, turns, size
+        if current and not lines and not all(m.forgotten for m in current):
+            # Every message lies in one segment, even a run of tool results that worked
+            # (which give no line of their own): the segment says what they were.
+            lines = [quiet_line(current)]
         if current:
             plans.append(SegmentPlan(tuple(current), "\n".join(lines), closed=closed,
                                      turns=tuple(turns)))
@@ -163,8 +170,8 @@ def plan_segments(
                 message.timestamp - previous.timestamp
                 if message.timestamp and previous.timestamp else timedelta(0)
             )
-            if (message.kind in BOUNDARY_KINDS or gap > idle_gap
-                    or size + len(line) + 1 > max_chars):
+            if message.kind in BOUNDARY_KINDS or (lines and (
+                    gap > idle_gap or size + len(line) + 1 > max_chars)):
                 close()
         current.append(message)
         if line:

@@ -60,9 +60,15 @@ def parse_json(text: str | bytes | None) -> Any:
         return None
 
 
-def relative(path: str, project: str | None) -> str:
-    if project and path.startswith(project.rstrip("/") + "/"):
-        return path[len(project.rstrip("/")) + 1:]
+#: The directories a session's paths are shown relative to: its own working tree (a
+#: worktree, when it ran in one) and its project's root, first match wins.
+Roots = str | tuple[str | None, ...] | None
+
+
+def relative(path: str, roots: Roots) -> str:
+    for root in (roots,) if not isinstance(roots, tuple) else roots:
+        if root and path.startswith(root.rstrip("/") + "/"):
+            return path[len(root.rstrip("/")) + 1:]
     return path
 
 
@@ -84,7 +90,7 @@ def _one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def describe_call(name: str, args: Any, project: str | None = None) -> str:
+def describe_call(name: str, args: Any, project: Roots = None) -> str:
     """One short line for a call: `Edit lib/x.ex`, `Bash: mix test`, `TodoWrite: 3 items`;
     never the input's JSON or a file's contents."""
     if name == "apply_patch" or (isinstance(args, str) and "*** Begin Patch" in args):
@@ -110,7 +116,7 @@ def describe_call(name: str, args: Any, project: str | None = None) -> str:
 
 
 def describe_input(name: str | None, tool_input: str | None, content: str,
-                   project: str | None = None) -> list[str]:
+                   project: Roots = None) -> list[str]:
     """The lines of one stored tool call message: from its input (JSON text: a Claude or
     Codex call's arguments, or Gemini's list of calls), or, when that is missing or cut
     short, from the string fields left in its text."""

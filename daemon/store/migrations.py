@@ -200,10 +200,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
     ),
     (
         8,
-        "session digests: how far each session's digest reaches, and its git branch",
+        "session digests: how far each session's digest reaches, its git branch and worktree",
         """
         ALTER TABLE sessions ADD COLUMN digest_index INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE sessions ADD COLUMN git_branch TEXT;
+        ALTER TABLE sessions ADD COLUMN worktree TEXT;
         CREATE INDEX sessions_digest_due ON sessions (id) WHERE memory_sync_index > digest_index;
         """,
     ),

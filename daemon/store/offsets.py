@@ -205,7 +205,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         " last_ingested_at = ?,"
         " status = CASE WHEN ? > 0 THEN 'active' ELSE status END,"
         " project = COALESCE(project, ?),"
-        " git_branch = COALESCE(git_branch, ?)"
+        " git_branch = COALESCE(git_branch, ?),"
+        " worktree = COALESCE(worktree, ?)"
         " WHERE id = ?",
         (
             count,
@@ -216,6 +217,7 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             len(inserts) + updated,
             batch.hints.get("project"),
             batch.hints.get("git_branch"),
+            batch.hints.get("worktree"),
             session_id,
         ),
     )

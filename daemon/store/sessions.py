@@ -41,6 +41,8 @@ class SessionSyncState:
     memory_sync_index: int
     last_message_at: datetime | None
     last_ingested_at: datetime | None
+    #: The working tree the agent ran in (a linked worktree, or the project itself).
+    worktree: str | None = None
 
     @property
     def last_activity(self) -> datetime | None:
@@ -83,14 +85,14 @@ class StoredSummary:
 # A session of a renamed folder's old path saves under the new one (`project_links`).
 _SYNC_COLUMNS = ("id, source, external_id, COALESCE((SELECT new_path FROM project_links"
                  " WHERE old_path = sessions.project), project), status, message_count,"
-                 " memory_sync_index, last_message_at, last_ingested_at")
+                 " memory_sync_index, last_message_at, last_ingested_at, worktree")
 
 
 def _sync_state(row: aiosqlite.Row) -> SessionSyncState:
     return SessionSyncState(
         id=row[0], source=row[1], external_id=row[2], project=row[3], status=row[4],
         message_count=row[5], memory_sync_index=row[6], last_message_at=parse_utc(row[7]),
-        last_ingested_at=parse_utc(row[8]),
+        last_ingested_at=parse_utc(row[8]), worktree=row[9],
     )
 
 
@@ -173,7 +175,7 @@ async def digests_due(conn: aiosqlite.Connection,
         sql += " AND id = ?"
         params = (session_id,)
     async with conn.execute(sql + " ORDER BY id", params) as cursor:
-        return [DigestDue(_sync_state(row), row[9], row[10])
+        return [DigestDue(_sync_state(row), row[10], row[11])
                 for row in await cursor.fetchall()]
 
 

@@ -194,3 +194,21 @@ def test_gemini_tool_calls_live_inside_its_messages() -> None:
     assert digest.edited == ["README.md"] or digest.created == ["README.md"]
     assert [(c.command, c.outcome) for c in digest.ran] == [
         ("npm run lint", "failed: src/a.ts: 3 problems")]
+
+
+def test_a_worktree_sessions_paths_read_relative_to_it_and_ide_context_is_not_asked() -> None:
+    """A session run in a linked worktree names files relative to that worktree (31.4),
+    and what an IDE put into the person's message is not what they asked."""
+    tree = "/home/ana/shop-feature"
+    edit = {"file_path": f"{tree}/lib/cart.ex", "old_string": "a", "new_string": "b"}
+    messages = [
+        DigestMessage(0, "user", "message",
+                      "<ide_opened_file>The user opened the file /x/y.md in the IDE."
+                      "</ide_opened_file>fix the cart total"),
+        DigestMessage(1, "assistant", "tool_call", "[tool_use Edit] {}", "Edit",
+                      json.dumps(edit)),
+    ]
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT,
+                          worktree=tree)
+    assert digest.asked == ["fix the cart total"]
+    assert digest.edited == ["lib/cart.ex"]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.lifecycle.segments import plan_segments, render_message
+from daemon.lifecycle.segments import plan_segments, quiet_line, render_message
 from daemon.store.sessions import StoredMessage
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -112,7 +112,8 @@ def test_plans_carry_the_turns_of_their_messages(
     plans = plan_segments(messages, max_chars=1500, idle_gap=timedelta(hours=1))
     for plan in plans:
         assert plan.turns == turns_of(plan.messages)
-        assert plan.text == "\n".join(line for m in plan.messages if (line := render_message(m)))
+        lines = [line for m in plan.messages if (line := render_message(m))]
+        assert plan.text == ("\n".join(lines) if lines else quiet_line(plan.messages))
         assert "sk-proj-abcdefghij" not in plan.text + "".join(t.text for t in plan.turns)
 
 
@@ -148,3 +149,15 @@ def test_a_tool_call_is_one_compact_line_never_its_input() -> None:
         "assistant: Let me look.\nassistant used read_file x.md; run_shell_command: npm test",
     ]
     assert not any("defmodule" in line or "{" in line for line in lines)
+
+
+def test_tool_results_that_worked_still_lie_in_a_segment() -> None:
+    """They give no line of their own, yet every message lies in one segment: after an
+    idle gap they join the next segment, and a tail of nothing else says what it holds."""
+    ok = [msg(i, role="tool", kind="tool_result", content="ok", minutes=i) for i in range(3)]
+    later = msg(3, content="next task", minutes=300)
+    plans = plan_segments([*ok, later], max_chars=10_000, idle_gap=timedelta(minutes=30))
+    assert [(p.first_index, p.last_index) for p in plans] == [(0, 3)]
+    assert plans[0].text == "user: next task"
+    [tail] = plan_segments(ok, max_chars=10_000, idle_gap=timedelta(minutes=30))
+    assert (tail.first_index, tail.last_index, tail.text) == (0, 2, "tool results: 3 succeeded")
