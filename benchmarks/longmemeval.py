@@ -74,7 +74,7 @@ def write_transcripts(data: list[dict[str, Any]], root: Path) -> None:
             (folder / f"{external}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-async def build(data: list[dict[str, Any]], work: Path) -> Path:
+async def build(data: list[dict[str, Any]], work: Path, keyword_only: bool = False) -> Path:
     """Transcripts stored and saved by the daemon's own entry points; the default config."""
     from daemon.clock import SystemClock
     from daemon.config import load_settings
@@ -83,7 +83,9 @@ async def build(data: list[dict[str, Any]], work: Path) -> Path:
 
     isolate_this_process(work / "xdg")
     root = work / "claude"
-    config = write_config(work / "default.yaml", work / "state", root)
+    extra: dict[str, Any] = (
+        {"memory": {"embeddings": {"fetch_model": False}}} if keyword_only else {})
+    config = write_config(work / "default.yaml", work / "state", root, **extra)
     if (work / "state" / "memory.db").exists():
         return config
     write_transcripts(data, root)
@@ -164,12 +166,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keyword-only", action="store_true",
+                        help="no embedding model: keyword recall (minutes, not half an hour)")
     args = parser.parse_args(argv)
     data = load(args.data)
     with tempfile.TemporaryDirectory(prefix="memoryd-lme-") as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        config = asyncio.run(build(data, work))
+        config = asyncio.run(build(data, work, args.keyword_only))
         print(f"machine: {machine()}")
         print(report(evaluate(config, data)))
 

@@ -42,6 +42,8 @@ from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.rate import Throughput
 from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
+from daemon.lifecycle.repositories import relabel_by_repository
+from daemon.lifecycle.rerender import rerender_step
 from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import hold_lock
@@ -120,6 +122,7 @@ class Service:
         self._reload = reload
         self._ingester: Ingester | None = None
         self._scheduler_: LifecycleScheduler | None = None
+        self._relabelled = self._upgraded = False
         self._recovery: Recovery | None = None
         self._backend: MemoryBackend | None = None
         self._open_lock = asyncio.Lock()
@@ -268,6 +271,16 @@ class Service:
 
     # -- the local API (`daemon.api`) -------------------------------------------------
 
+    async def _upgrade_step(self, conn: aiosqlite.Connection) -> None:
+        """What is already stored, brought up to how memory is written now: projects named
+        by their repository (once), then old segments' text, a step each pass."""
+        if self._upgraded or self._backend is None:
+            return
+        if not self._relabelled:
+            await relabel_by_repository(conn, self._backend, self.clock)
+            self._relabelled = True
+        self._upgraded = (await rerender_step(conn, self._backend, self.clock)).done
+
     def _client_asked(self) -> None:
         self._client_asked_at = self.clock.monotonic()
 
@@ -376,6 +389,7 @@ class Service:
             if recovery is not None:
                 async with self._sync_lock:
                     await recovery.run()
+                    await self._upgrade_step(conn)
 
         async def embed() -> None:
             # Vectors are computed here, off the ingest and save paths; a slow or

@@ -9,6 +9,8 @@ Once a day (`retention.schedule`) and on request (`memoryd retention`):
   counted from when the conversation happened, not from when memoryd saved it.
   Explicit facts and corrections never expire, and neither does a memory that is
   part of a correction chain: a person's correction is kept whole.
+- session digests are kept: when a session's conversation memories expire, its digest
+  is what memory still knows of it (what it asked, changed, ran, concluded, left open).
 - the raw archive's message text older than `retention.raw_messages` (default
   never) is cleared once memory holds those messages (`store.raw`).
 - automatic memories (conversation segments, summaries) that say the same thing

@@ -181,3 +181,10 @@ def plan_segments(
         size += len(line) + 1 if line else 0
     close(closed=False)
     return plans
+
+
+def render_range(messages: Sequence[StoredMessage], project: Roots = None) -> str:
+    """The text recovery gives a segment of exactly `messages` (as `plan_segments` renders
+    it, without its size and idle cuts): what an older memory of them now reads as."""
+    plans = plan_segments(messages, max_chars=2**62, idle_gap=timedelta.max, project=project)
+    return "\n".join(plan.text for plan in plans if plan.text)

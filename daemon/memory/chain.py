@@ -67,6 +67,7 @@ from daemon.memory.privacy.masking import (
 from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
 from daemon.memory.protocol import (
     Capability,
+    ContentRewrite,
     MemoryBackend,
     MemoryBrowse,
     ProjectRelabel,
@@ -319,6 +320,20 @@ class ChainBackend:
             moved = max(moved, done.moved)
             unmoved += done.unmoved
         return Relabelled(moved, tuple(unmoved))
+
+    async def rewrite_content(self, memory_id: str, content: str) -> bool:
+        """The text rewritten in every layer that can and is up (the others keep the old
+        text, which says the same less cleanly); True if any layer rewrote it."""
+        content = mask_extra(content, self._masks)
+        done = False
+        for layer in self.layers:
+            try:
+                backend = await layer.get()
+            except BackendUnavailable:
+                continue
+            if isinstance(backend, ContentRewrite):
+                done = await backend.rewrite_content(memory_id, content) or done
+        return done
 
     async def session_memories(self, session_id: int) -> list[Memory]:
         found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).session_memories(

@@ -35,8 +35,9 @@ DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
     MemoryType.PROJECT_CONTEXT: 0.8,
     MemoryType.CONVERSATION: 0.5,
     MemoryType.SESSION_SUMMARY: 0.5,
-    # Above the raw conversation it condenses: the digest answers "what did we do" first.
-    MemoryType.SESSION_DIGEST: 0.7,
+    # As the conversation it condenses: both are the session's record, weighed alike, so
+    # a digest outranks a segment only by matching the question better.
+    MemoryType.SESSION_DIGEST: 0.5,
 }
 """Importance given when the caller passes none."""
 
@@ -50,7 +51,7 @@ REQUESTED_IMPORTANCE = 0.8
 """Such a fact's importance: below a fact stored on purpose, since it was read out of prose."""
 
 DECAYING_TYPES: frozenset[MemoryType] = frozenset(
-    {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY}
+    {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY, MemoryType.SESSION_DIGEST}
 )
 """Auto-saved types whose weight fades with age unless they are recalled."""
 

@@ -140,6 +140,18 @@ class Relabelled:
 
 
 @runtime_checkable
+class ContentRewrite(Protocol):
+    """A backend that can replace the text of a memory memoryd wrote itself (a conversation
+    segment rendered again from the same messages, `lifecycle.rerender`)."""
+
+    async def rewrite_content(self, memory_id: str, content: str) -> bool:
+        """Replace live memory `memory_id`'s text in one transaction, its chunks (and so
+        its vectors) made again; False when it is not there, not live, or already says
+        `content`. Its id, provenance and history stay."""
+        ...
+
+
+@runtime_checkable
 class ProjectRelabel(Protocol):
     """A backend that can move a project's memories to a new path (a renamed folder)."""
 

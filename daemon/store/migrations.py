@@ -206,6 +206,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE sessions ADD COLUMN git_branch TEXT;
         ALTER TABLE sessions ADD COLUMN worktree TEXT;
         CREATE INDEX sessions_digest_due ON sessions (id) WHERE memory_sync_index > digest_index;
+        CREATE TABLE upgrades (
+            name TEXT PRIMARY KEY,
+            position INTEGER NOT NULL DEFAULT 0,
+            changed INTEGER NOT NULL DEFAULT 0,
+            started_at TEXT,
+            done_at TEXT
+        );
         """,
     ),
 ]

@@ -468,3 +468,105 @@ async def test_a_forgotten_session_takes_its_digest_with_it(
     session = digest["provenance"]["session_external_id"]
     assert await backend.forget_where(session_external_id=session, hard=True) > 0
     assert await _digests(backend) == []
+
+
+async def test_segments_stored_by_an_older_version_are_rendered_again_once(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Issue 31.2's upgrade: a segment stored with tool inputs' JSON and tool output (as
+    earlier versions wrote them) reads as memory text is written now, same id and range;
+    a second pass changes nothing, and a segment whose messages expired keeps its text."""
+    from daemon.lifecycle.rerender import rerender_step
+    from daemon.lifecycle.segments import render_range
+    from daemon.store import sessions as sessions_store
+
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    await recover(world, backend, force=True)
+    segments = [r async for r in backend.export()
+                if r["type"] == "conversation" and r["superseded_by"] is None]
+    assert len(segments) > 1
+    async with open_store(world.settings) as conn:
+        olden = []
+        for record in segments:
+            p = record["provenance"]
+            messages = await sessions_store.messages_from(
+                conn, p["session_id"], p["first_index"], p["last_index"] - p["first_index"] + 1)
+            old = "\n".join(f"{m.role}: {m.content}" for m in messages)  # the raw form
+            if old != record["content"]:
+                assert await backend.rewrite_content(record["id"], old)
+                olden.append(record)
+        segments = olden
+        assert len(segments) > 1
+        assert "[tool_use Write]" in "".join(
+            [r["content"] async for r in backend.export() if r["type"] == "conversation"])
+        # The last segment's messages expire: it keeps the text it has.
+        kept = segments[-1]
+        with world.db() as db:
+            db.execute("UPDATE session_messages SET kind = 'expired' WHERE message_index = ?",
+                       (kept["provenance"]["last_index"],))
+        kept_text = (await backend.get(kept["id"])).content  # type: ignore[union-attr]
+        step = await rerender_step(conn, backend, world.clock, sessions=1)
+        assert step.done is False and step.rewritten == len(segments) - 1
+        assert (await rerender_step(conn, backend, world.clock, sessions=1)).done
+        for record in segments[:-1]:
+            p = record["provenance"]
+            messages = await sessions_store.messages_from(
+                conn, p["session_id"], p["first_index"], p["last_index"] - p["first_index"] + 1)
+            now = await backend.get(record["id"])
+            assert now is not None and now.content == render_range(messages, now.project)
+            assert "[tool_use" not in now.content and now.provenance.first_index == p[
+                "first_index"]
+        assert (await backend.get(kept["id"])).content == kept_text  # type: ignore[union-attr]
+        # Done once: a later pass does nothing, even with old text around again.
+        assert await backend.rewrite_content(segments[0]["id"], "assistant: old text")
+        again = await rerender_step(conn, backend, world.clock)
+        assert again.done and again.rewritten == 0
+    found = await backend.recall("index.html", types=[MemoryType.CONVERSATION])
+    assert found and all("[tool_use" not in r.content for r in found
+                         if r.memory_id != kept["id"])
+
+
+@pytest.fixture
+def git_worktree(tmp_path: Path) -> tuple[Path, Path]:
+    """A real repository and a linked worktree of it (with a sub-directory `web`)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    repo, tree = tmp_path / "repo", tmp_path / "repo-wt"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "x"],
+                 ["worktree", "add", "-q", "-b", "wt", str(tree)]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+    (tree / "web").mkdir()
+    return repo, tree
+
+
+async def test_projects_stored_by_worktree_path_move_to_their_repository(
+        world: World, backend: SQLiteMemoryBackend, git_worktree: tuple[Path, Path]) -> None:
+    """Issue 31.4's upgrade: sessions and memories an older version labelled with a
+    worktree's sub-directory move to the repository's project, once; a path outside any
+    repository keeps its name."""
+    from daemon.lifecycle.repositories import relabel_by_repository
+
+    repo, tree = git_worktree
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    await recover(world, backend, force=True)
+    with world.db() as db:
+        [(original,)] = db.execute("SELECT project FROM sessions").fetchall()
+    old = str(tree / "web")
+    # As an older version stored them: under the worktree's sub-directory.
+    assert (await backend.relabel_project(original, old)).moved > 0
+    with world.db() as db:
+        db.execute("UPDATE sessions SET project = ?", (old,))
+    async with open_store(world.settings) as conn:
+        assert await relabel_by_repository(conn, backend, world.clock) == 1
+        assert await relabel_by_repository(conn, backend, world.clock) == 0
+    with world.db() as db:
+        assert db.execute("SELECT project, worktree FROM sessions").fetchall() == [
+            (str(repo), str(tree))]
+    labels = {r["project"] async for r in backend.export()}
+    assert labels == {str(repo)}

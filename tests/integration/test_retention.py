@@ -50,11 +50,13 @@ def _set_up(tmp_path: Path, **retention: object) -> tuple[Path, dict[str, str], 
     return config, env, tmp_path / "state"
 
 
-def _recalled(config: Path, env: dict[str, str]) -> set[str]:
+def _recalled(config: Path, env: dict[str, str], *, digests: bool = False) -> set[str]:
+    """The sessions (or facts) recall finds conversation memories of; with `digests`,
+    the sessions it finds a digest of."""
     done = _cli(config, env, "recall", "walrus", "--all-projects", "--limit", "50", "--json")
     assert done.returncode == 0, done.stderr
     return {r["provenance"]["session_external_id"] or r["content"][:20]
-            for r in json.loads(done.stdout)}
+            for r in json.loads(done.stdout) if (r["type"] == "session_digest") == digests}
 
 
 def test_a_default_install_deletes_nothing_it_backfilled(tmp_path: Path) -> None:
@@ -105,6 +107,8 @@ def test_old_conversations_expire_facts_stay_and_holds_keep_theirs(tmp_path: Pat
     left = _recalled(config, env)
     assert "old-alpha" not in left and {"old-beta", "new-alpha"} <= left
     assert any("walrus fact" in item for item in left)  # explicit facts never expire
+    # What the expired session did is still known: its digest is kept (issue 31).
+    assert "old-alpha" in _recalled(config, env, digests=True)
 
     # Expired for good: a forced re-sync, or an import of an older export, never brings it
     # back.
@@ -223,7 +227,7 @@ def test_a_replayed_history_is_merged_into_one_memory(tmp_path: Path) -> None:
         # Recall already shows one of two near-identical memories; the store holds both.
         done = _cli(config, env, "export", "--project", "/work/gamma")
         return [r for r in map(json.loads, done.stdout.splitlines())
-                if "otter migration" in r["content"]]
+                if "otter migration" in r["content"] and r["type"] == "conversation"]
 
     before = otter_memories()
     assert len(before) == 2, before

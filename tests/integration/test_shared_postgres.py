@@ -46,8 +46,11 @@ def test_two_machines_share_one_database(tmp_path: Path) -> None:
             assert synced.returncode == 0, synced.stderr
     exported = [json.loads(line) for line in cli("laptop", "export").stdout.splitlines()]
     covered = sorted((r["provenance"]["session_external_id"], i) for r in exported
+                     if r["type"] == "conversation"
                      for i in range(r["provenance"]["first_index"],
                                     r["provenance"]["last_index"] + 1))
+    assert sorted(r["provenance"]["session_external_id"] for r in exported
+                  if r["type"] == "session_digest") == ["desktop-session", "laptop-session"]
     assert covered == [(f"{name}-session", i) for name in ("desktop", "laptop")
                        for i in range(3)]
     (hit, *_) = json.loads(cli("laptop", "recall", "billing ledger", "--json").stdout)

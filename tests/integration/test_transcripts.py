@@ -77,7 +77,7 @@ def test_archive_mask_and_delete_raw_report_and_keep_memories(tmp_path: Path) ->
         assert path.is_relative_to(state / "archive") and path.stat().st_mode & 0o777 == 0o600
         lines = gzip.decompress(path.read_bytes()).decode().splitlines()
         assert [json.loads(line)["sessionId"] for line in lines] == [path.name.split(".")[0]] * 2
-    assert len(report["memory_ids"]) == 2  # one segment each, listed
+    assert len(report["memory_ids"]) == 4  # one segment and one digest each, listed
 
     # Mask the project's sessions in place; the raw lines stay valid JSON.
     masked = _cli(config, env, "transcripts", "mask", "--project", "/work/app")

@@ -212,3 +212,12 @@ def test_a_worktree_sessions_paths_read_relative_to_it_and_ide_context_is_not_as
                           worktree=tree)
     assert digest.asked == ["fix the cart total"]
     assert digest.edited == ["lib/cart.ex"]
+
+
+def test_a_digest_ranks_below_the_segments_it_restates_on_a_near_tie() -> None:
+    """A digest repeats its session in fewer words (BM25 favours it); it outranks a segment
+    only when it matches decidedly better (LoCoMo recall must not fall, issue 31.5)."""
+    from daemon.memory.recall.ranking import blend
+
+    assert blend(0.8, 0.5, "session_digest", 3.0) < blend(0.6, 0.5, "conversation", 3.0)
+    assert blend(0.9, 0.5, "session_digest", 3.0) > blend(0.4, 0.5, "conversation", 3.0)

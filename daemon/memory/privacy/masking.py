@@ -25,7 +25,7 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
-from daemon.memory.protocol import MemoryBackend, save_segments
+from daemon.memory.protocol import ContentRewrite, MemoryBackend, save_segments
 
 
 def masked_segment(segment: ConversationSegment, masks: ExtraMasks) -> ConversationSegment:
@@ -99,6 +99,12 @@ class MaskedBackend:
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         return await self._inner.save_requested_memory(masked_requested(requested, self._masks))
+
+    async def rewrite_content(self, memory_id: str, content: str) -> bool:
+        inner = self._inner
+        if not isinstance(inner, ContentRewrite):
+            return False
+        return await inner.rewrite_content(memory_id, self._mask(content))
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         return await self._inner.import_records(masked_record(r, self._masks) for r in records)

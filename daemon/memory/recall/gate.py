@@ -55,7 +55,9 @@ def coverage(prompt: str, text: str) -> float:
     wanted = content_words(prompt)
     if not wanted:
         return 0.0
-    present = {_stem(w) for w in content_words(text)}
+    # A file's name is words too: `terminal_channel.ex` mentions the terminal channel.
+    present = {_stem(part) for w in content_words(text) for part in (w, *w.split("_"))
+               if part}
     matched = sum(1 for w in wanted if _stem(w) in present)
     n = len(wanted)
     expected = n if n <= SHORT else SHORT + (n - SHORT) / 4

@@ -7,7 +7,8 @@
     floor      = USED_DECAY_FLOOR (0.5) once the memory was really used, else DECAY_FLOOR (0.25)
     age_days   = now - (ended_at or created_at)   # when the conversation happened
     weight     = importance * decay           # in [0, 1]
-    score      = relevance * (0.5 + 0.5 * weight)
+    score      = share * relevance * (0.5 + 0.5 * weight)
+    share      = DIGEST_SHARE (0.5) for a session digest, else 1
 
 Relevance dominates (an irrelevant memory never outranks a relevant one by a
 wide margin), importance breaks near-ties, and auto-saved memories fade with
@@ -43,6 +44,11 @@ DECAY_FLOOR = 0.25
 USED_DECAY_FLOOR = 0.5
 
 _DECAYING = frozenset(t.value for t in DECAYING_TYPES)
+#: A session digest restates what its session's segments hold, in fewer words (so BM25
+#: favours it): it ranks above them only when it matches decidedly better, and the
+#: segment, which holds the evidence, comes first on a near tie.
+DIGEST_SHARE = 0.5
+_DIGEST = MemoryType.SESSION_DIGEST.value
 
 
 def relevance(bm25: float | None) -> float:
@@ -71,4 +77,5 @@ def blend(relevance_value: float, importance: float, memory_type: MemoryType | s
           age_days: float, used: bool = False) -> float:
     """`score` for a relevance already in [0, 1] (hybrid recall's fused relevance)."""
     weight = importance * decay(memory_type, age_days, used)
-    return relevance_value * (0.5 + 0.5 * weight)
+    share = DIGEST_SHARE if str(memory_type) == _DIGEST else 1.0
+    return share * relevance_value * (0.5 + 0.5 * weight)

@@ -380,13 +380,16 @@ class PostgresMemoryBackend:
         rows = await self._rows(conn, _INSERT_ONCE, self._params(memory))
         if not rows:
             return False
-        seq = rows[0]["seq"]
+        await self._insert_chunks(conn, rows[0]["seq"], memory)
+        return True
+
+    async def _insert_chunks(self, conn: psycopg.AsyncConnection[Any], seq: int,
+                             memory: Memory) -> None:
         chunks = chunk_memory(memory.content, memory.type, memory.provenance)
         async with conn.cursor() as cur:
             await cur.executemany(_INSERT_CHUNK, [
                 (seq, c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
                  list(c.message_uuids), self._owner.user, memory.project) for c in chunks])
-        return True
 
     @staticmethod
     def _provenance(row: Mapping[str, Any]) -> Provenance:
@@ -1037,6 +1040,22 @@ class PostgresMemoryBackend:
             " GROUP BY day, project ORDER BY day, project",
             {"user": self._owner.user, "since": _utc(since)})
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
+
+    async def rewrite_content(self, memory_id: str, content: str) -> bool:
+        async with self._write() as conn:
+            rows = await self._rows(
+                conn, "SELECT * FROM memories WHERE owner_user = %s AND id = %s"
+                " AND deleted_at IS NULL AND superseded_by IS NULL FOR UPDATE",
+                (self._owner.user, memory_id))
+            if not rows or rows[0]["content"] == content:
+                return False
+            seq = rows[0]["seq"]
+            memory = replace(self._memory(rows[0]), content=content)
+            await conn.execute("DELETE FROM memory_chunks WHERE memory_seq = %s", (seq,))
+            await conn.execute("UPDATE memories SET content = %s, updated_at = %s WHERE seq = %s",
+                               (content, self._clock.now(), seq))
+            await self._insert_chunks(conn, seq, memory)
+        return True
 
     async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move this user's memories of project `old` to `new` (a renamed folder)."""

@@ -1009,6 +1009,22 @@ class SQLiteMemoryBackend:
                 " GROUP BY day, project ORDER BY day, project", (to_utc_text(since),))
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
 
+    async def rewrite_content(self, memory_id: str, content: str) -> bool:
+        async with self._write() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT * FROM memories WHERE id = ? AND deleted_at IS NULL"
+                " AND superseded_by IS NULL", (memory_id,))
+            if not rows or rows[0]["content"] == content:
+                return False
+            seq = rows[0]["seq"]
+            memory = replace(row_memory(rows[0]), content=content)
+            # Deleting the chunks takes their index entries and vectors with them (triggers).
+            await conn.execute("DELETE FROM memory_chunks WHERE memory_seq = ?", (seq,))
+            await conn.execute("UPDATE memories SET content = ?, updated_at = ? WHERE seq = ?",
+                               (content, to_utc_text(self._clock.now()), seq))
+            await _insert_chunks(conn, seq, memory)
+        return True
+
     async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move every memory of project `old` to `new` (a renamed folder); how many moved."""
         if not old or not new or old == new:
