@@ -100,6 +100,17 @@ class Session:
                              and t.get("status") not in ("completed", "cancelled")]
         return items
 
+    def own_words(self) -> Iterator[str]:
+        """What the person typed and the agent wrote to them (text blocks, not tools)."""
+        for record in self.lines:
+            message = record.get("message")
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                yield content
+            for block in _blocks(record):
+                if block.get("type") == "text" and isinstance(block.get("text"), str):
+                    yield block["text"]
+
     def tool_traffic(self) -> Iterator[str]:
         """Every tool input's strings and every tool result's text."""
         for record in self.lines:
@@ -222,14 +233,21 @@ class Measured:
     targets: int = 0
 
 
-def _noise(block: str, traffic: list[str], show: bool = False) -> int:
-    """Characters of `block` inside a run of >= NOISE_RUN characters found verbatim in the
-    tool traffic (whitespace runs as one space, file paths excepted)."""
+def _grams(texts: list[str]) -> set[str]:
     grams: set[str] = set()
-    for text in traffic:
+    for text in texts:
         flat = " ".join(text.split())
         for i in range(0, max(0, len(flat) - NOISE_RUN + 1)):
             grams.add(flat[i:i + NOISE_RUN])
+    return grams
+
+
+def _noise(block: str, traffic: list[str], words: list[str], show: bool = False) -> int:
+    """Characters of `block` inside a run of >= NOISE_RUN characters found verbatim in the
+    tool traffic (whitespace runs as one space, file paths and ids excepted) and not in
+    the person's or the agent's own words (a request the agent also passed to a
+    subagent is the person's words, not tool output)."""
+    grams = _grams(traffic) - _grams(words)
     masked = _PATH.sub(lambda m: "\0" * len(m.group(0)), block)
     covered = [False] * len(block)
     for i in range(0, max(0, len(masked) - NOISE_RUN + 1)):
@@ -359,7 +377,9 @@ def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Sessi
             measured.sizes.append(len(block))
             traffic = [t.replace(s.root, str(places[s.id])) for s in earlier
                        for t in s.tool_traffic()]
-            measured.noise_chars += _noise(block, traffic, show)
+            words = [t.replace(s.root, str(places[s.id])) for s in earlier
+                     for t in s.own_words()]
+            measured.noise_chars += _noise(block, traffic, words, show)
             measured.chars += len(block)
             if show:
                 print(f"--- {label}: {target.id} in {root} ({len(block)} characters)")

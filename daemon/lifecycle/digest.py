@@ -44,6 +44,7 @@ ERROR_CHARS = 120
 MAX_REQUESTS = 4
 MAX_FILES = 12
 MAX_COMMANDS = 6
+COMMAND_PART_CHARS = 60
 MAX_OPEN = 6
 
 
@@ -199,9 +200,20 @@ _REMOVE = re.compile(
     r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:-[a-zA-Z]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
 
 
+def _parts(command: str) -> list[str]:
+    return [p.strip() for p in re.split(r"&&|\|\||;|\n", command) if p.strip()]
+
+
 def _matters(command: str) -> bool:
-    return any(_MATTERS.match(part.strip()) for part in re.split(r"&&|\|\||;|\n", command)
-               if part.strip())
+    return any(_MATTERS.match(part) for part in _parts(command))
+
+
+def _shown(command: str) -> str:
+    """The parts of a command line that matter (`cd x && mix test 2>&1 | tail` reads
+    `mix test 2>&1`), each clipped: what was run, not the whole script."""
+    parts = [p for p in _parts(command) if _MATTERS.match(p)] or _parts(command)[:1]
+    return " && ".join(_clip(p, COMMAND_PART_CHARS) for p in parts[:3]) + (
+        " && …" if len(parts) > 3 else "")
 
 
 def _first_line(text: str) -> str:
@@ -476,4 +488,4 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if message:
         digest.committed.append(redact(message))
     if _matters(command):
-        digest.ran.append(Command(redact(_clip(command, 100)), _outcome(call)))
+        digest.ran.append(Command(redact(_shown(command)), _outcome(call)))
