@@ -32,6 +32,7 @@ from daemon.api.base import MAX_LIMIT, OpsBase
 from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError
 from daemon.ingest.discovery import admit_transcript
+from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.recall.context import build_context
@@ -49,9 +50,9 @@ PROMPT_QUERY_CHARS = 2000
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
-#: Digests of the project's latest sessions a session-start block offers (the budget
-#: decides how many fit).
-START_DIGESTS = 8
+#: Digests of the project's latest sessions a session-start block looks at (near-duplicates
+#: are dropped and the budget decides how many fit).
+START_DIGESTS = 40
 #: Memories given earlier in an agent session looked at to find the digests among them.
 MAX_GIVEN_LOOKUPS = 200
 
@@ -148,6 +149,12 @@ class SessionEvents(OpsBase):
         else:
             block_text, ids = await self._prompt_context(
                 arg.text(args, "prompt", default=""), project, agent_session, agent)
+        answer_by = arg.when(args, "answer_by", self.clock.now())
+        if block_text is not None and answer_by is not None and self.clock.now() > answer_by:
+            # The hook has given up waiting: nothing was given, so nothing is recorded.
+            log.info("block_too_late", agent=agent, hook_event=event,
+                     late_by=round((self.clock.now() - answer_by).total_seconds(), 3))
+            return {"context": None, "memory_ids": []}
         if block_text is not None:
             await self._record(Injection(agent=agent, agent_session_id=agent_session,
                                          interface="hook", event=event, project=project,
@@ -212,9 +219,12 @@ class SessionEvents(OpsBase):
         recent: list[RecallResult] = []
         digested: set[tuple[str | None, int | str | None]] = set()
         if project:
-            found = await self._recall("", scope, limit=START_DIGESTS * 4,
+            found = await self._recall("", scope, limit=START_DIGESTS,
                                        types=[MemoryType.SESSION_DIGEST], order="recent")
-            digests = [r for r in found if r.project == project][:START_DIGESTS]
+            # Every candidate goes to `build_context`, which drops near-duplicates before
+            # it spends the budget: twenty sessions that said "hello there" must not
+            # crowd out the one that decided something.
+            digests = [r for r in found if r.project == project]
             digested = {_session_of(r) for r in digests}
             recent_scope = {**scope,
                             "since": arg.iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
@@ -222,7 +232,7 @@ class SessionEvents(OpsBase):
                 found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
                                            order="recent")
                 recent += [r for r in found if r.project == project
-                           and _session_of(r) not in digested][:RECENT_ITEMS]
+                           and _session_of(r) not in digested][:RECENT_ITEMS * 4]
         weighty = [r for r in await self._recall("", scope, limit=10)
                    if _session_of(r) not in digested] if project else []
         chosen: dict[str, RecallResult] = {}
@@ -239,8 +249,10 @@ class SessionEvents(OpsBase):
     async def _prompt_context(self, prompt: str, project: str | None,
                               agent_session: str | None,
                               agent: str) -> tuple[str | None, list[str]]:
-        query = prompt[:PROMPT_QUERY_CHARS]
-        if not query.strip():
+        # Gemini's BeforeAgent prompt starts with the hook context it was given: the
+        # question is what the person typed, not memoryd's own block.
+        query = without_injected(prompt).strip()[:PROMPT_QUERY_CHARS]
+        if not query:
             return None, []
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         results = await self._recall(query, scope, limit=20)

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from daemon.localhttp import Unreachable, ask_daemon
@@ -32,6 +33,9 @@ from daemon.locations import default_config_path, default_state_dir
 from daemon.names import AGENT_EVENTS, agent_transcript_root
 
 DEFAULT_TIMEOUT = 2.0
+#: Seconds before its cap by which the daemon must have answered (the hook still has to
+#: read the answer and print it).
+ANSWER_MARGIN = 0.15
 MAX_PAYLOAD_BYTES = 8 << 20
 
 
@@ -175,6 +179,11 @@ def run(argv: list[str]) -> int:
             _log(state_dir, "hook_event_ignored", agent=agent, agent_event=agent_event)
             return 0
         request = event_request(agent, event, payload)
+        # The daemon gives (and records as given) a block only while this hook still
+        # waits for it: a daemon that was stopped or slow must not record what the agent
+        # never received.
+        left = deadline - time.monotonic() - ANSWER_MARGIN
+        request["answer_by"] = datetime.fromtimestamp(time.time() + left, UTC).isoformat()
         try:
             if socket_path is None and (args.config or _has_config_file()):
                 raise Unreachable("settings from a config file: let them name the socket")

@@ -146,7 +146,6 @@ class Digest:
 # -- the person's words ----------------------------------------------------------------
 
 #: Escaped blocks of memoryd's own (Gemini records hook output escaped in the prompt).
-_ESCAPED_BLOCK = re.compile(r"&lt;memory_context&gt;.*?&lt;/memory_context&gt;", re.DOTALL)
 _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
                   "caveat: the messages below", "full transcript available at")
 
@@ -154,7 +153,7 @@ _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
 def _own_words(message: Readable) -> str | None:
     if message.role != "user" or message.kind != "message" or message.is_sidechain:
         return None
-    text = _ESCAPED_BLOCK.sub("", without_injected(message.content))
+    text = without_injected(message.content)
     text = " ".join(text.split())
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None

@@ -17,5 +17,15 @@ INJECTED = re.compile(
     re.DOTALL | re.IGNORECASE)
 
 
+#: memoryd's own block as Gemini CLI records it inside the user's message: HTML-escaped,
+#: within its `<hook_context>` or as a part of its own.
+ESCAPED_BLOCK = re.compile(r"&lt;memory_context&gt;.*?(?:&lt;/memory_context&gt;|\Z)",
+                           re.DOTALL | re.IGNORECASE)
+
+
 def without_injected(text: str) -> str:
-    return INJECTED.sub("", text)
+    """`text` without anything an agent, an IDE or a hook put into it (memoryd's own
+    blocks included, escaped or not)."""
+    if "<" not in text and "&lt;" not in text:
+        return text
+    return ESCAPED_BLOCK.sub("", INJECTED.sub("", text))

@@ -99,7 +99,12 @@ def _render(message: StoredMessage, project: Roots = None) -> tuple[str, str]:
             return f"{message.role}: ", (f"{_clip(said, MESSAGE_CHARS)}\n"
                                          f"{message.role} used {_clip(calls, TOOL_CALL_CHARS)}")
         return f"{message.role} used ", _clip(calls, TOOL_CALL_CHARS)
-    text = _WHITESPACE_RUNS.sub("\n\n", message.content.strip())
+    content = without_injected(message.content) if message.role == "user" else message.content
+    text = _WHITESPACE_RUNS.sub("\n\n", content.strip())
+    if not text:
+        # Only what a hook or the agent put in the person's name (memoryd's own block,
+        # as Gemini records it): memory must never hold its own answers again.
+        return "", ""
     return f"{message.role}: ", _clip(text, MESSAGE_CHARS)
 
 

@@ -632,3 +632,88 @@ def test_a_session_in_another_worktree_starts_with_what_the_first_one_did(
         **claude_payload("SessionStart", "c1", folder / "c1.jsonl", source="startup"),
         "cwd": str(other)}))
     assert elsewhere is None or "discount" not in elsewhere
+
+
+def test_a_prompt_is_read_without_the_hook_context_gemini_puts_before_it(
+        daemon: Daemon) -> None:
+    """Gemini's BeforeAgent `prompt` is the block it was given, escaped, and then what the
+    person typed (issue 32.3): recall is for the person's words, so an unrelated request
+    gets no block and a related one does."""
+    daemon.start()
+    made = daemon.api("remember", {"content": "the bulk API rate limit is 900/min",
+                                   "project": PROJECT})
+    assert made.status_code == 200, made.text
+    given = ("<hook_context>&lt;memory_context&gt;\nThe following is reference data …\n"
+             "- [2026-11-20 fact; told explicitly] the bulk API rate limit is 900/min\n"
+             "&lt;/memory_context&gt;</hook_context>\n")
+
+    def block(session: str, typed: str) -> str | None:
+        answer = daemon.api("session_event", {
+            "agent": "gemini", "event": "prompt", "session_id": session, "cwd": PROJECT,
+            "prompt": given + typed})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["context"]  # type: ignore[no-any-return]
+
+    assert block("g-1", "please rename the logger in utils.py") is None
+    related = block("g-2", "what is the bulk API rate limit?")
+    assert related is not None and "900/min" in related
+
+
+def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daemon) -> None:
+    """Issue 32.7: near-duplicates are dropped before the budget is spent, so the session
+    that decided something is in the start block beside one of twenty "hello there"s."""
+    daemon.start()
+    folder = daemon.claude_root / "-home-user-payments-api"
+    folder.mkdir()
+    began = datetime.now(UTC) - timedelta(days=2)
+    (folder / "decided.jsonl").write_text(
+        claude_line("decided", "d1", "user", "Decision: invoices are numbered per tenant,"
+                    " never globally.", began)
+        + claude_line("decided", "d2", "assistant", "Noted: per-tenant invoice numbers.",
+                      began + timedelta(seconds=5)))
+    for i in range(20):
+        at = began + timedelta(hours=1, minutes=i)
+        (folder / f"hello-{i}.jsonl").write_text(
+            claude_line(f"hello-{i}", f"h{i}", "user", "hello there", at)
+            + claude_line(f"hello-{i}", f"a{i}", "assistant", "Hello! How can I help?",
+                          at + timedelta(seconds=2)))
+
+    def digested() -> bool:
+        found = daemon.api("recall", {"query": "", "types": ["session_digest"],
+                                      "project": PROJECT, "limit": 50}).json()["results"]
+        return len(found) == 21
+
+    wait_for(digested, timeout=60, what="21 digests")
+    block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "next", folder / "next.jsonl", source="startup")))
+    assert block is not None
+    assert "per tenant" in block and block.count("hello there") == 1
+
+
+def test_a_block_the_hook_gave_up_on_is_not_recorded_as_given(daemon: Daemon) -> None:
+    """Issue 32.6: the daemon hung (SIGSTOP) past the hook's cap, then resumed: the agent
+    got nothing, and nothing is recorded as given, so the memories stay available to the
+    session's later prompts."""
+    daemon.start()
+    assert daemon.api("remember", {"content": "the rate limit is 500/min",
+                                   "project": PROJECT}).status_code == 200
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGSTOP)
+    try:
+        done = daemon.hook("claude", "UserPromptSubmit", claude_payload(
+            "UserPromptSubmit", "hung", prompt="what is the rate limit?"), timeout=1)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    assert (done.returncode, done.stdout) == (0, "")
+
+    def answered() -> bool:  # the queued request is served once the daemon runs again
+        return "block_too_late" in (daemon.tmp / "daemon.log").read_text()
+
+    wait_for(answered, timeout=20, what="the late request answered")
+    with sqlite3.connect(daemon.state / "memoryd.db") as db:
+        given = db.execute("SELECT COUNT(*) FROM injections WHERE agent_session_id = 'hung'"
+                           ).fetchone()[0]
+    assert given == 0
+    later = context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "hung", prompt="what is the rate limit?")))
+    assert later is not None and "500/min" in later

@@ -161,3 +161,23 @@ def test_tool_results_that_worked_still_lie_in_a_segment() -> None:
     assert plans[0].text == "user: next task"
     [tail] = plan_segments(ok, max_chars=10_000, idle_gap=timedelta(minutes=30))
     assert (tail.first_index, tail.last_index, tail.text) == (0, 2, "tool results: 3 succeeded")
+
+
+def test_memoryds_own_blocks_and_tool_answers_never_become_memory_text() -> None:
+    """Gemini CLI records the hook's block inside the user's message, escaped and wrapped
+    in `<hook_context>` (issue 32.1): memory keeps only what the person typed, so the
+    blocks do not nest session after session. An MCP recall's answer (memoryd's own,
+    32.8) is not memory text either."""
+    block = ("<hook_context>&lt;memory_context&gt;\nThe following is reference data …\n"
+             "- [2026-11-20 conversation] user: the rate limit is 900/min\n"
+             "&lt;/memory_context&gt;</hook_context>")
+    said = msg(0, content=f"{block}\nwhat is the rate limit for bulk calls?")
+    assert render_message(said) == "user: what is the rate limit for bulk calls?"
+    only = msg(1, content=block)
+    assert render_message(only) == ""
+    answer = msg(2, role="tool", kind="tool_result",
+                 content='{"result": "- id 139855e3 user: what is the rate limit…"}')
+    assert render_message(answer) == ""
+    [plan] = plan_segments([said, only, answer], max_chars=10_000,
+                           idle_gap=timedelta(hours=1))
+    assert "memory_context" not in plan.text and "900/min" not in plan.text

@@ -87,6 +87,15 @@ def digest_text(content: str, *, open_first: bool = False) -> str:
     return " | ".join(parts)
 
 
+def _said(result: RecallResult) -> str:
+    """What a memory says, for telling near-duplicates apart: a digest's heading (its
+    session's id and hours) is left out, so twenty sessions that each said "hello there"
+    are one."""
+    if result.type is MemoryType.SESSION_DIGEST:
+        return result.content.partition("\n")[2] or result.content
+    return result.content
+
+
 def estimate_tokens(text: str) -> int:
     return max(math.ceil(len(text) / 4), len(_WORDS.findall(text)))
 
@@ -169,7 +178,7 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
     duplicates = over_budget = 0
     first_digest = True
     for result in [*explicit, *others]:
-        shingles = _shingles(result.content)
+        shingles = _shingles(_said(result))
         if any(_similar(shingles, other) for other in seen):
             duplicates += 1
             continue
