@@ -110,3 +110,14 @@ def working_tree(directory: str) -> str | None:
             continue
         return current
     return None
+
+
+def gemini_project(transcript: str) -> str | None:
+    """The project of a Gemini CLI transcript (`~/.gemini/tmp/<name>/chats/<file>`): the
+    directory Gemini wrote into `<name>/.project_root`, as `project_root` names it; None
+    when there is no such file. Gemini's records carry no working directory."""
+    chats = os.path.dirname(os.path.abspath(transcript))
+    written = _read_pointer(os.path.join(os.path.dirname(chats), ".project_root"))
+    if written is None or not os.path.isabs(written) or "\n" in written:
+        return None
+    return project_root(written)

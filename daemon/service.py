@@ -123,6 +123,7 @@ class Service:
         self._ingester: Ingester | None = None
         self._scheduler_: LifecycleScheduler | None = None
         self._relabelled = self._upgraded = False
+        self._embedding_error: str | None = None
         self._recovery: Recovery | None = None
         self._backend: MemoryBackend | None = None
         self._open_lock = asyncio.Lock()
@@ -412,8 +413,16 @@ class Service:
                 try:
                     stored = await backend.embed_pending(limit=EMBED_BATCH)
                 except EmbeddingError as exc:
-                    log.warning("embedding_failed", error=str(exc), transient=exc.transient)
+                    # Once when it begins (offline, say), not at every try: the backlog
+                    # waits, keyword recall works meanwhile.
+                    if self._embedding_error is None:
+                        log.warning("embedding_failed", error=str(exc),
+                                    transient=exc.transient, retrying_every=EMBED_INTERVAL)
+                    self._embedding_error = str(exc)
                     return
+                if self._embedding_error is not None:
+                    log.info("embedding_resumed", failed_with=self._embedding_error)
+                    self._embedding_error = None
                 if stored == 0:
                     self._embedding.idle()
                     if isinstance(backend.embedder, LazyLocalEmbedder):

@@ -19,6 +19,7 @@ followed by `hook --agent`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -297,8 +298,8 @@ def _same_toml(a: str, b: str) -> bool:
 
 # -- files -------------------------------------------------------------------------------
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` by `text`, keeping a backup of the old file and its mode.
+def write_atomically(path: Path, text: str, *, backup: bool = True) -> None:
+    """Replace `path` by `text`, keeping (with `backup`) a copy of the old file, and its mode.
 
     A settings file that is a symlink (dotfiles kept in a repository) stays one:
     the file it points to is replaced."""
@@ -307,8 +308,17 @@ def write_atomically(path: Path, text: str) -> None:
     mode = 0o600
     if path.exists():
         mode = path.stat().st_mode & 0o777
-        shutil.copy2(path, path.with_name(path.name + ".memoryd-backup"))
+        if backup:
+            shutil.copy2(path, _backup_of(path))
     atomic_write(path, text, mode=mode)
+
+
+def _backup_of(path: Path) -> Path:
+    return path.with_name(path.name + ".memoryd-backup")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Installer:
@@ -347,6 +357,25 @@ class Installer:
             return record
         return Record(present=True, original=before)
 
+    def _ours(self, path: Path, before: str | None) -> bool:
+        """Whether `path` still holds what memoryd last wrote there (and its backup is
+        there): then the backup already holds the person's own file."""
+        written = self._records().get(f"written:{os.path.realpath(path)}")
+        return (before is not None and isinstance(written, dict)
+                and written.get("sha256") == _digest(before)
+                and _backup_of(Path(os.path.realpath(path))).exists())
+
+    def _remember_written(self, path: Path, text: str | None) -> None:
+        records = self._records()
+        key = f"written:{os.path.realpath(path)}"
+        if text is None:
+            records.pop(key, None)
+        else:
+            records[key] = {"sha256": _digest(text)}
+        make_dirs(self._records_path.parent)
+        write_atomically(self._records_path, json.dumps(records, indent=2) + "\n",
+                         backup=False)
+
     def _save_record(self, path: Path, what: str, record: Record | None) -> None:
         records = self._records()
         key = f"{what}:{path}"
@@ -355,9 +384,8 @@ class Installer:
         else:
             records[key] = {"created": record.created, "original": record.original}
         make_dirs(self._records_path.parent)
-        write_atomically(self._records_path, json.dumps(records, indent=2) + "\n")
-        self._records_path.with_name(self._records_path.name + ".memoryd-backup").unlink(
-            missing_ok=True)
+        write_atomically(self._records_path, json.dumps(records, indent=2) + "\n",
+                         backup=False)
 
     def hooks(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "hooks", scope, self.home, self.project)
@@ -485,14 +513,18 @@ class Installer:
     def _write(self, change: Change, dry_run: bool) -> Change:
         if dry_run or not change.changed:
             return change
+        # The backup is the file as the person last had it: a file memoryd itself wrote
+        # (`hooks install` then `mcp install` on Codex's config.toml) does not replace it.
+        backup = not self._ours(change.path, change.before)
         if change.delete:
-            if change.before is not None:
-                shutil.copy2(change.path, change.path.with_name(
-                    change.path.name + ".memoryd-backup"))
+            if change.before is not None and backup:
+                shutil.copy2(change.path, _backup_of(change.path))
             change.path.unlink(missing_ok=True)
+            self._remember_written(change.path, None)
         else:
             assert change.after is not None
-            write_atomically(change.path, change.after)
+            write_atomically(change.path, change.after, backup=backup)
+            self._remember_written(change.path, change.after)
         return change
 
     def status(self, agent: Agent, scope: Scope) -> dict[str, Any]:

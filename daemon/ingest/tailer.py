@@ -20,13 +20,14 @@ import orjson
 import structlog
 
 from daemon.clock import Clock
+from daemon.config import SourceKind
 from daemon.ingest.discovery import Candidate, Mode
 from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
 from daemon.ingest.framing import Line, LineFramer
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw, may_hold_private
-from daemon.repository import project_root, working_tree
+from daemon.repository import gemini_project, project_root, working_tree
 from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 from daemon.store.wal import Checkpointer
@@ -300,7 +301,7 @@ class Tailer:
             # The file's own header (Codex session_meta, Gemini header) names the session;
             # later headers in the same file belong to replayed or forked history.
             new_session.external_id = batch.hints.get("external_id") or new_session.external_id
-            new_session.project = batch.hints.get("project")
+            new_session.project = batch.hints.get("project") or self._project_of(tracked)
         end = framer.committed_end
         state.offset = end
         marker_start = max(0, end - MARKER_BYTES)
@@ -381,6 +382,13 @@ class Tailer:
             if tree is not None:
                 batch.hints["worktree"] = tree
 
+    @staticmethod
+    def _project_of(tracked: Tracked) -> str | None:
+        """A project for a transcript whose records name none (Gemini CLI's)."""
+        if tracked.candidate.kind is SourceKind.GEMINI:
+            return gemini_project(tracked.path)
+        return None
+
     def _log_rejections(self, tracked: Tracked, batch: Batch) -> None:
         if batch.rejected and not tracked.rejected_logged:
             tracked.rejected_logged = True
@@ -423,6 +431,7 @@ class Tailer:
             new_session = NewSession(
                 source=state.source, transcript_path=tracked.path,
                 external_id=document.external_id or tracked.candidate.external_id,
+                project=self._project_of(tracked),
             )
         state.device, state.inode = st.st_dev, st.st_ino
         state.offset = len(data)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,11 +45,27 @@ def cron_trigger(line: str) -> CronTrigger:
         raise ValueError(f"{line!r} is not a crontab line ({exc})") from None
 
 
+class _StillRunning(logging.Filter):
+    """APScheduler warns each time a job is due while its last run still goes (a long
+    embedding backlog: every 5 s). A job that runs long is not a fault: the run is
+    coalesced, and the job's own log says when its work begins and ends."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "maximum number of running instances reached" not in str(record.msg)
+
+
+def _scheduler_logger() -> logging.Logger:
+    logger = logging.getLogger("memoryd.apscheduler")
+    if not any(isinstance(f, _StillRunning) for f in logger.filters):
+        logger.addFilter(_StillRunning())
+    return logger
+
+
 class LifecycleScheduler:
     def __init__(self, jobs: list[PeriodicJob], now: Callable[[], datetime],
                  on_error: Callable[[str, Exception], None] | None = None,
                  on_success: Callable[[str], None] | None = None) -> None:
-        self._scheduler = AsyncIOScheduler(timezone="UTC")
+        self._scheduler = AsyncIOScheduler(timezone="UTC", logger=_scheduler_logger())
         self._jobs = jobs
         self._now = now
         self._on_error = on_error

@@ -570,3 +570,28 @@ async def test_projects_stored_by_worktree_path_move_to_their_repository(
             (str(repo), str(tree))]
     labels = {r["project"] async for r in backend.export()}
     assert labels == {str(repo)}
+
+
+async def test_a_gemini_session_belongs_to_the_project_gemini_recorded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        git_worktree: tuple[Path, Path]) -> None:
+    """Issue 32.2: Gemini's records name no directory; `~/.gemini/tmp/<name>/.project_root`
+    does. The session is that project's (its repository's), so its memories are never
+    global."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    repo, tree = git_worktree
+    sample = TRANSCRIPTS / "gemini" / (
+        "jazzyalex+agent-sessions__Resources__Fixtures__stage0__agents__gemini__small.json")
+    chats = tmp_path / "gemini" / "shop" / "chats"
+    chats.mkdir(parents=True)
+    (chats.parent / ".project_root").write_text(str(tree / "web"))
+    (chats / "session-1.json").write_bytes(sample.read_bytes())
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "gemini", "root": str(tmp_path / "gemini")}])
+    clock = FakeClock()
+    async with open_store(settings) as conn:
+        ingester = Ingester(conn, settings, clock)
+        await ingester.load()
+        await ingester.run_once()
+    with sqlite3.connect(settings.database_path) as db:
+        assert db.execute("SELECT project FROM sessions").fetchall() == [(str(repo),)]

@@ -122,6 +122,26 @@ def test_install_keeps_a_backup_of_the_previous_file(tmp_path: Path) -> None:
     assert path.with_name("settings.json.memoryd-backup").read_text() == '{"theme": "dark"}'
 
 
+def test_the_backup_is_the_persons_file_not_one_memoryd_wrote(tmp_path: Path) -> None:
+    """Issue 32.14: `hooks install --agent codex` then `mcp install --agent codex` both
+    write Codex's config.toml; the backup still holds the person's original, and a file
+    the person edited afterwards is what the next backup keeps."""
+    inst = installer(tmp_path)
+    config = inst.home / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    original = 'model = "o4-mini"\n'
+    config.write_text(original)
+    backup = config.with_name("config.toml.memoryd-backup")
+    inst.codex_feature("user", install=True, dry_run=False)
+    assert backup.read_text() == original
+    inst.mcp("codex", "user", install=True, dry_run=False)
+    assert config.read_text() != original and backup.read_text() == original
+    edited = config.read_text() + 'approval_policy = "never"\n'
+    config.write_text(edited)
+    inst.mcp("codex", "user", install=False, dry_run=False)
+    assert backup.read_text() == edited
+
+
 def test_hook_commands_are_absolute_and_in_each_agents_units(tmp_path: Path) -> None:
     """Hooks call memoryd by its absolute path; Gemini's timeouts are milliseconds."""
     inst = installer(tmp_path)

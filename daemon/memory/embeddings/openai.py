@@ -101,7 +101,8 @@ class OpenAIEmbedder:
                                        provider=PROVIDER) from None
         status = response.status_code
         if status == 429 or status >= 500:
-            log.warning("embeddings_retry", provider=PROVIDER, status=status, url=self._url)
+            # Each attempt quietly: the daemon says once when embedding begins to fail.
+            log.debug("embeddings_retry", provider=PROVIDER, status=status, url=self._url)
             raise EmbeddingUnavailable(f"{self._url}: HTTP {status}", provider=PROVIDER)
         if status != 200:
             raise EmbeddingError(f"{self._url}: HTTP {status}", provider=PROVIDER)

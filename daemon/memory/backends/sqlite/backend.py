@@ -309,6 +309,7 @@ class SQLiteMemoryBackend:
         self._paraphrase_vector_weight = writes.fraction("paraphrase_vector_weight",
                                                    paraphrase_vector_weight)
         self._index: VectorIndex | None = None
+        self._query_vectors_failing: str | None = None
         self._index_loading: asyncio.Future[VectorIndex] | None = None
         self._embed_lock = asyncio.Lock()
 
@@ -584,9 +585,15 @@ class SQLiteMemoryBackend:
         try:
             vector: Floats = await asyncio.to_thread(embedder.embed_query, query)
         except BackendError as exc:
-            # A model or endpoint that fails leaves keyword search working.
-            log.warning("memory_recall_keywords_only", error=str(exc))
+            # A model or endpoint that fails leaves keyword search working: said once
+            # when it begins and once when it ends, not at every recall.
+            if self._query_vectors_failing is None:
+                log.warning("memory_recall_keywords_only", error=str(exc))
+            self._query_vectors_failing = str(exc)
             return None
+        if self._query_vectors_failing is not None:
+            log.info("memory_recall_vectors_back", failed_with=self._query_vectors_failing)
+            self._query_vectors_failing = None
         return vector
 
     # -- embeddings -------------------------------------------------------

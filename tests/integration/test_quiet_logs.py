@@ -1,0 +1,105 @@
+"""A state is logged once when it begins and once when it ends (issue 32.13): an
+embedding endpoint that is down, then back, through a real daemon and a real HTTP
+server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
+
+DIMENSIONS = 8
+
+
+class _Endpoint(BaseHTTPRequestHandler):
+    up = False
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not type(self).up:
+            self.send_response(503)
+            self.end_headers()
+            return
+        data = [{"index": i, "embedding": [1.0] + [0.0] * (DIMENSIONS - 1)}
+                for i in range(len(body["input"]))]
+        answer = json.dumps({"data": data}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint() -> Iterator[tuple[str, type[_Endpoint]]]:
+    handler = type("Endpoint", (_Endpoint,), {"up": False})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_embedding_endpoint_down_then_back_is_said_once_each(
+        tmp_path: Path, endpoint: tuple[str, type[_Endpoint]]) -> None:
+    url, handler = endpoint
+    root = tmp_path / "claude" / "-p"
+    root.mkdir(parents=True)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    (root / "s.jsonl").write_text("".join(json.dumps({
+        "type": "user", "uuid": f"u{i}", "sessionId": "s", "cwd": "/p", "timestamp": now,
+        "message": {"role": "user", "content": f"the deploy checklist item {i}"}}) + "\n"
+        for i in range(3)))
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, {"claude": tmp_path / "claude"},
+                          sync_delay=0, sync_max_lag="1s", sync_check_interval="0.5s",
+                          log_format="json", memory={"embeddings": {
+                              "provider": "openai", "fetch_model": False,
+                              "openai": {"base_url": url, "dimensions": DIMENSIONS,
+                                         "api_key_env": ""}}})
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                                stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+
+        def events() -> list[str]:
+            found = []
+            for line in log_path.read_text().splitlines():
+                try:
+                    found.append(json.loads(line)["event"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+            return found
+
+        wait_for(lambda: "embedding_failed" in events(), timeout=30, what="a failed embedding")
+        time.sleep(12)  # two more tries of the embedding job, at least
+        for _ in range(3):
+            recalled = subprocess.run(
+                memoryd_command("--config", str(config), "recall", "deploy checklist"),
+                env=daemon_env(tmp_path), capture_output=True, text=True, timeout=60)
+            assert recalled.returncode == 0, recalled.stderr
+        seen = events()
+        assert seen.count("embedding_failed") == 1, seen
+        assert "embeddings_retry" not in seen
+        handler.up = True
+        wait_for(lambda: "embedding_resumed" in events(), timeout=30, what="embedding back")
+        assert events().count("embedding_resumed") == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
