@@ -89,6 +89,9 @@ class DirectRuntime:
         except AlreadyRunningError:
             log.info("ingest_skipped_daemon_running", path=path)
 
+    async def catch_up(self, seconds: float) -> None:
+        return None  # no daemon's watch to catch up with: the stores are read as they are
+
     async def sync(self, session_id: int | None) -> SyncReport:
         return await self._recovery.run(force=True, session_id=session_id)
 

@@ -338,6 +338,17 @@ class Service:
             except TimeoutError:
                 log.warning("catch_up_timed_out", path=path)
 
+    async def catch_up(self, seconds: float) -> None:
+        """Read what the transcripts hold now (a pass over them), for at most `seconds`."""
+        ingester = self._ingester
+        if ingester is None:
+            return
+        try:
+            async with asyncio.timeout(seconds):
+                await ingester.catch_up()
+        except TimeoutError:
+            log.info("catch_up_cut_short", seconds=seconds)
+
     async def sync(self, session_id: int | None) -> SyncReport:
         """Save unsynced messages (of one session) to memory now, one sync at a time."""
         assert self._jobs_conn is not None

@@ -34,6 +34,11 @@ class Runtime(Protocol):
         """Follow this transcript; with `read_to_end`, return once it is stored to its end."""
         ...
 
+    async def catch_up(self, seconds: float) -> None:
+        """Read what the transcripts hold now, for at most `seconds` (no-op without a
+        daemon: the hook then reads the stores as they are)."""
+        ...
+
     async def sync(self, session_id: int | None) -> SyncReport:
         """Save the unsynced messages of one session (or all) to memory now."""
         ...

@@ -53,6 +53,11 @@ RECENT_ITEMS = 4
 #: Digests of the project's latest sessions a session-start block looks at (near-duplicates
 #: are dropped and the budget decides how many fit).
 START_DIGESTS = 40
+#: At a session's start, sessions of its project not yet saved are saved first: at most
+#: this many, each with at most so many unsaved messages (the hook has seconds).
+START_SYNC_SESSIONS, START_SYNC_MESSAGES = 4, 400
+#: Seconds a session's start waits at most for a pass over the transcripts.
+START_CATCH_UP = 0.5
 #: Memories given earlier in an agent session looked at to find the digests among them.
 MAX_GIVEN_LOOKUPS = 200
 
@@ -145,6 +150,7 @@ class SessionEvents(OpsBase):
         if not self.settings.agents.inject:
             return {"context": None, "memory_ids": []}
         if event == "start":
+            await self._save_quiet_sessions(project, agent_session)
             block_text, ids = await self._start_context(project, agent)
         else:
             block_text, ids = await self._prompt_context(
@@ -271,6 +277,22 @@ class SessionEvents(OpsBase):
             return None, []
         return block.text, [item.result.memory_id for item in block.items]
 
+
+    async def _save_quiet_sessions(self, project: str | None,
+                                   agent_session: str | None) -> None:
+        """A new session starts where others of its project stopped, perhaps killed a
+        moment ago: what they said since their last save is saved now (a few sessions
+        of few messages, so the hook stays quick), not a minute later, so the block
+        holds it."""
+        if project is None:
+            return
+        # A session killed a moment ago may not be read yet (the watch is fast, a pass
+        # every `poll_interval` the floor): one pass now, cut short to leave the hook time.
+        await self._runtime.catch_up(START_CATCH_UP)
+        for session_id in await queries.unsynced_sessions_of(
+                self._conn, project, exclude=agent_session, limit=START_SYNC_SESSIONS,
+                max_messages=START_SYNC_MESSAGES):
+            await self._runtime.sync(session_id)
 
     async def _digested_sessions(
             self, given: set[str], results: list[RecallResult],

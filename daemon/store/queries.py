@@ -220,3 +220,19 @@ async def recent_sessions(conn: aiosqlite.Connection, limit: int) -> list[dict[s
         " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC LIMIT ?", (limit,),
     ) as cursor:
         return [_session_dict(row) for row in await cursor.fetchall()]
+
+
+async def unsynced_sessions_of(conn: aiosqlite.Connection, project: str, *,
+                               exclude: str | None, limit: int,
+                               max_messages: int) -> list[int]:
+    """Sessions of `project` (or linked to it) with at most `max_messages` messages not yet
+    saved to memory, most recently active first; never the agent session `exclude`."""
+    async with conn.execute(
+            "SELECT id FROM sessions WHERE message_count > memory_sync_index"
+            " AND message_count - memory_sync_index <= ?"
+            " AND (project = ? OR project IN"
+            "      (SELECT old_path FROM project_links WHERE new_path = ?))"
+            " AND (? IS NULL OR external_id IS NOT ?)"
+            " ORDER BY COALESCE(last_ingested_at, last_message_at) DESC LIMIT ?",
+            (max_messages, project, project, exclude, exclude, limit)) as cur:
+        return [int(r[0]) for r in await cur.fetchall()]

@@ -94,8 +94,8 @@ def quick_daemon(tmp_path: Path, **settings: Any) -> Iterator[Daemon]:
     roots = {"claude": tmp_path / "claude"}
     roots["claude"].mkdir(exist_ok=True)
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
-                          sync_delay="1s", sync_check_interval="0.5s", poll_interval="0.5s",
-                          **settings)
+                          **{"sync_delay": "1s", "sync_check_interval": "0.5s",
+                             "poll_interval": "0.5s", **settings})
     env = {**daemon_env(tmp_path), "HOME": str(tmp_path / "home")}
     found = Daemon(tmp_path, config, tmp_path / "state", roots["claude"], env)
     try:
@@ -717,3 +717,27 @@ def test_a_block_the_hook_gave_up_on_is_not_recorded_as_given(daemon: Daemon) ->
     later = context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
         "UserPromptSubmit", "hung", prompt="what is the rate limit?")))
     assert later is not None and "500/min" in later
+
+
+def test_a_session_killed_a_moment_ago_is_in_the_next_sessions_start_block(
+        tmp_path: Path) -> None:
+    """The next session starts seconds after the last was killed, long before that one is
+    quiet enough to be saved by itself: the start hook saves it first (issue 32,
+    deliver 1's first scenario), so the block holds what it decided."""
+    with quick_daemon(tmp_path, sync_delay="1h", sync_max_lag="1h") as daemon:
+        daemon.start()
+        folder = daemon.claude_root / "-home-user-payments-api"
+        folder.mkdir()
+        now = datetime.now(UTC)
+        (folder / "killed.jsonl").write_text(claude_line(
+            "killed", "k1", "user", "Decision: refunds go through the ledger service, never"
+            " straight to the PSP.", now - timedelta(seconds=5)))
+
+        def stored() -> bool:
+            with sqlite3.connect(daemon.state / "memoryd.db") as db:
+                return bool(db.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
+
+        wait_for(stored, what="the killed session's message in the store")
+        block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+            "SessionStart", "next", folder / "next.jsonl", source="startup")))
+        assert block is not None and "ledger service" in block

@@ -1,0 +1,98 @@
+"""A model server that speaks the Anthropic Messages API (streaming or not) on 127.0.0.1
+and records every request it receives, for the tests to read what the model was sent.
+
+A request whose last user text holds `HOLD` is answered only after a minute: the test
+kills the agent while it waits, as a person closing a terminal mid-turn would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+REPLY = "OK, noted."
+
+
+def _last_user_text(body: Any) -> str:
+    if not isinstance(body, dict):
+        return ""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+    return ""
+
+
+def _sse(events: list[dict[str, Any]]) -> bytes:
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    log_path: Path
+
+    def _record(self, body: Any) -> None:
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write(json.dumps({"path": self.path, "body": body, "at": time.time()}) + "\n")
+
+    def _send(self, status: int, data: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._record(None)
+        self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        self._record(body)
+        if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
+            self._send(200, json.dumps({"input_tokens": 10}).encode())
+            return
+        if "HOLD" in _last_user_text(body):
+            time.sleep(60)
+        message = {"id": "msg_1", "type": "message", "role": "assistant",
+                   "model": body.get("model", "m") if isinstance(body, dict) else "m",
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": 10, "output_tokens": 1}}
+        if isinstance(body, dict) and body.get("stream"):
+            self._send(200, _sse([
+                {"type": "message_start", "message": message},
+                {"type": "content_block_start", "index": 0,
+                 "content_block": {"type": "text", "text": ""}},
+                {"type": "content_block_delta", "index": 0,
+                 "delta": {"type": "text_delta", "text": REPLY}},
+                {"type": "content_block_stop", "index": 0},
+                {"type": "message_delta", "delta": {"stop_reason": "end_turn",
+                                                    "stop_sequence": None},
+                 "usage": {"output_tokens": 3}},
+                {"type": "message_stop"}]), "text/event-stream")
+            return
+        self._send(200, json.dumps({**message, "content": [{"type": "text", "text": REPLY}],
+                                    "stop_reason": "end_turn"}).encode())
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def serve(log_path: Path) -> tuple[str, ThreadingHTTPServer]:
+    """Start the server on a free port of 127.0.0.1; its base URL and the server."""
+    handler = type("Handler", (_Handler,), {"log_path": log_path})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
