@@ -55,3 +55,37 @@ def read_config_file(path: str | os.PathLike[str]) -> str:
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8")
+
+
+#: Where the full command line notes the config file it last found valid: the quick path
+#: (`cli.quick`, no pydantic) answers only for a file that is, byte for byte, that one.
+CONFIG_CHECKED = ".config-checked"
+
+
+def _config_digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def config_checked(text: str, state_dir: str | os.PathLike[str]) -> bool:
+    """Whether this config file's `text` is the one a full command last found valid."""
+    try:
+        noted = Path(state_dir, CONFIG_CHECKED).read_text(encoding="utf-8").strip()
+    except OSError:
+        return False
+    return noted == _config_digest(text)
+
+
+def note_config_checked(text: str, state_dir: str | os.PathLike[str]) -> None:
+    """Note `text` as valid for the quick path (only where the state directory is)."""
+    directory = Path(state_dir)
+    if not directory.is_dir():
+        return
+    target = directory / CONFIG_CHECKED
+    temporary = directory / (CONFIG_CHECKED + f".{os.getpid()}")
+    try:
+        temporary.write_text(_config_digest(text) + "\n", encoding="utf-8")
+        os.replace(temporary, target)
+    except OSError:
+        temporary.unlink(missing_ok=True)

@@ -25,7 +25,7 @@ import click
 from daemon import __version__, names
 from daemon.cli import render
 from daemon.clock import SystemClock
-from daemon.config import Settings, load_settings
+from daemon.config import Settings, load_settings, resolve_config_path
 from daemon.errors import (
     EX_ALREADY_RUNNING,
     EX_CANTCREAT,
@@ -36,6 +36,7 @@ from daemon.errors import (
     MemorydError,
     StateDirError,
 )
+from daemon.locations import note_config_checked, read_config_file
 from daemon.logging import configure_logging
 from daemon.timephrases import WhenError, parse_when
 
@@ -74,8 +75,19 @@ def settings_for(ctx: click.Context) -> Settings:
             fail(str(exc), EX_CONFIG)
         settings: Settings = obj["settings"]
         configure_logging(settings.log_level, settings.log_format, extra=settings.extra_masks())
+        _note_checked(obj.get("config"), settings)
     result: Settings = obj["settings"]
     return result
+
+
+def _note_checked(config: str | None, settings: Settings) -> None:
+    """The config file just found valid, noted for the quick path (`cli.quick`)."""
+    path, _required = resolve_config_path(config)
+    try:
+        text = read_config_file(path)
+    except (OSError, ValueError):
+        return
+    note_config_checked(text, settings.state_dir)
 
 
 def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

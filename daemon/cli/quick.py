@@ -24,7 +24,13 @@ from typing import Any
 
 from daemon.cli import render
 from daemon.localhttp import Unreachable, request
-from daemon.locations import default_config_path, default_state_dir, expanded, read_config_file
+from daemon.locations import (
+    config_checked,
+    default_config_path,
+    default_state_dir,
+    expanded,
+    read_config_file,
+)
 from daemon.names import AGENTS, agent_name, project_path
 
 COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember"})
@@ -77,8 +83,9 @@ def _settings(config: str | None) -> tuple[str, str]:
         raise _Fallback
     path = config or os.environ.get("MEMORYD_CONFIG")
     data: dict[str, Any] = {}
+    text: str | None = None
     if path or default_config_path().exists():
-        data = _read_config(str(expanded(path)) if path else str(default_config_path()))
+        text, data = _read_config(str(expanded(path)) if path else str(default_config_path()))
     # A file's settings win over the environment's, as in `load_settings`.
     state = data.get("state_dir") or os.environ.get("MEMORYD_STATE_DIR")
     memory = data.get("memory") or {}
@@ -87,22 +94,27 @@ def _settings(config: str | None) -> tuple[str, str]:
     user = memory.get("user") or _login()
     if not isinstance(user, str):
         raise _Fallback
-    return str(expanded(state) if state else default_state_dir()), user
+    state_dir = str(expanded(state) if state else default_state_dir())
+    if text is not None and not config_checked(text, state_dir):
+        # Not checked since it changed: the full command line checks every key (and
+        # exits 78 naming a bad one), then notes it for the next time.
+        raise _Fallback
+    return state_dir, user
 
 
-def _read_config(path: str) -> dict[str, Any]:
+def _read_config(path: str) -> tuple[str, dict[str, Any]]:
     try:
         import yaml
 
-        loaded = yaml.load(read_config_file(path),
-                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        text = read_config_file(path)
+        loaded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:  # the full command line says what is wrong with it
         raise _Fallback from exc
     if loaded is None:
-        return {}
+        return text, {}
     if not isinstance(loaded, dict):
         raise _Fallback
-    return loaded
+    return text, loaded
 
 
 def _login() -> str:

@@ -127,3 +127,19 @@ def test_the_quick_path_imports_neither_click_nor_pydantic(tmp_path: Path) -> No
     from daemon.memory.recall.context import MIN_BUDGET as CONTEXT_MIN_BUDGET
 
     assert MIN_BUDGET == CONTEXT_MIN_BUDGET
+
+
+@pytest.mark.parametrize("command", ["status", "sessions", "recall ledger", "remember walrus"])
+def test_a_setting_misspelt_while_the_daemon_runs_exits_78_on_the_quick_path(
+        running: Daemon, command: str) -> None:
+    """Issue 36.3: the quick path answers only for the config file a full command found
+    valid; one edited since is checked in full, so a typo exits 78 naming the key."""
+    assert running.cli("status").returncode == 0
+    good = running.config.read_text()
+    running.config.write_text(good + "stale_session_timout: 30m\n")
+    done = running.cli(*command.split())
+    assert done.returncode == 78, done.stdout
+    assert done.stderr.strip().splitlines() == [
+        "memoryd: config: stale_session_timout: unknown setting"]
+    running.config.write_text(good)
+    assert running.cli(*command.split()).returncode == 0
