@@ -313,6 +313,20 @@ def write_atomically(path: Path, text: str, *, backup: bool = True) -> None:
     atomic_write(path, text, mode=mode)
 
 
+def _holds_nothing(path: Path) -> bool:
+    """An empty settings file: blank, or a JSON object with no keys."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not text.strip():
+        return True
+    try:
+        return bool(json.loads(text) == {})
+    except ValueError:
+        return False
+
+
 def _backup_of(path: Path) -> Path:
     return path.with_name(path.name + ".memoryd-backup")
 
@@ -386,6 +400,8 @@ class Installer:
         make_dirs(self._records_path.parent)
         write_atomically(self._records_path, json.dumps(records, indent=2) + "\n",
                          backup=False)
+        if record is None:
+            self._tidy(path)
 
     def hooks(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "hooks", scope, self.home, self.project)
@@ -525,7 +541,36 @@ class Installer:
             assert change.after is not None
             write_atomically(change.path, change.after, backup=backup)
             self._remember_written(change.path, change.after)
+            if change.before is None:
+                self._mark(f"file:{os.path.realpath(change.path)}", {"created": True})
         return change
+
+    def _mark(self, key: str, value: dict[str, Any] | None) -> None:
+        records = self._records()
+        if value is None:
+            records.pop(key, None)
+        else:
+            records[key] = value
+        make_dirs(self._records_path.parent)
+        write_atomically(self._records_path, json.dumps(records, indent=2) + "\n",
+                         backup=False)
+
+    def _tidy(self, path: Path) -> None:
+        """Once nothing of memoryd's is left in `path`: the file goes if memoryd created it
+        and it holds nothing now (`{}`, an empty TOML file), and memoryd's backup of it
+        goes too; the file is as it was before memoryd touched it."""
+        real = os.path.realpath(path)
+        records = self._records()
+        if any(key.endswith(f":{path}") or key.endswith(f":{real}")
+               for key in records if not key.startswith(("file:", "written:"))):
+            return
+        created = isinstance(records.get(f"file:{real}"), dict)
+        target = Path(real)
+        if created and target.exists() and _holds_nothing(target):
+            target.unlink()
+        _backup_of(target).unlink(missing_ok=True)
+        self._mark(f"file:{real}", None)
+        self._mark(f"written:{real}", None)
 
     def status(self, agent: Agent, scope: Scope) -> dict[str, Any]:
         hooks_path = settings_path(agent, "hooks", scope, self.home, self.project)

@@ -260,3 +260,36 @@ def test_codex_hooks_turned_off_by_the_user_stay_off(tmp_path: Path) -> None:
     change = inst.codex_feature("user", install=True, dry_run=False)
     assert not change.changed and "turned off" in change.note
     assert path.read_text() == "[features]\nhooks = false\n"
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex", "gemini"])
+def test_uninstall_leaves_every_file_as_it_was_before_memoryd(tmp_path: Path,
+                                                             agent: str) -> None:
+    """Issue 36.12: hooks and the MCP server installed then uninstalled leave no file
+    memoryd created (no `{}` settings.json, no empty config.toml) and no backup; a file
+    the person had is byte for byte what it was."""
+    inst = installer(tmp_path)
+
+    def files() -> dict[str, str]:
+        return {str(p.relative_to(tmp_path)): p.read_text() for p in tmp_path.rglob("*")
+                if p.is_file() and "state" not in p.parts}
+
+    for steps in ((True, True), (False, False)):
+        for install in steps:
+            inst.hooks(agent, "user", install=install, dry_run=False)  # type: ignore[arg-type]
+            if agent == "codex":
+                inst.codex_feature("user", install=install, dry_run=False)
+            inst.mcp(agent, "user", install=install, dry_run=False)  # type: ignore[arg-type]
+            if install:
+                assert files(), "install wrote nothing"
+    assert files() == {}
+    own = settings_path(agent, "mcp", "user", inst.home, inst.project)  # type: ignore[arg-type]
+    own.parent.mkdir(parents=True, exist_ok=True)
+    mine = '# mine\nmodel = "o4-mini"\n' if own.suffix == ".toml" else '{"theme": "dark"}\n'
+    own.write_text(mine)
+    before = files()
+    inst.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
+    inst.mcp(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
+    inst.mcp(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
+    inst.hooks(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
+    assert files() == before
