@@ -198,6 +198,21 @@ def execute(plan: Plan, *, tolerate_first_failure: bool = False) -> CommandFailu
     return None
 
 
+#: What systemctl and launchctl print when there is no service manager to talk to.
+_NO_MANAGER = ("failed to connect to bus", "no medium found", "could not connect to",
+               "$dbus_session_bus_address", "bootstrap failed: 5")
+
+
+def unreachable(output: str) -> str | None:
+    """One sentence for a service manager that cannot be reached, from its output; None
+    when the output says something else."""
+    if not any(mark in output.lower() for mark in _NO_MANAGER):
+        return None
+    return ("the user's service manager is not reachable (no systemd user session here:"
+            " log in through a login session, or run `loginctl enable-linger $USER` once);"
+            " `memoryd status` says whether memoryd itself runs")
+
+
 def describe(plan: Plan) -> str:
     """The plan as text, for --dry-run."""
     lines = [f"# {plan.description}"]

@@ -11,7 +11,7 @@ import click
 
 from daemon.cli.common import EX_UNAVAILABLE, config_option, fail, main, settings_for
 from daemon.config import resolve_config_path
-from daemon.units import Plan, ServiceManager, describe, execute
+from daemon.units import Plan, ServiceManager, describe, execute, unreachable
 
 
 @main.group()
@@ -42,8 +42,9 @@ def _carry_out(plan: Plan, dry_run: bool, *, tolerate_first_failure: bool = Fals
     for note in plan.notes:
         click.echo(note)
     if failure is not None:
-        fail(f"`{' '.join(failure.command)}` failed ({failure.returncode}): "
-              f"{failure.output or 'no output'}", EX_UNAVAILABLE)
+        fail(unreachable(failure.output) or (
+            f"`{' '.join(failure.command)}` failed ({failure.returncode}): "
+            f"{failure.output or 'no output'}"), EX_UNAVAILABLE)
     for command in plan.commands:
         click.echo(f"ran {' '.join(command)}")
 
@@ -80,9 +81,16 @@ def _simple_action(action: str, doc: str) -> None:
         if dry_run:
             click.echo(describe(plan))
             return
-        code = subprocess.call(plan.commands[0])
-        if code != 0:
-            sys.exit(code)
+        # Its own output passes through; what it says on failure is read for one case:
+        # no service manager to talk to, which deserves a sentence, not D-Bus's words.
+        done = subprocess.run(plan.commands[0], stderr=subprocess.PIPE, text=True)
+        if done.returncode == 0:
+            return
+        said = unreachable(done.stderr)
+        if said is not None:
+            fail(said, EX_UNAVAILABLE)
+        sys.stderr.write(done.stderr)
+        sys.exit(done.returncode)
 
     if action == "logs":
         click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")(command)

@@ -105,7 +105,7 @@ def test_install_writes_unit_and_uninstall_keeps_data(tmp_path: Path) -> None:
     assert f"wrote {unit}" in result.stdout
     if result.returncode != 0:  # no user service manager here (containers, CI)
         assert result.returncode == 69
-        assert "systemctl --user" in result.stderr
+        assert "service manager is not reachable" in result.stderr
     assert "ExecStart=" in unit.read_text()
     state = home / ".local" / "share" / "memoryd"
     assert state.is_dir()
@@ -113,3 +113,21 @@ def test_install_writes_unit_and_uninstall_keeps_data(tmp_path: Path) -> None:
                             capture_output=True, text=True)
     assert not unit.exists()
     assert f"your data stays in {state}" in result.stdout
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("systemctl") is None,
+                    reason="systemctl is Linux's")
+def test_service_status_without_a_user_bus_is_one_sentence(tmp_path: Path) -> None:
+    """Issue 36.11: no systemd user session (a container, an ssh login without lingering):
+    one sentence saying so and what to do, status 69, not D-Bus's own words."""
+    home = tmp_path / "home"
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in daemon_env(tmp_path).items() if k != "DBUS_SESSION_BUS_ADDRESS"}
+    env |= {"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)}
+    for action in ("status", "start", "stop"):
+        done = subprocess.run(memoryd_command("service", action), env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 69, (action, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Failed to connect" not in done.stderr
+        assert "service manager is not reachable" in done.stderr
