@@ -15,6 +15,7 @@ from daemon.api.base import (
 )
 from daemon.errors import ApiError
 from daemon.memory import Capability, MemoryType, memory_to_record
+from daemon.memory.protocol import IdPrefix
 from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.recall.gate import content_words, coverage
 from daemon.memory.records import result_to_record
@@ -25,6 +26,8 @@ log = structlog.get_logger("memoryd.api")
 
 #: Recall this many candidates before fitting the best into a context budget.
 CONTEXT_CANDIDATES = 60
+#: The shortest start of a memory id that names it (as `memoryd show` takes sessions').
+MIN_ID_PREFIX = 4
 #: Correcting by query: the memory must cover this much of the query's words (gate.coverage).
 CORRECT_MIN_COVERAGE = 0.5
 
@@ -195,8 +198,21 @@ class MemoryOperations(OpsBase):
         log.info("content_forgotten", message_keys=keys, sessions=len(session_ids),
                  project=project is not None, everything=everything)
 
+    async def _full_id(self, given: str) -> str:
+        """A memory id, or the one id a unique prefix of at least 4 characters names."""
+        prefix = given.strip().lower()
+        if (len(prefix) >= 32 or len(prefix) < MIN_ID_PREFIX
+                or not all(c in "0123456789abcdef" for c in prefix)
+                or not isinstance(self._backend, IdPrefix)):
+            return given
+        found = await self._backend.ids_with_prefix(prefix, limit=2)
+        if len(found) > 1:
+            raise ApiError(400, f"memory id {prefix} matches more than one memory; give more"
+                                " of it")
+        return found[0] if found else given
+
     async def get_memory(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        memory_id = arg.text(args, "memory_id")
+        memory_id = await self._full_id(arg.text(args, "memory_id"))
         memory = self._visible(await self._backend.get(memory_id), args)
         if memory is None:
             raise ApiError(404, f"no memory {memory_id}")

@@ -34,6 +34,14 @@ from daemon.store.connection import connect
 # (`ingest` should not load the memory backends, the embedders or the scheduler).
 
 
+def _title(summary: str | None, width: int = 100) -> str | None:
+    """The agent's own title of a session: the first line of its summary, clipped."""
+    if not summary:
+        return None
+    line = next((x.strip().lstrip("#").strip() for x in summary.splitlines() if x.strip()), "")
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 @main.command()
 @config_option
 @click.pass_context
@@ -219,6 +227,9 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
         return
     click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
                f"{found['status']}")
+    title = _title(found.get("summary_markdown"))
+    if title:
+        click.echo(f"title:      {title}")
     click.echo(f"project:    {found['project'] or '-'}")
     click.echo(f"transcript: {found['transcript_path']}")
     click.echo(f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in "

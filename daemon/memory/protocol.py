@@ -140,6 +140,15 @@ class Relabelled:
 
 
 @runtime_checkable
+class IdPrefix(Protocol):
+    """A backend that finds memories by the start of their id (as sessions are found)."""
+
+    async def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
+        """Up to `limit` ids that start with `prefix` (lower-case hex), in order."""
+        ...
+
+
+@runtime_checkable
 class ContentRewrite(Protocol):
     """A backend that can replace the text of a memory memoryd wrote itself (a conversation
     segment rendered again from the same messages, `lifecycle.rerender`)."""

@@ -33,8 +33,10 @@ async def list_sessions(
         params.append(source)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
     async with conn.execute(
+        # Newest conversation first; a session with no message yet (a file of headers
+        # only) after them all, not first for having been found a moment ago.
         f"SELECT {SESSION_COLUMNS} FROM sessions{clause}"
-        " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC",
+        " ORDER BY message_count = 0, COALESCE(last_message_at, created_at) DESC, id DESC",
         params,
     ) as cursor:
         return [_session_dict(row) for row in await cursor.fetchall()]

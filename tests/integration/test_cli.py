@@ -371,3 +371,39 @@ def test_a_usage_error_is_one_line_naming_the_help(tmp_path: Path, args: list[st
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("memoryd: "), result.stderr
     assert "--help" in lines[0] and "Usage:" not in result.stderr
+
+
+def test_show_prints_the_sessions_title(tmp_path: Path) -> None:
+    """Issue 36.9: the agent's own summary line is the session's title in `show`."""
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    (project / "s.jsonl").write_text(
+        json.dumps({"type": "summary", "summary": "Fix the login redirect loop",
+                    "leafUuid": "u1"}) + "\n"
+        + json.dumps({"type": "user", "uuid": "u1", "sessionId": "s", "cwd": "/p",
+                      "timestamp": "2026-11-20T10:00:00.000Z",
+                      "message": {"role": "user", "content": "the login loops"}}) + "\n")
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state",
+                          {"claude": tmp_path / "claude"})
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    shown = run_cli(tmp_path, "--config", str(config), "show", "s", check=True)
+    assert "title:      Fix the login redirect loop" in shown.stdout.splitlines()
+
+
+def test_sessions_without_messages_do_not_sort_first(tmp_path: Path) -> None:
+    """Issue 36.9: newest first means newest conversation first; a file of headers only,
+    found a moment ago, comes after every session that holds messages."""
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    (project / "talk.jsonl").write_text(json.dumps({
+        "type": "user", "uuid": "u1", "sessionId": "talk", "cwd": "/p",
+        "timestamp": "2026-11-20T10:00:00.000Z",
+        "message": {"role": "user", "content": "hello"}}) + "\n")
+    (project / "empty.jsonl").write_text(json.dumps({
+        "type": "summary", "summary": "nothing yet", "leafUuid": "x"}) + "\n")
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state",
+                          {"claude": tmp_path / "claude"})
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    listed = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--json",
+                                check=True).stdout)
+    assert [s["message_count"] > 0 for s in listed] == [True, False]

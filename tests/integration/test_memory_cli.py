@@ -156,3 +156,15 @@ def test_recall_stdin_answers_one_line_per_query(cli: Cli) -> None:
     assert len(lines) == 2
     first, second = (json.loads(line) for line in lines)
     assert "\u2028" in first[0]["content"] and second == []
+
+
+def test_a_memory_is_shown_by_a_unique_start_of_its_id(cli: Cli) -> None:
+    """Issue 36.9: as sessions are, a memory is named by the start of its id (4 or more
+    characters); a start that names none is a one-line not-found."""
+    fact = cli.json("remember", "the staging cluster is called kiwi")
+    shown = cli.json("show-memory", fact["id"][:6])
+    assert shown["id"] == fact["id"]
+    other = "0000" if not fact["id"].startswith("0000") else "ffff"
+    missing = cli("show-memory", other, ok=False)
+    assert missing.returncode != 0 and missing.stderr.strip().splitlines() == [
+        f"memoryd: no memory {other}"]

@@ -471,6 +471,9 @@ class JsonlMemoryBackend:
     async def get(self, memory_id: str) -> Memory | None:
         return self._memories.get(memory_id)
 
+    async def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
+        return sorted(i for i in self._memories if i.startswith(prefix))[:limit]
+
     async def history(self, memory_id: str) -> list[Memory]:
         return self._chain(memory_id)
 

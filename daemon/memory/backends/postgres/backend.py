@@ -1041,6 +1041,12 @@ class PostgresMemoryBackend:
             {"user": self._owner.user, "since": _utc(since)})
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
 
+    async def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
+        rows = await self._read(
+            "SELECT id FROM memories WHERE owner_user = %s AND id >= %s AND id < %s"
+            " ORDER BY id LIMIT %s", (self._owner.user, prefix, prefix + "g", limit))
+        return [str(r["id"]) for r in rows]
+
     async def rewrite_content(self, memory_id: str, content: str) -> bool:
         async with self._write() as conn:
             rows = await self._rows(

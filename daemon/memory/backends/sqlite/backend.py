@@ -1016,6 +1016,14 @@ class SQLiteMemoryBackend:
                 " GROUP BY day, project ORDER BY day, project", (to_utc_text(since),))
         return [(r["day"], r["project"], int(r["n"])) for r in rows]
 
+    async def ids_with_prefix(self, prefix: str, limit: int = 2) -> list[str]:
+        # ids are lower-case hex: the prefix's range of the unique index, no LIKE.
+        async with self._read() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT id FROM memories WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (prefix, prefix + "g", limit))
+        return [str(r["id"]) for r in rows]
+
     async def rewrite_content(self, memory_id: str, content: str) -> bool:
         async with self._write() as conn:
             rows = await self._fetch_all(
