@@ -221,3 +221,17 @@ def test_a_digest_ranks_below_the_segments_it_restates_on_a_near_tie() -> None:
 
     assert blend(0.8, 0.5, "session_digest", 3.0) < blend(0.6, 0.5, "conversation", 3.0)
     assert blend(0.9, 0.5, "session_digest", 3.0) > blend(0.4, 0.5, "conversation", 3.0)
+
+
+def test_the_branch_comes_from_claudes_records_and_codexs_session_meta() -> None:
+    """Claude Code writes `gitBranch` on each record; Codex names the branch once, in
+    `session_meta.payload.git` (31.1): both reach the session as a hint."""
+    claude = record_parser_for(SourceKind("claude")).parse({
+        "type": "user", "uuid": "u", "sessionId": "s", "cwd": "/p", "gitBranch": "fix/login",
+        "timestamp": "2026-11-20T10:00:00Z", "message": {"role": "user", "content": "hi"}})
+    codex = record_parser_for(SourceKind("codex")).parse({
+        "type": "session_meta", "timestamp": "2026-11-20T10:00:00Z",
+        "payload": {"id": "c1", "cwd": "/p", "git": {"branch": "feature/cart",
+                                                     "commit_hash": "abc123"}}})
+    assert claude.hints["git_branch"] == "fix/login"
+    assert codex.hints["git_branch"] == "feature/cart"
