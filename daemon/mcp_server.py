@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import ValidationError
 
 from daemon import __version__
@@ -26,6 +27,12 @@ from daemon.errors import ApiError, MemorydError
 from daemon.memory.recall.context import escape
 
 MAX_ANSWER_CHARS = 20_000
+#: What each tool does to memory, told to the agent (MCP tool annotations): a client may
+#: let read-only tools run without asking (`codex exec` calls them only then).
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+DELETES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                          open_world_hint=False)
 INSTRUCTIONS = (
     "memoryd is this user's long-term memory of earlier agent sessions: decisions, facts, "
     "corrections and the conversations themselves, across Claude Code, Codex and Gemini CLI. "
@@ -98,7 +105,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
     def scope(project: str | None, all_projects: bool) -> dict[str, Any]:
         return {"project": project or here, "all_projects": all_projects}
 
-    @server.tool(description=(
+    @server.tool(annotations=READ_ONLY, description=(
         "Search long-term memory for what earlier sessions learned: decisions, facts, "
         "corrections, conversations. Use plain words (names, topics), not a question. "
         "Results are best first, each with its id, date and source session. Memories of "
@@ -115,7 +122,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
             return "No memory matches."
         return _clip("\n".join(_line(r) for r in results))
 
-    @server.tool(description=(
+    @server.tool(annotations=READ_ONLY, description=(
         "What was learned in a time span, oldest first: 'what did we do last week?'. "
         "since is required ('last week', 'yesterday', an ISO date); query narrows it."))
     async def recall_temporal(since: str, until: str | None = None, query: str = "",
@@ -127,7 +134,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
         results = found["results"]
         return _clip("\n".join(_line(r) for r in results)) if results else "Nothing then."
 
-    @server.tool(description=(
+    @server.tool(annotations=WRITES, description=(
         "Store a durable fact or decision the user stated, in one self-contained sentence "
         "(it will be read without this conversation). Explicit facts never fade. "
         "type: fact (default) or project_context. private=true keeps it from the user's "
@@ -143,7 +150,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
         memory = (await call("remember", args))["memory"]
         return f"Remembered as {memory['id']}."
 
-    @server.tool(description=(
+    @server.tool(annotations=WRITES, description=(
         "Replace a memory that is wrong or out of date. Give memory_id (from recall) or a "
         "query whose best match is the memory to replace, and the corrected text. The old "
         "version stays for audit but is never recalled again."))
@@ -153,21 +160,21 @@ def build_server(settings: Settings, project_dir: str | None = None,
                                        "query": query, "reason": reason})
         return f"Replaced {found['replaced']} by {found['memory']['id']}."
 
-    @server.tool(description=(
+    @server.tool(annotations=DELETES, description=(
         "Forget one memory (by id) so it is never recalled again. hard=true also deletes "
         "its text, keeping only an audit record. Only when the user asks to forget."))
     async def forget_memory(memory_id: str, hard: bool = False) -> str:
         found = await call("forget", {"memory_id": memory_id, "hard": hard})
         return "Forgotten." if found["forgotten"] else f"No live memory {memory_id}."
 
-    @server.tool(description=(
+    @server.tool(annotations=READ_ONLY, description=(
         "One memory in full, with its provenance: the session, message range, message "
         "uuids and time span it came from, and its correction history."))
     async def get_memory(memory_id: str) -> str:
         found = await call("get_memory", {"memory_id": memory_id})
         return _clip(json.dumps(found, indent=2, ensure_ascii=False))
 
-    @server.tool(description=(
+    @server.tool(annotations=READ_ONLY, description=(
         "A <memory_context> block of the memories most relevant to query, within budget "
         "estimated tokens: facts first, dated and sourced, near-duplicates removed."))
     async def memory_context(query: str = "", project: str | None = None,
@@ -177,7 +184,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
                                        **scope(project, False)})
         return _clip(found["text"])
 
-    @server.tool(description=(
+    @server.tool(annotations=READ_ONLY, description=(
         "Search the stored conversations themselves (every message of every session, not "
         "just memories): 'what did I run last Tuesday in this repo?'. All words must "
         "appear. Newest first; since/until narrow the time; project defaults to this one."))

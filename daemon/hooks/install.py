@@ -474,6 +474,9 @@ class Installer:
         args = (["--config", self.config] if self.config else []) + ["mcp", "--agent", agent]
         entry: dict[str, Any] = {"command": self.memoryd, "args": args}
         if agent == "codex":
+            # Codex does not wait for MCP servers unless one is required: without it the
+            # first request of a session may go out before memoryd's tools are there.
+            entry = {**entry, "required": True}
             before = path.read_text(encoding="utf-8") if path.exists() else None
             record = self._record_for(path, "mcp")
             after: str | None = _codex_server(before, entry if install else None, path)
@@ -498,7 +501,9 @@ class Installer:
         if agent == "claude":
             entry = {"type": "stdio", **entry, "env": {}}
         else:
-            entry = {**entry, "timeout": 30_000}
+            # Gemini asks before every call of an untrusted server's tools, and cannot
+            # trust some tools only: non-interactive runs (`gemini -p`) could use none.
+            entry = {**entry, "timeout": 30_000, "trust": True}
         if install:
             fresh: Record | None = self._fresh_record(path, "mcp", before)
             assert fresh is not None
@@ -506,8 +511,11 @@ class Installer:
         else:
             fresh = None
             after_doc = unmerge_server(document, record)
-        return self._apply(agent, "mcp", path, before, document, after_doc, fresh, dry_run, "",
-                           record)
+        note = ("Gemini runs memoryd's tools without asking (trust: true), remember, correct"
+                " and forget included; take `trust` out to be asked" if install
+                and agent == "gemini" else "")
+        return self._apply(agent, "mcp", path, before, document, after_doc, fresh, dry_run,
+                           note, record)
 
     def _apply(self, agent: Agent, what: str, path: Path, before: str | None,
                document: dict[str, Any], after_doc: dict[str, Any], record: Record | None,

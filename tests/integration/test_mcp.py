@@ -146,3 +146,17 @@ async def test_a_refused_argument_is_one_line_without_its_value(settings: object
             assert text.startswith("recall: ")
         assert "limit:" in _text(await client.call_tool(
             "recall", {"query": "x", "limit": token}))
+
+
+async def test_each_tool_says_whether_it_changes_memory(settings: object) -> None:
+    """Issue 32.5: read-only tools say so (a client may run them without asking; `codex
+    exec` calls them only then); forget says it deletes."""
+    server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
+    async with Client(server) as client:
+        tools = {tool.name: tool.annotations for tool in (await client.list_tools()).tools}
+    read_only = {name for name, notes in tools.items() if notes and notes.read_only_hint}
+    assert read_only == {"recall", "recall_temporal", "get_memory", "memory_context",
+                         "search_sessions"}
+    forget = tools["forget_memory"]
+    assert forget is not None and forget.destructive_hint is True
+    assert all(notes is not None and notes.open_world_hint is False for notes in tools.values())

@@ -293,3 +293,17 @@ def test_uninstall_leaves_every_file_as_it_was_before_memoryd(tmp_path: Path,
     inst.mcp(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
     inst.hooks(agent, "user", install=False, dry_run=False)  # type: ignore[arg-type]
     assert files() == before
+
+
+def test_mcp_install_makes_the_tools_usable_where_each_agent_allows_it(tmp_path: Path) -> None:
+    """Issue 32.4, 32.5: Codex waits for a required server; Gemini trusts the server (it
+    cannot trust some tools only), and install says so."""
+    inst = installer(tmp_path)
+    inst.mcp("codex", "user", install=True, dry_run=False)
+    codex = tomlkit.parse((inst.home / ".codex" / "config.toml").read_text())
+    assert codex["mcp_servers"]["memoryd"]["required"] is True  # type: ignore[index]
+    change = inst.mcp("gemini", "user", install=True, dry_run=False)
+    gemini = json.loads(settings_path("gemini", "mcp", "user", inst.home,
+                                      inst.project).read_text())
+    assert gemini["mcpServers"]["memoryd"]["trust"] is True
+    assert "trust: true" in change.note
