@@ -36,7 +36,9 @@ def main(work: Path, claude: str) -> None:
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_DATA_HOME=str(home / ".local" / "share"),
                XDG_STATE_HOME=str(home / ".local" / "state"),
-               XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1")
+               XDG_CACHE_HOME=str(home / ".cache"), PYTHONUNBUFFERED="1",
+               TMPDIR=str(work / "tmp"))  # Claude Code keeps its own files under TMPDIR
+    (work / "tmp").mkdir(exist_ok=True)
     config = home / ".config" / "memoryd" / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text("memory:\n  embeddings:\n    fetch_model: false\n")
