@@ -1,7 +1,8 @@
 """The real agent CLIs the end-to-end tests run, pinned in one place.
 
 A version bump is a change here and nowhere else. Each is installed from the npm
-registry once into a cache (`$MEMORYD_E2E_CACHE`, default `~/.cache/memoryd-e2e`)
+registry once into a cache (`$E2E_AGENTS_CACHE`, default `~/.cache/memoryd-e2e`; not a
+`MEMORYD_` name: memoryd refuses unknown settings in the environment)
 and reused by later runs.
 """
 
@@ -29,7 +30,7 @@ PINS = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MEMORYD_E2E_CACHE")
+    return Path(os.environ.get("E2E_AGENTS_CACHE")
                 or Path.home() / ".cache" / "memoryd-e2e")
 
 

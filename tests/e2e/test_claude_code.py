@@ -4,7 +4,7 @@ inside a network namespace with loopback only; the assertions are on what the mo
 received.
 
 Skipped, loudly, where the CLI cannot be installed or no network namespace can be made
-(not root, no `unshare`); `MEMORYD_E2E_REQUIRED=1` (set by `.ci/run`) turns that skip
+(not root, no `unshare`); `E2E_AGENTS_REQUIRED=1` (set by `.ci/run`) turns that skip
 into a failure.
 """
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 def _cannot(reason: str) -> None:
     message = f"END-TO-END TESTS NOT RUN: {reason}"
-    if os.environ.get("MEMORYD_E2E_REQUIRED") == "1":
+    if os.environ.get("E2E_AGENTS_REQUIRED") == "1":
         pytest.fail(message)
     print(message, file=sys.stderr)
     pytest.skip(message)
