@@ -41,7 +41,7 @@ from daemon.clock import SystemClock
 from daemon.config import Settings
 from daemon.errors import ApiError
 from daemon.files import atomic_writer
-from daemon.memory import Capability, MemoryBackend, require
+from daemon.memory import Capability, MemoryBackend, MemoryType, require
 from daemon.memory.backends.gateway import call_events as gateway_calls
 from daemon.memory.models import visible_to
 from daemon.memory.opening import open_memory_backend
@@ -64,13 +64,16 @@ T = TypeVar("T")
 @click.option("--until", callback=when_option, help="Only memories before then.")
 @click.option("--stdin", "from_stdin", is_flag=True,
               help="Read one query per line; print one JSON list per line (needs --json).")
+@click.option("--type", "kinds", multiple=True,
+              type=click.Choice([t.value for t in MemoryType]),
+              help="Only memories of this type (again for more): session_digest, fact, ...")
 @agent_option
 @json_option
 @config_option
 @click.pass_context
 def recall(ctx: click.Context, query: str | None, project: str | None, all_projects: bool,
            limit: int, since: datetime | None, until: datetime | None, from_stdin: bool,
-           agent: str | None, as_json: bool) -> None:
+           kinds: tuple[str, ...], agent: str | None, as_json: bool) -> None:
     """Find memories for QUERY, best first, with where each came from."""
     if from_stdin and not as_json:
         raise click.UsageError("--stdin prints JSON lines: add --json")
@@ -80,7 +83,7 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
     settings = settings_for(ctx)
     scope = {"project": project_path(project), "all_projects": all_projects, "limit": limit,
              "since": iso_or_none(since), "until": iso_or_none(until),
-             **({"agent": agent} if agent else {})}
+             **({"agent": agent} if agent else {}), **({"types": list(kinds)} if kinds else {})}
 
     async def _recall(client: MemoryClient) -> None:
         async def one(text: str) -> list[dict[str, Any]]:

@@ -372,6 +372,7 @@ class Recovery:
                 digest = build_digest(messages, source=session.source,
                                       session=session.external_id or str(session.id),
                                       project=session.project, branch=due.git_branch,
+                                      title=due.title,
                                       worktree=session.worktree)
                 try:
                     result = await self._retrying(self._backend.save_session_summary,

@@ -163,19 +163,23 @@ class DigestDue:
     state: SessionSyncState
     digest_index: int
     git_branch: str | None
+    #: The agent's own title of the session (Claude's and Gemini's summary line), if any.
+    title: str | None = None
 
 
 async def digests_due(conn: aiosqlite.Connection,
                       session_id: int | None = None) -> list[DigestDue]:
     """Sessions with messages saved to memory since their digest was last built."""
-    sql = (f"SELECT {_SYNC_COLUMNS}, digest_index, git_branch FROM sessions"
-           " WHERE memory_sync_index > digest_index")
+    sql = (f"SELECT {_SYNC_COLUMNS}, digest_index, git_branch,"
+           " (SELECT content FROM session_summaries t WHERE t.session_id = sessions.id"
+           "  AND t.kind = 'summary' ORDER BY t.id DESC LIMIT 1)"
+           " FROM sessions WHERE memory_sync_index > digest_index")
     params: tuple[object, ...] = ()
     if session_id is not None:
         sql += " AND id = ?"
         params = (session_id,)
     async with conn.execute(sql + " ORDER BY id", params) as cursor:
-        return [DigestDue(_sync_state(row), row[10], row[11])
+        return [DigestDue(_sync_state(row), row[10], row[11], row[12])
                 for row in await cursor.fetchall()]
 
 

@@ -407,3 +407,28 @@ def test_sessions_without_messages_do_not_sort_first(tmp_path: Path) -> None:
     listed = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--json",
                                 check=True).stdout)
     assert [s["message_count"] > 0 for s in listed] == [True, False]
+
+
+def test_recall_by_type_finds_a_digest_with_the_agents_title(tmp_path: Path) -> None:
+    """Issue 31.1, 31.3: `memoryd recall --type session_digest` returns digests only, and a
+    digest carries the agent's own title of its session."""
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    (project / "s.jsonl").write_text(
+        json.dumps({"type": "summary", "summary": "Fix the login redirect loop",
+                    "leafUuid": "u1"}) + "\n"
+        + json.dumps({"type": "user", "uuid": "u1", "sessionId": "s", "cwd": "/p",
+                      "timestamp": "2026-11-20T10:00:00.000Z",
+                      "message": {"role": "user", "content": "the login page loops"}}) + "\n")
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state",
+                          {"claude": tmp_path / "claude"})
+    for args in (("ingest", "--once"), ("sync",)):
+        run_cli(tmp_path, "--config", str(config), *args, check=True)
+    found = json.loads(run_cli(tmp_path, "--config", str(config), "recall", "login",
+                               "--all-projects", "--type", "session_digest", "--json",
+                               check=True).stdout)
+    assert [r["type"] for r in found] == ["session_digest"]
+    assert "Title: Fix the login redirect loop" in found[0]["content"]
+    everything = json.loads(run_cli(tmp_path, "--config", str(config), "recall", "login",
+                                    "--all-projects", "--json", check=True).stdout)
+    assert {r["type"] for r in everything} >= {"session_digest", "conversation"}
