@@ -78,14 +78,22 @@ def config_checked(text: str, state_dir: str | os.PathLike[str]) -> bool:
 
 
 def note_config_checked(text: str, state_dir: str | os.PathLike[str]) -> None:
-    """Note `text` as valid for the quick path (only where the state directory is)."""
+    """Note `text` as valid for the quick path: only in a state directory that exists and
+    is this user's own and private (never one that memoryd would refuse), 0600."""
     directory = Path(state_dir)
-    if not directory.is_dir():
+    try:
+        info = directory.stat()
+    except OSError:
+        return
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+            or info.st_mode & 0o077):
         return
     target = directory / CONFIG_CHECKED
     temporary = directory / (CONFIG_CHECKED + f".{os.getpid()}")
     try:
-        temporary.write_text(_config_digest(text) + "\n", encoding="utf-8")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(_config_digest(text) + "\n")
         os.replace(temporary, target)
     except OSError:
         temporary.unlink(missing_ok=True)

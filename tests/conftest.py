@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -17,6 +18,31 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
 settings.register_profile("dev", print_blob=True, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def _scratch() -> Path:
+    """Every test's files, and those of every process it starts, live in a cache directory
+    of this checkout's own (cleared at each run), never in /tmp (issue 36.1), and outside
+    any git repository: a test's folders must not become the checkout's project."""
+    checkout = str(Path(__file__).resolve().parent.parent)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "memoryd-tests" / hashlib.sha256(checkout.encode()).hexdigest()[:12]
+
+
+SCRATCH = _scratch()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None:
+        config.option.basetemp = str(SCRATCH / "run")
+    # `tempfile` in this process and in every subprocess (they inherit TMPDIR): the
+    # PostgreSQL test server's directory, benchmarks' and agents' scratch files.
+    scratch = SCRATCH / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    os.environ["TMPDIR"] = str(scratch)
+    import tempfile
+
+    tempfile.tempdir = None
 
 
 @pytest.fixture
