@@ -67,14 +67,21 @@ def project_root(directory: str) -> str:
     """The project `directory` belongs to: the main working tree of its git repository
     (for the repository itself, any sub-directory and any linked worktree alike), or the
     directory itself outside a repository."""
-    clean = project_path(directory)
-    return _root_of(clean)
+    return _place(project_path(directory))[0]
+
+
+def working_tree(directory: str) -> str | None:
+    """The top of the working tree `directory` lies in (the main tree or a linked
+    worktree: where its `.git` is), or None outside a repository."""
+    return _place(project_path(directory))[1]
 
 
 @lru_cache(maxsize=1024)
-def _root_of(clean: str) -> str:
-    # Cached: a project's layout does not change under a running session, and ingest asks
-    # once per batch of lines. A directory that is not there yet is asked again later.
+def _place(clean: str) -> tuple[str, str | None]:
+    """(project, working tree) of a clean directory path: one climb to the nearest `.git`.
+
+    Cached: a project's layout does not change under a running session, and ingest asks
+    once per batch of lines."""
     current = clean
     for _ in range(MAX_DEPTH):
         dotgit = os.path.join(current, ".git")
@@ -83,33 +90,16 @@ def _root_of(clean: str) -> str:
         except OSError:
             mode = None
         if mode is not None and (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            root = current if stat.S_ISDIR(mode) else project_path(_linked(dotgit, current))
             # A home directory kept in git (dotfiles) is not every folder's project.
             if current != clean and current in (os.path.expanduser("~"), "/"):
-                return clean
-            return root
+                return clean, None
+            root = current if stat.S_ISDIR(mode) else project_path(_linked(dotgit, current))
+            return root, current
         parent = os.path.dirname(current)
         if parent == current:
             break
         current = parent
-    return clean
-
-
-def working_tree(directory: str) -> str | None:
-    """The top of the working tree `directory` lies in (the main tree or a linked
-    worktree: where its `.git` is), or None outside a repository."""
-    current = project_path(directory)
-    for _ in range(MAX_DEPTH):
-        try:
-            os.stat(os.path.join(current, ".git"))
-        except OSError:
-            parent = os.path.dirname(current)
-            if parent == current:
-                return None
-            current = parent
-            continue
-        return current
-    return None
+    return clean, None
 
 
 def gemini_project(transcript: str) -> str | None:
