@@ -1,7 +1,7 @@
 """`memoryd mcp`: memory as MCP tools, on stdio, for any agent that speaks MCP.
 
-Built on the official SDK's `MCPServer`. Every tool is one operation of the
-daemon's API (`daemon.client`: the running daemon, else the stores opened
+Spoken by `daemon.mcp_protocol` (fast to start: see there). Every tool is one operation of
+the daemon's API (`daemon.client`: the running daemon, else the stores opened
 directly), so the daemon stays the one writer of its databases. Answers are
 text for a model to read, bounded to MAX_ANSWER_CHARS; a refused call is an
 MCP tool error with one clear line. The project defaults to the directory the
@@ -12,27 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
-
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.client import MemoryClient
-from daemon.clock import SystemClock
-from daemon.config import Settings
-from daemon.errors import ApiError, MemorydError
+from daemon.mcp_protocol import Annotations, Server, ToolError
 from daemon.memory.recall.context import escape
+
+if TYPE_CHECKING:
+    from daemon.client import MemoryClient
+    from daemon.config import Settings
 
 MAX_ANSWER_CHARS = 20_000
 #: What each tool does to memory, told to the agent (MCP tool annotations): a client may
 #: let read-only tools run without asking (`codex exec` calls them only then).
-READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-DELETES = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                          open_world_hint=False)
+READ_ONLY = Annotations(read_only=True)
+WRITES = Annotations(read_only=False)
+DELETES = Annotations(read_only=False, destructive=True, idempotent=True)
 INSTRUCTIONS = (
     "memoryd is this user's long-term memory of earlier agent sessions: decisions, facts, "
     "corrections and the conversations themselves, across Claude Code, Codex and Gemini CLI. "
@@ -63,39 +58,27 @@ def _line(result: dict[str, Any]) -> str:
             f" score {result.get('score', 0):.3f}] {text}")
 
 
-class _OneLineErrors(MCPServer):
-    """The SDK's server, whose refused calls are one line (as the README promises): a bad
-    argument names the argument and what is wrong with it, never the value it was
-    given (which may be a secret) nor a link to the validation library's site."""
-
-    async def call_tool(self, name: str, arguments: dict[str, Any],
-                        context: Any = None) -> Any:
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ValidationError):
-                raise ToolError(f"{name}: " + "; ".join(
-                    f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}:"
-                    f" {error['msg'].lower()}" for error in cause.errors())) from None
-            raise ToolError(" ".join(str(exc).split())) from None
-
-
 def build_server(settings: Settings, project_dir: str | None = None,
-                 agent: str | None = None) -> MCPServer:
+                 agent: str | None = None) -> Server:
     """The server with its tools; `project_dir` defaults to the current directory.
 
     Every call names the server's `agent` (or "unknown"): another agent's private
     memories are never recalled, shown, corrected or forgotten through it."""
     here = project_dir or os.getcwd()
     caller = agent or "unknown"
-    server = _OneLineErrors("memoryd", instructions=INSTRUCTIONS, version=__version__,
-                            log_level="WARNING")
-    client = MemoryClient(settings, SystemClock(), interface="mcp")
+    server = Server("memoryd", __version__, INSTRUCTIONS)
+    clients: list[MemoryClient] = []
 
     async def call(operation: str, args: dict[str, Any]) -> dict[str, Any]:
+        # Loaded on the first call, not at start: the handshake must be quick.
+        from daemon.client import MemoryClient
+        from daemon.clock import SystemClock
+        from daemon.errors import ApiError, MemorydError
+
+        if not clients:
+            clients.append(MemoryClient(settings, SystemClock(), interface="mcp"))
         try:
-            return await client.call(operation, {"agent": caller, **{
+            return await clients[0].call(operation, {"agent": caller, **{
                 k: v for k, v in args.items() if v is not None}})
         except ApiError as exc:
             raise ToolError(str(exc)) from None

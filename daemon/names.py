@@ -22,7 +22,7 @@ AGENT_EVENTS: dict[str, dict[str, str]] = {
     "claude": {"SessionStart": "start", "UserPromptSubmit": "prompt",
                "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
     "codex": {"SessionStart": "start", "UserPromptSubmit": "prompt",
-              "PreCompact": "pre_compact", "Stop": "stop"},
+              "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
     "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
                "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
 }

@@ -156,3 +156,34 @@ class JsonHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextlib.asynccontextmanager
+async def in_memory(server: Any) -> Any:
+    """The official SDK's client talking to memoryd's MCP server in-process: a transport
+    (`mcp.Client(in_memory(server))`) whose every message goes through `server.handle`,
+    serialized both ways as it would be on stdio."""
+    import anyio
+    import mcp.types as types
+    from mcp.shared.message import SessionMessage
+
+    to_server, from_client = anyio.create_memory_object_stream[SessionMessage](16)
+    to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+
+    async def pump() -> None:
+        async for sent in from_client:
+            line = sent.message.model_dump_json(by_alias=True, exclude_unset=True)
+            answer = await server.handle(json.loads(line))
+            if answer is not None:
+                await to_client.send(SessionMessage(types.jsonrpc_message_adapter.validate_json(
+                    json.dumps(answer), by_name=False)))
+
+    streams = (to_server, from_client, to_client, from_server)
+    async with anyio.create_task_group() as group:
+        group.start_soon(pump)
+        try:
+            yield from_server, to_server
+        finally:
+            group.cancel_scope.cancel()
+            for stream in streams:
+                await stream.aclose()

@@ -22,7 +22,7 @@ from daemon.cli.common import (
 )
 from daemon.config import Settings
 from daemon.errors import SettingsFileError
-from daemon.hooks.install import Change, Installer, Scope
+from daemon.hooks.install import Change, Installer, Scope, codex_hooks_feature
 from daemon.names import AGENTS, Agent
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,7 +81,8 @@ def _agents(agent: str) -> list[Agent]:
 
 
 def _show(change: Change, dry_run: bool, verb: str) -> None:
-    what = "[features] codex_hooks" if change.what == "feature" else change.what
+    what = {"feature": "[features] hooks", "allow": "permissions.allow for its read-only"
+            " tools"}.get(change.what, change.what)
     if not change.changed:
         click.echo(f"{change.agent}: {what} already {verb} in {change.path}"
                    if verb == "installed" else
@@ -113,8 +114,12 @@ def _apply(ctx: click.Context, what: str, agent: str, scope: Scope, install: boo
             method = installer.hooks if what == "hooks" else installer.mcp
             changes = [method(name, scope, install=install, dry_run=dry_run)]
             if what == "hooks" and name == "codex":
+                key = codex_hooks_feature(shutil.which("codex")) if install else None
                 changes.append(installer.codex_feature(scope, install=install,
-                                                       dry_run=dry_run))
+                                                       dry_run=dry_run, key=key))
+            if what == "mcp" and name == "claude":
+                changes.append(installer.claude_allow(scope, install=install,
+                                                      dry_run=dry_run))
         except (SettingsFileError, OSError) as exc:
             click.echo(f"memoryd: {name}: {exc}", err=True)
             failed = True
@@ -167,6 +172,9 @@ def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) ->
                    f" MCP server {'yes' if report['mcp'] else 'no'} [{report['mcp_file']}]")
         if "hooks_error" in report:
             click.echo(f"  {report['hooks_error']}")
+        if report.get("untrusted"):
+            click.echo(f"  not yet trusted in Codex, so not run: {', '.join(report['untrusted'])}"
+                       " (open `/hooks` in Codex to review and trust them)")
 
 
 @main.group(invoke_without_command=True)

@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,12 @@ SERVER_NAME = "memoryd"
 FILE = "<file>"
 
 #: The agent's hook events memoryd installs, with each one's timeout (the agent's unit).
+#: The `[features]` keys that have turned Codex's hooks on: the current one, then the
+#: name Codex builds before it used (newer ones warn that it is deprecated).
+CODEX_FEATURES = ("hooks", "codex_hooks")
+LEGACY_CODEX_FEATURE = "codex_hooks"
+
+
 HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {agent: tuple(AGENT_EVENTS[agent])
                                              for agent in AGENTS}
 #: The agent's own bound on a hook; memoryd's hook caps itself well below it.
@@ -239,6 +246,54 @@ def unmerge_server(document: dict[str, Any], record: Record) -> dict[str, Any]:
     return document
 
 
+#: memoryd's MCP tools that only read memory: `mcp install` lets Claude Code run them without
+#: asking (its `permissions.allow`), so `claude -p` can use them at all. Those that write
+#: or forget still ask.
+READ_ONLY_TOOLS = ("recall", "recall_temporal", "get_memory", "memory_context",
+                   "search_sessions")
+ALLOW_RULES = tuple(f"mcp__{SERVER_NAME}__{tool}" for tool in READ_ONLY_TOOLS)
+
+
+def merge_allow(document: dict[str, Any], record: Record) -> dict[str, Any]:
+    """The document with an allow rule for each of memoryd's read-only tools."""
+    document = json.loads(json.dumps(document))
+    permissions = document.get("permissions")
+    if permissions is None:
+        permissions = document["permissions"] = {}
+        _note(record, ["permissions"])
+    if not isinstance(permissions, dict):
+        raise SettingsFileError("its `permissions` is not an object")
+    allow = permissions.get("allow")
+    if allow is None:
+        allow = permissions["allow"] = []
+        _note(record, ["permissions", "allow"])
+    if not isinstance(allow, list):
+        raise SettingsFileError("its `permissions.allow` is not a list")
+    for rule in ALLOW_RULES:
+        if rule not in allow:
+            allow.append(rule)
+            _note(record, ["permissions", "allow", rule])
+    return document
+
+
+def unmerge_allow(document: dict[str, Any], record: Record) -> dict[str, Any]:
+    """The document without the allow rules install added (a person's own stay)."""
+    document = json.loads(json.dumps(document))
+    permissions = document.get("permissions")
+    allow = permissions.get("allow") if isinstance(permissions, dict) else None
+    if not isinstance(allow, list):
+        return document
+    assert isinstance(permissions, dict)
+    permissions["allow"] = [rule for rule in allow if not (
+        rule in ALLOW_RULES and (["permissions", "allow", rule] in record.created
+                                 or not record.present))]
+    if not permissions["allow"] and ["permissions", "allow"] in record.created:
+        del permissions["allow"]
+    if not permissions and ["permissions"] in record.created:
+        del document["permissions"]
+    return document
+
+
 def _note(record: Record, container: list[str]) -> None:
     if container not in record.created:
         record.created.append(container)
@@ -420,10 +475,12 @@ class Installer:
         return self._apply(agent, "hooks", path, before, document, after_doc, fresh, dry_run,
                            _codex_note(agent) if install else "", record)
 
-    def codex_feature(self, scope: Scope, *, install: bool, dry_run: bool) -> Change:
-        """`[features] codex_hooks = true` in Codex's config.toml: what Codex builds before
-        hooks were on by default need (newer ones take it as an alias of `hooks`). Set only
-        when neither key is set; removed only if install set it."""
+    def codex_feature(self, scope: Scope, *, install: bool, dry_run: bool,
+                      key: str | None = CODEX_FEATURES[0]) -> Change:
+        """The `[features]` key that turns hooks on in Codex's config.toml, for Codex builds
+        that need one (`key`, from `codex_hooks_feature`: None when the installed Codex has
+        hooks on by default). Set only when the person set neither key; removed only if
+        install set it, and an older install's key is taken back when it is not needed."""
         import tomlkit
 
         path = settings_path("codex", "mcp", scope, self.home, self.project)
@@ -433,18 +490,23 @@ class Installer:
         features = document.get("features")
         if features is not None and not isinstance(features, dict):
             raise SettingsFileError(f"{path}: its features is not a table")
-        if install:
-            if features is not None and ("codex_hooks" in features or "hooks" in features):
-                enabled = features.get("hooks", features.get("codex_hooks"))
+        ours = [name for name in CODEX_FEATURES
+                if record.present and features is not None and name in features]
+        if install and not (ours and ours != [key]):
+            theirs = [features.get(n) for n in CODEX_FEATURES if features and n in features]
+            if theirs:
+                enabled = bool(ours) or any(theirs)
                 note = "" if enabled else (f"hooks are turned off in {path} ([features]);"
                                            " memoryd leaves that as it is")
                 return Change("codex", "feature", path, before, None, note)
+            if key is None:
+                return Change("codex", "feature", path, before, None)
             created = self._fresh_record(path, "feature", before)
             if features is None:
                 features = tomlkit.table()
                 document["features"] = features
                 _note(created, ["features"])
-            features["codex_hooks"] = True
+            features[key] = True
             if before is None:
                 _note(created, [FILE])
             change = self._write(Change("codex", "feature", path, before,
@@ -452,9 +514,13 @@ class Installer:
             if change.changed and not dry_run:
                 self._save_record(path, "feature", created)
             return change
-        if not record.present or features is None or "codex_hooks" not in features:
+        if not ours:
             return Change("codex", "feature", path, before, None)
-        del features["codex_hooks"]
+        assert features is not None
+        for name in ours:
+            del features[name]
+        if install and key is not None:
+            features[key] = True  # an older install's key, renamed for this Codex
         if not features and ["features"] in record.created:
             del document["features"]
         after = tomlkit.dumps(document)
@@ -464,9 +530,26 @@ class Installer:
         delete = not after.strip() and [FILE] in record.created
         change = self._write(Change("codex", "feature", path, before, after, delete=delete),
                              dry_run)
-        if not dry_run:
+        if not dry_run and not (install and key is not None):
             self._save_record(path, "feature", None)
         return change
+
+    def claude_allow(self, scope: Scope, *, install: bool, dry_run: bool) -> Change:
+        """Claude Code's allow rules for memoryd's read-only tools, in its settings.json."""
+        path = settings_path("claude", "hooks", scope, self.home, self.project)
+        before, document = _load_json(path)
+        record = self._record_for(path, "allow")
+        if install:
+            fresh: Record | None = self._fresh_record(path, "allow", before)
+            assert fresh is not None
+            after_doc = merge_allow(document, fresh)
+        else:
+            fresh = None
+            after_doc = unmerge_allow(document, record)
+        note = ("Claude Code runs memoryd's read-only tools (recall, search) without asking;"
+                " remember, correct and forget still ask" if install else "")
+        return self._apply("claude", "allow", path, before, document, after_doc, fresh,
+                           dry_run, note, record)
 
     def mcp(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "mcp", scope, self.home, self.project)
@@ -595,6 +678,8 @@ class Installer:
                         isinstance(h, dict) and is_memoryd_hook(h.get("command"))
                         for h in g["hooks"])
                     for g in groups))
+            if agent == "codex":
+                report["untrusted"] = _codex_untrusted(hooks_path, hooks, mcp_path)
         except SettingsFileError as exc:
             report["hooks_error"] = str(exc)
         report["mcp"] = self._has_server(agent, mcp_path)
@@ -617,6 +702,52 @@ class Installer:
             return False
         servers = document.get("mcpServers")
         return isinstance(servers, dict) and SERVER_NAME in servers
+
+
+def _codex_untrusted(hooks_path: Path, hooks: dict[str, Any], config: Path) -> list[str]:
+    """memoryd's Codex hooks that Codex will not run yet: no `trusted_hash` for them under
+    `[hooks.state]` in its config.toml (Codex writes one when the person approves a hook
+    in `/hooks`). Whether a recorded hash still matches only Codex can tell."""
+    import tomlkit
+
+    try:
+        document = tomlkit.parse(config.read_text(encoding="utf-8")) if config.exists() else {}
+    except Exception:
+        document = {}
+    state = document.get("hooks", {}).get("state", {}) if isinstance(
+        document.get("hooks"), dict) else {}
+    untrusted = []
+    source = os.path.abspath(hooks_path)
+    for event, groups in hooks.items():
+        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in event).lstrip("_")
+        for g, group in enumerate(groups if isinstance(groups, list) else []):
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
+                if not (isinstance(handler, dict) and is_memoryd_hook(handler.get("command"))):
+                    continue
+                entry = state.get(f"{source}:{snake}:{g}:{h}") if isinstance(
+                    state, dict) else None
+                if not (isinstance(entry, dict) and entry.get("trusted_hash")):
+                    untrusted.append(event)
+    return sorted(set(untrusted))
+
+
+def codex_hooks_feature(codex: str | None) -> str | None:
+    """The `[features]` key the installed Codex needs for hooks, from its own
+    `codex features list`: None when hooks are on by default (a key would only draw a
+    deprecation warning), the current key when Codex cannot be asked."""
+    if codex is None:
+        return CODEX_FEATURES[0]
+    try:
+        listed = subprocess.run([codex, "features", "list"], capture_output=True,
+                                text=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return CODEX_FEATURES[0]
+    rows = {parts[0]: parts[1:] for line in listed.stdout.splitlines()
+            if (parts := line.split())}
+    if "hooks" in rows:
+        return None if rows["hooks"][-1:] == ["true"] else "hooks"
+    return LEGACY_CODEX_FEATURE if LEGACY_CODEX_FEATURE in rows else CODEX_FEATURES[0]
 
 
 def _codex_note(agent: Agent) -> str:

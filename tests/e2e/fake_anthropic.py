@@ -2,7 +2,10 @@
 and records every request it receives, for the tests to read what the model was sent.
 
 A request whose last user text holds `HOLD` is answered only after a minute: the test
-kills the agent while it waits, as a person closing a terminal mid-turn would.
+kills the agent while it waits, as a person closing a terminal mid-turn would. One whose
+last user text holds `RECALL <words>` is answered with a call of memoryd's `recall` tool
+for those words (fetched first through Claude Code's ToolSearch when the tool is deferred);
+the request that brings the tool's answer back gets a plain reply.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 REPLY = "OK, noted."
+RECALL = "RECALL "
+RECALL_TOOL = "mcp__memoryd__recall"
 
 
 def _last_user_text(body: Any) -> str:
@@ -28,6 +33,40 @@ def _last_user_text(body: Any) -> str:
             return content
         return " ".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
     return ""
+
+
+def _user_texts(body: Any) -> list[str]:
+    texts: list[str] = []
+    for message in body.get("messages") or [] if isinstance(body, dict) else []:
+        content = message.get("content") if message.get("role") == "user" else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [b.get("text", "") for b in content if isinstance(b, dict)]
+    return texts
+
+
+def _answered(body: Any) -> set[str]:
+    """The tool calls whose results the last user message brings back."""
+    messages = body.get("messages") or [] if isinstance(body, dict) else []
+    content = messages[-1].get("content") if messages else None
+    return {b.get("tool_use_id", "") for b in content or [] if isinstance(b, dict)
+            and b.get("type") == "tool_result"} if isinstance(content, list) else set()
+
+
+def _next_call(body: Any) -> tuple[str, str, dict[str, Any]] | None:
+    """(id, tool, input) of the call a RECALL prompt makes next; None once answered."""
+    said = next((text for text in _user_texts(body) if text.startswith(RECALL)), None)
+    if said is None or "toolu_recall_1" in _answered(body):
+        return None
+    query = said.removeprefix(RECALL).strip()
+    names = {str(t.get("name", "")) for t in body.get("tools") or []}
+    if RECALL_TOOL in names:
+        return "toolu_recall_1", RECALL_TOOL, {"query": query}
+    if "ToolSearch" in names and RECALL_TOOL in json.dumps(body) and not _answered(body):
+        return ("toolu_search_1", "ToolSearch",
+                {"query": f"select:{RECALL_TOOL}", "max_results": 1})
+    return None
 
 
 def _sse(events: list[dict[str, Any]]) -> bytes:
@@ -69,6 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
                    "model": body.get("model", "m") if isinstance(body, dict) else "m",
                    "content": [], "stop_reason": None, "stop_sequence": None,
                    "usage": {"input_tokens": 10, "output_tokens": 1}}
+        call = _next_call(body)
+        if call is not None:
+            self._tool_call(message, *call, bool(body.get("stream")))
+            return
         if isinstance(body, dict) and body.get("stream"):
             self._send(200, _sse([
                 {"type": "message_start", "message": message},
@@ -84,6 +127,25 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, json.dumps({**message, "content": [{"type": "text", "text": REPLY}],
                                     "stop_reason": "end_turn"}).encode())
+
+    def _tool_call(self, message: dict[str, Any], ident: str, tool: str,
+                   arguments: dict[str, Any], stream: bool) -> None:
+        block = {"type": "tool_use", "id": ident, "name": tool, "input": arguments}
+        if not stream:
+            self._send(200, json.dumps({**message, "content": [block],
+                                        "stop_reason": "tool_use"}).encode())
+            return
+        self._send(200, _sse([
+            {"type": "message_start", "message": message},
+            {"type": "content_block_start", "index": 0,
+             "content_block": {**block, "input": {}}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use",
+                                                "stop_sequence": None},
+             "usage": {"output_tokens": 3}},
+            {"type": "message_stop"}]), "text/event-stream")
 
     def log_message(self, *_: object) -> None:
         pass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import memoryd_command, wait_for, write_config
+from helpers import in_memory, memoryd_command, wait_for, write_config
 from mcp import Client
 from test_agents import Daemon, claude_line, context_of, quick_daemon
 
@@ -91,7 +91,7 @@ async def test_another_users_mcp_server_gets_nothing(
     bob = write_config(tmp_path / "bob.yaml", isolated.state, {"claude": isolated.claude_root},
                        memory={"user": "bob"})
     server = build_server(load_settings(bob), project_dir=PROJECT, agent="claude")
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         for tool, args in (("recall", {"query": "rate limit"}),
                            ("memory_context", {"query": "rate limit"}),
                            ("search_sessions", {"query": "rate"})):
@@ -189,7 +189,7 @@ async def test_the_mcp_server_of_one_agent_never_serves_another_agents_memory(
     settings = load_settings(config)
     claude = build_server(settings, project_dir=PROJECT, agent="claude")
     codex = build_server(settings, project_dir=PROJECT, agent="codex")
-    async with Client(claude) as as_claude, Client(codex) as as_codex:
+    async with Client(in_memory(claude)) as as_claude, Client(in_memory(codex)) as as_codex:
         made = await as_claude.call_tool("remember", {"content": CLAUDE_SECRET_FACT,
                                                       "private": True})
         private = made.content[0].text.split()[-1].rstrip(".")  # type: ignore[union-attr]
@@ -214,7 +214,7 @@ async def test_the_mcp_server_of_one_agent_never_serves_another_agents_memory(
                                                           {"memory_id": private}))
         # Without a known agent, a private memory cannot be made.
         nobody = build_server(settings, project_dir=PROJECT)
-        async with Client(nobody) as anonymous:
+        async with Client(in_memory(nobody)) as anonymous:
             refused = await anonymous.call_tool("remember", {"content": "x y z",
                                                              "private": True})
             assert refused.is_error

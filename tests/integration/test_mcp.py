@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import in_memory
 from mcp import Client, StdioServerParameters
 
 from daemon.config import load_settings
@@ -33,7 +34,7 @@ def settings(tmp_path: Path, clean_environment: Path) -> object:
 async def test_every_tool_works_in_process(settings: object) -> None:
     """remember, recall, get, correct, context, temporal, forget: each answers for a model."""
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert names == TOOLS
         made = await client.call_tool("remember", {
@@ -67,7 +68,7 @@ async def test_every_tool_works_in_process(settings: object) -> None:
 async def test_errors_are_one_clear_tool_error(settings: object) -> None:
     """Unknown ids, empty content and bad time phrases come back as MCP tool errors."""
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         missing = await client.call_tool("get_memory", {"memory_id": "0" * 32})
         assert missing.is_error and "no memory" in _text(missing)
         empty = await client.call_tool("remember", {"content": "   "})
@@ -81,7 +82,7 @@ async def test_errors_are_one_clear_tool_error(settings: object) -> None:
 async def test_answers_are_bounded(settings: object) -> None:
     """However much matches, an answer stays within MAX_ANSWER_CHARS."""
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         for i in range(40):
             await client.call_tool("remember", {"content": f"widget fact {i} " + "pad " * 400})
         found = await client.call_tool("recall", {"query": "widget fact", "limit": 40})
@@ -107,7 +108,7 @@ async def test_search_sessions_finds_stored_conversation(settings: object, tmp_p
             " 'k0')")
         await conn.commit()
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         found = await client.call_tool("search_sessions", {"query": "migrate-db staging"})
         assert "make migrate-db ENV=staging" in _text(found) and "codex session abc" in _text(
             found)
@@ -137,7 +138,7 @@ async def test_a_refused_argument_is_one_line_without_its_value(settings: object
     link, and never the value given (a secret pasted in the wrong place stays out)."""
     token = "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         for arguments in ({"query": "x", "limit": token, "since": 5}, {}):
             refused = await client.call_tool("recall", arguments)
             text = _text(refused)
@@ -152,7 +153,7 @@ async def test_each_tool_says_whether_it_changes_memory(settings: object) -> Non
     """Issue 32.5: read-only tools say so (a client may run them without asking; `codex
     exec` calls them only then); forget says it deletes."""
     server = build_server(settings, project_dir=PROJECT)  # type: ignore[arg-type]
-    async with Client(server) as client:
+    async with Client(in_memory(server)) as client:
         tools = {tool.name: tool.annotations for tool in (await client.list_tools()).tools}
     read_only = {name for name, notes in tools.items() if notes and notes.read_only_hint}
     assert read_only == {"recall", "recall_temporal", "get_memory", "memory_context",

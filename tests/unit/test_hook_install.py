@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 from daemon.hooks.install import (
     AGENTS,
+    ALLOW_RULES,
     HOOK_EVENTS,
     Installer,
     SettingsFileError,
+    codex_hooks_feature,
     is_memoryd_hook,
     settings_path,
 )
@@ -234,11 +237,11 @@ def test_config_file_is_passed_to_hooks_and_the_server(tmp_path: Path) -> None:
 
 
 def test_codex_hooks_feature_flag_is_set_and_removed_exactly(tmp_path: Path) -> None:
-    """`[features] codex_hooks = true` is added when unset and removed by uninstall only."""
+    """`[features] hooks = true` is added when unset and removed by uninstall only."""
     inst = installer(tmp_path)
     path = settings_path("codex", "mcp", "user", inst.home, inst.project)
     assert inst.codex_feature("user", install=True, dry_run=False).changed
-    assert tomlkit.parse(path.read_text())["features"]["codex_hooks"] is True  # type: ignore[index]
+    assert tomlkit.parse(path.read_text())["features"]["hooks"] is True  # type: ignore[index]
     assert not inst.codex_feature("user", install=True, dry_run=False).changed
     inst.codex_feature("user", install=False, dry_run=False)
     assert not path.exists()
@@ -246,9 +249,49 @@ def test_codex_hooks_feature_flag_is_set_and_removed_exactly(tmp_path: Path) -> 
     original = '# mine\n[features]\nweb_search = true  # keep\n\n[tui]\ntheme = "x"\n'
     path.write_text(original)
     inst.codex_feature("user", install=True, dry_run=False)
-    assert "codex_hooks = true" in path.read_text() and "# keep" in path.read_text()
+    assert "hooks = true" in path.read_text() and "# keep" in path.read_text()
     inst.codex_feature("user", install=False, dry_run=False)
     assert path.read_text() == original
+
+
+def test_a_codex_with_hooks_on_by_default_gets_no_key_and_loses_an_older_installs(
+        tmp_path: Path) -> None:
+    """Issue 32.9: Codex 0.169 warns on every run that `codex_hooks` is deprecated. For a
+    Codex whose hooks are on by default no key is written, and the one an earlier memoryd
+    install wrote is taken back (the person's file as it was)."""
+    inst = installer(tmp_path)
+    path = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    original = 'model = "gpt-5"\n'
+    path.write_text(original)
+    assert not inst.codex_feature("user", install=True, dry_run=False, key=None).changed
+    assert path.read_text() == original
+    inst.codex_feature("user", install=True, dry_run=False, key="codex_hooks")
+    assert "codex_hooks = true" in path.read_text()
+    assert inst.codex_feature("user", install=True, dry_run=False, key=None).changed
+    assert path.read_text() == original
+    inst.codex_feature("user", install=True, dry_run=False, key="codex_hooks")
+    inst.codex_feature("user", install=True, dry_run=False, key="hooks")
+    assert "codex_hooks" not in path.read_text() and "hooks = true" in path.read_text()
+    inst.codex_feature("user", install=False, dry_run=False)
+    assert path.read_text() == original
+
+
+def test_the_hooks_key_is_the_one_the_installed_codex_lists(tmp_path: Path) -> None:
+    """`codex features list` of the installed Codex decides (a stand-in executable)."""
+    codex = tmp_path / "codex"
+
+    def lists(text: str) -> str | None:
+        codex.write_text(f"#!/bin/sh\ncat <<'EOF'\n{text}EOF\n")
+        codex.chmod(0o755)
+        return codex_hooks_feature(str(codex))
+
+    assert lists("apps   stable  true\nhooks   stable   true\n") is None
+    assert lists("hooks   experimental   false\n") == "hooks"
+    assert lists("codex_hooks   experimental   false\n") == "codex_hooks"
+    assert lists("") == "hooks"
+    assert codex_hooks_feature(None) == "hooks"
+    assert codex_hooks_feature(str(tmp_path / "missing")) == "hooks"
 
 
 def test_codex_hooks_turned_off_by_the_user_stay_off(tmp_path: Path) -> None:
@@ -307,3 +350,59 @@ def test_mcp_install_makes_the_tools_usable_where_each_agent_allows_it(tmp_path:
                                       inst.project).read_text())
     assert gemini["mcpServers"]["memoryd"]["trust"] is True
     assert "trust: true" in change.note
+
+
+def test_codex_hooks_are_reported_untrusted_until_codex_records_their_trust(
+        tmp_path: Path) -> None:
+    """`hooks status` said Codex's hooks worked before the person had trusted them in Codex,
+    which runs none of them until then (issue 32, also seen)."""
+    inst = installer(tmp_path)
+    inst.hooks("codex", "user", install=True, dry_run=False)
+    hooks_path = settings_path("codex", "hooks", "user", inst.home, inst.project)
+    report = inst.status("codex", "user")
+    assert report["untrusted"] == sorted(HOOK_EVENTS["codex"])
+    config = settings_path("codex", "mcp", "user", inst.home, inst.project)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    snake = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit",
+             "PreCompact": "pre_compact", "SessionEnd": "session_end", "Stop": "stop"}
+    trusted = [event for event in HOOK_EVENTS["codex"] if event != "Stop"]
+    config.write_text("".join(
+        f'[hooks.state."{hooks_path}:{snake[event]}:0:0"]\ntrusted_hash = "sha256:ab"\n\n'
+        for event in trusted))
+    assert inst.status("codex", "user")["untrusted"] == ["Stop"]
+
+
+def test_claude_may_run_the_read_only_tools_and_uninstall_takes_back_only_those(
+        tmp_path: Path) -> None:
+    """Issue 32.5: `claude -p` refused memoryd's recall ("you haven't granted it yet").
+    Install allows the read-only tools; a person's own rules, and one of memoryd's they
+    had allowed themselves, stay through uninstall; the file ends as it began."""
+    inst = installer(tmp_path)
+    path = settings_path("claude", "hooks", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    original = json.dumps({"permissions": {"allow": ["Bash(ls:*)",
+                                                     "mcp__memoryd__recall"]}}, indent=1)
+    path.write_text(original)
+    inst.hooks("claude", "user", install=True, dry_run=False)
+    assert inst.claude_allow("user", install=True, dry_run=False).changed
+    allow = json.loads(path.read_text())["permissions"]["allow"]
+    assert set(ALLOW_RULES) <= set(allow) and "Bash(ls:*)" in allow
+    assert not {"mcp__memoryd__remember", "mcp__memoryd__forget_memory",
+                "mcp__memoryd__correct_memory"} & set(allow)
+    assert not inst.claude_allow("user", install=True, dry_run=False).changed
+    inst.claude_allow("user", install=False, dry_run=False)
+    assert json.loads(path.read_text())["permissions"]["allow"] == [
+        "Bash(ls:*)", "mcp__memoryd__recall"]
+    inst.hooks("claude", "user", install=False, dry_run=False)
+    assert path.read_text() == original
+
+
+def test_the_allowed_tools_are_the_servers_read_only_ones(tmp_path: Path) -> None:
+    from daemon.mcp_server import build_server
+
+    server = build_server(None, project_dir="/p")  # type: ignore[arg-type]
+    listed = asyncio.run(server.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+    assert listed is not None
+    read_only = {tool["name"] for tool in listed["result"]["tools"]
+                 if tool["annotations"]["readOnlyHint"]}
+    assert {f"mcp__memoryd__{name}" for name in read_only} == set(ALLOW_RULES)

@@ -1,0 +1,140 @@
+"""The real agents (the pinned CLIs from the npm registry), end to end (issue 32.1):
+installed as the README says, each run non-interactively against a fake model server for
+its API inside a network namespace with loopback only (`story.py`); the assertions are on
+what the model received.
+
+Skipped, loudly, where a CLI cannot be installed or no network namespace can be made
+(not root, no `unshare`); `E2E_AGENTS_REQUIRED=1` (set by `.ci/run`) turns that skip
+into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pins import Unavailable, installed
+
+HERE = Path(__file__).resolve().parent
+DECISION = "ledger service"
+#: memoryd's block as it reads in a JSON request body (a tool's description may name the
+#: tag, so the tag alone is not the block).
+BLOCK = "<memory_context>\\n"
+
+pytestmark = pytest.mark.slow
+
+
+def _cannot(reason: str) -> None:
+    message = f"END-TO-END TESTS NOT RUN: {reason}"
+    if os.environ.get("E2E_AGENTS_REQUIRED") == "1":
+        pytest.fail(message)
+    print(message, file=sys.stderr)
+    pytest.skip(message)
+
+
+def _namespace_works() -> str | None:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "`unshare` or `ip` is missing"
+    done = subprocess.run(["unshare", "-n", "ip", "link", "set", "lo", "up"],
+                          capture_output=True, text=True, timeout=30)
+    return None if done.returncode == 0 else f"no network namespace: {done.stderr.strip()}"
+
+
+Story = dict[str, Any]
+
+
+@pytest.fixture(scope="module", params=["claude", "codex"])
+def story(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Story:
+    agent: str = request.param
+    trouble = _namespace_works()
+    if trouble:
+        _cannot(trouble)
+    try:
+        executable = installed(agent)
+    except Unavailable as exc:
+        _cannot(str(exc))
+    work = tmp_path_factory.mktemp(f"{agent}-story")
+    done = subprocess.run(["unshare", "-n", sys.executable, str(HERE / "story.py"), agent,
+                           str(work), str(executable)], capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps: list[dict[str, Any]] = json.loads((work / "steps.json").read_text())
+    for step in steps:
+        step["texts"] = [json.dumps(body) for body in step["requests"]]
+    return {"agent": agent, "steps": {step["name"]: step for step in steps},
+            "memories": [json.loads(line) for line in
+                         (work / "memories.jsonl").read_text().splitlines()],
+            "sessions": json.loads((work / "sessions.json").read_text() or "[]"),
+            "installed": (work / "installed.txt").read_text()}
+
+
+def test_a_killed_sessions_decision_is_in_the_next_sessions_first_request(
+        story: Story) -> None:
+    killed, following = story["steps"]["killed"], story["steps"]["next"]
+    assert killed["status"] is None  # SIGKILL while the model was answering
+    first = following["texts"][0]
+    assert first.count(BLOCK) == 1 and DECISION in first
+    assert following["status"] == 0, following["stderr"]
+
+
+def test_a_block_is_given_once_and_an_unrelated_prompt_gets_none(story: Story) -> None:
+    """Each later session gets the start block once; a prompt never repeats it."""
+    for name in ("related", "unrelated"):
+        step = story["steps"][name]
+        assert step["status"] == 0, step["stderr"]
+        assert all(text.count(BLOCK) <= 1 for text in step["texts"])
+        assert "UserPromptSubmit hook additional context" not in " ".join(step["texts"])
+    unrelated = story["steps"]["unrelated"]["texts"]
+    # The prompt's own request: the block it holds is the start block, not a second one.
+    assert sum(text.count(BLOCK) for text in unrelated[:1]) <= 1
+
+
+def test_the_recall_tool_round_trips(story: Story) -> None:
+    """The model calls memoryd's recall tool non-interactively, with the default install,
+    and the next request brings the decision back as the tool's answer."""
+    texts = story["steps"]["related"]["texts"]
+    assert len(texts) >= 2, "the agent never answered the tool call"
+    answered = texts[-1]
+    if story["agent"] == "codex":
+        assert '"function_call_output"' in answered
+    else:
+        assert '"tool_result"' in answered
+    call = "call_recall_1" if story["agent"] == "codex" else "toolu_recall_1"
+    assert DECISION in answered.rsplit(call, 1)[1]
+    assert "is_error\": true" not in answered
+
+
+def test_a_hung_or_stopped_daemon_never_holds_the_agent_up(story: Story) -> None:
+    hung, stopped = story["steps"]["daemon hung"], story["steps"]["daemon stopped"]
+    assert hung["status"] == 0 and hung["seconds"] < 30, hung["stderr"]
+    assert BLOCK not in " ".join(hung["texts"])
+    assert stopped["status"] == 0 and stopped["seconds"] < 30, stopped["stderr"]
+
+
+def test_memory_after_six_sessions_holds_no_block_of_its_own(story: Story) -> None:
+    memories = story["memories"]
+    assert len([m for m in memories if m["type"] == "session_digest"]) >= 6
+    for memory in memories:
+        assert "memory_context" not in memory["content"], memory
+        assert "reference data recalled" not in memory["content"], memory
+        assert "score 0." not in memory["content"], memory  # a recall answer, remembered
+
+
+def test_install_sets_no_deprecated_key_and_sessions_end(story: Story) -> None:
+    deprecated = [s["name"] for s in story["steps"].values() if "deprecated" in s["stderr"]]
+    assert deprecated == [], story["steps"][deprecated[0]]["stderr"] if deprecated else ""
+    finished = [s for s in story["sessions"] if s.get("status") == "ended"]
+    assert len(finished) >= 4, story["sessions"]
+
+
+def test_memoryds_tools_are_there_from_a_sessions_first_request(story: Story) -> None:
+    """Issue 32.4: neither agent waits long for an MCP server; memoryd's answered too late
+    for one session in seven until it started in a fraction of a second."""
+    for step in story["steps"].values():
+        assert "mcp__memoryd" in step["texts"][0], step["name"]
