@@ -43,7 +43,7 @@ class Agent:
     environment: Callable[[str, Path], dict[str, str]]
     setup: Callable[[str, Path], None]
     transcripts: str
-    model_path: str
+    is_model_request: Callable[[str], bool]
 
 
 def _claude(executable: str) -> Agent:
@@ -55,7 +55,9 @@ def _claude(executable: str) -> Agent:
             "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-e2e-test",
             "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
         setup=lambda url, home: None,
-        transcripts=".claude/projects/*/*.jsonl", model_path="/v1/messages")
+        transcripts=".claude/projects/*/*.jsonl",
+        is_model_request=lambda path: path.startswith("/v1/messages")
+        and "count_tokens" not in path)
 
 
 def _codex(executable: str) -> Agent:
@@ -77,10 +79,31 @@ def _codex(executable: str) -> Agent:
                              "--dangerously-bypass-hook-trust", prompt],
         environment=lambda url, home: {"FAKE_OPENAI_KEY": "sk-e2e-test"},
         setup=setup, transcripts=".codex/sessions/*/*/*/*.jsonl",
-        model_path="/v1/responses")
+        is_model_request=lambda path: path.startswith("/v1/responses"))
 
 
-AGENTS = {"claude": _claude, "codex": _codex}
+def _gemini(executable: str) -> Agent:
+    from fake_gemini import serve
+
+    def setup(url: str, home: Path) -> None:
+        # The person's own Gemini settings, before memoryd touches them: an API key login.
+        settings = home / ".gemini" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps({"security": {"auth": {
+            "selectedType": "gemini-api-key"}}}))
+
+    # `--skip-trust` stands for the person having trusted the project folder, which a
+    # non-interactive run cannot ask. The model's turns are its streamed requests (the
+    # others are Gemini CLI's own router asking a small model how hard the prompt is).
+    return Agent(
+        serve=serve, argv=lambda prompt: [executable, "--skip-trust", "-p", prompt],
+        environment=lambda url, home: {"GOOGLE_GEMINI_BASE_URL": url,
+                                       "GEMINI_API_KEY": "e2e-test-key"},
+        setup=setup, transcripts=".gemini/tmp/*/chats/*",
+        is_model_request=lambda path: ":streamGenerateContent" in path)
+
+
+AGENTS = {"claude": _claude, "codex": _codex, "gemini": _gemini}
 
 
 def main(name: str, work: Path, executable: str) -> None:
@@ -92,7 +115,8 @@ def main(name: str, work: Path, executable: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MEMORYD_", "ANTHROPIC_", "OPENAI_", "CODEX_"))}
+           if not k.startswith(("MEMORYD_", "ANTHROPIC_", "OPENAI_", "CODEX_", "GEMINI_",
+                                  "GOOGLE_"))}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_DATA_HOME=str(home / ".local" / "share"),
                XDG_STATE_HOME=str(home / ".local" / "state"),
@@ -127,7 +151,7 @@ def main(name: str, work: Path, executable: str) -> None:
         found = []
         for line in requests.read_text().splitlines():
             record = json.loads(line)
-            if record["at"] >= moment and str(record["path"]).startswith(agent.model_path):
+            if record["at"] >= moment and agent.is_model_request(str(record["path"])):
                 found.append(record["body"])
         return found
 

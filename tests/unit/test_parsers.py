@@ -335,6 +335,21 @@ def test_gemini_tool_calls_carry_their_results_as_text() -> None:
     assert "[DIR] src" in message.content
 
 
+def test_a_gemini_user_entry_of_tool_answers_is_a_tool_result() -> None:
+    """Gemini CLI 0.61 records the tools' answers it sends back as a "user" entry; the
+    e2e found memoryd's own recall answer remembered as the person's request (32.8)."""
+    answer = {"functionResponse": {"id": "c", "name": "mcp_memoryd_recall",
+                                   "response": {"output": "- id 1 [score 0.000] x"}}}
+    message = GeminiRecordParser().parse({"id": "u2", "type": "user", "content": [answer],
+                                          "timestamp": "2026-11-25T22:52:11.391Z"}).message
+    assert message is not None
+    assert (message.role, message.kind, message.tool_name) == (
+        "tool", "tool_result", "mcp_memoryd_recall")
+    typed = GeminiRecordParser().parse({"id": "u3", "type": "user", "content": [
+        {"text": "and this"}, answer]}).message
+    assert typed is not None and typed.role == "user"
+
+
 def test_gemini_document_that_is_not_json_raises_value_error() -> None:
     """A document caught mid-rewrite (not JSON) raises ValueError, for the tailer to wait."""
     with pytest.raises(ValueError):

@@ -64,11 +64,28 @@ def _tool_call_text(call: dict[str, Any]) -> str:
     return line
 
 
+def _function_responses(content: object) -> list[dict[str, Any]] | None:
+    """The tool answers a "user" entry brings back to the model, when that is all it holds
+    (Gemini CLI 0.61 records them so): they are tool results, not the person's words."""
+    if not isinstance(content, list) or not content:
+        return None
+    answers = [part.get("functionResponse") for part in content if isinstance(part, dict)]
+    if len(answers) != len(content) or not all(isinstance(a, dict) for a in answers):
+        return None
+    return answers  # type: ignore[return-value]
+
+
 def message_from_entry(entry: dict[str, Any]) -> ParsedMessage:
     """One entry of `messages[]` (or `history[]`) as a row."""
     kind = entry.get("type", entry.get("role"))
     role = _ROLES.get(kind, "system") if isinstance(kind, str) else "system"
     content = entry.get("content", entry.get("parts"))
+    answers = _function_responses(content) if role == "user" else None
+    if answers is not None:
+        return ParsedMessage(
+            role="tool", content=_parts_text(content), kind="tool_result",
+            tool_name=as_str(answers[0].get("name")), uuid=as_str(entry.get("id")),
+            timestamp=utc_timestamp(entry.get("timestamp", entry.get("ts"))))
     text = content if isinstance(content, str) else _parts_text(content)
     tool_calls = [c for c in entry.get("toolCalls") or [] if isinstance(c, dict)]
     if tool_calls:
