@@ -10,6 +10,7 @@ installed. `call` answers the result's JSON either way, or raises `ApiError`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -129,6 +130,9 @@ class MemoryClient:
         self._daemon: DaemonClient | None = DaemonClient(settings, timeout)
         self._stack = contextlib.AsyncExitStack()
         self._direct: MemoryOps | None = None
+        # Calls may overlap (the MCP server answers them concurrently): the stores are
+        # opened once, by the first, and the others wait for it.
+        self._opening = asyncio.Lock()
         #: "daemon" or "direct": which one answered the last call.
         self.via = "daemon"
 
@@ -160,7 +164,8 @@ class MemoryClient:
         return await ops.run(operation, args)
 
     async def _direct_ops(self) -> MemoryOps:
-        if self._direct is None:
-            self._direct = await self._stack.enter_async_context(
-                direct_ops(self._settings, self._clock))
+        async with self._opening:
+            if self._direct is None:
+                self._direct = await self._stack.enter_async_context(
+                    direct_ops(self._settings, self._clock))
         return self._direct

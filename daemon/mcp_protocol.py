@@ -142,6 +142,9 @@ class Server:
         self.version = version
         self.instructions = instructions
         self._tools: dict[str, _Registered] = {}
+        #: Run once the client has gone, before the loop ends (a store opened in-process
+        #: is closed then, not by the interpreter at exit).
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
 
     def tool(self, *, description: str, annotations: Annotations
              ) -> Callable[[Tool], Tool]:
@@ -247,6 +250,8 @@ class Server:
             task.add_done_callback(pending.discard)
         if pending:
             await asyncio.wait(pending, timeout=10)
+        for close in self.on_close:
+            await close()
 
 
 def _refused(text: str) -> dict[str, Any]:

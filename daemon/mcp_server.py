@@ -77,6 +77,7 @@ def build_server(settings: Settings, project_dir: str | None = None,
 
         if not clients:
             clients.append(MemoryClient(settings, SystemClock(), interface="mcp"))
+            server.on_close.append(clients[0].close)
         try:
             return await clients[0].call(operation, {"agent": caller, **{
                 k: v for k, v in args.items() if v is not None}})

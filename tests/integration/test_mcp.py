@@ -161,3 +161,36 @@ async def test_each_tool_says_whether_it_changes_memory(settings: object) -> Non
     forget = tools["forget_memory"]
     assert forget is not None and forget.destructive_hint is True
     assert all(notes is not None and notes.open_world_hint is False for notes in tools.values())
+
+
+def test_stdio_server_without_a_daemon_ends_quietly_when_the_client_goes(
+        tmp_path: Path) -> None:
+    """Issue 32.11: with the daemon down, `memoryd mcp` printed an asyncio error at every
+    session end. A client that calls a tool and closes stdin mid-way gets its answers, and
+    the server exits 0 with nothing on stderr but its log lines."""
+    import json
+    import subprocess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nsources: []\n")
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "recall", "arguments": {"query": "anything"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "remember", "arguments": {"content": "closing mid-call"}}}]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {k: v for k, v in env.items() if not k.startswith("MEMORYD_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "--config", str(config), "mcp", "--agent", "codex"],
+        input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True,
+        text=True, timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["result"]["serverInfo"]["name"] == "memoryd"
+    assert answers[2]["result"]["content"][0]["text"] == "No memory matches."
+    assert answers[3]["result"]["isError"] is False
+    assert "Traceback" not in done.stderr and "RuntimeError" not in done.stderr
