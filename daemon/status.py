@@ -40,28 +40,53 @@ def read_runtime_status(settings: Settings) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _lag_bytes(
-    offsets: list[tuple[str, str, int, bool]], known: set[str], settings: Settings
-) -> int:
-    """Bytes written to transcripts but not yet stored, over known and new files."""
-    lag = 0
-    for path, _source, offset, is_document in offsets:
+#: A last line without its newline, unchanged this long, is reported as held back: an
+#: agent writing it would have finished by then.
+HELD_BACK_AFTER = 10.0
+#: How much of a file's unstored tail is read to tell a partial last line.
+TAIL_PEEK = 1 << 20
+
+
+def _partial_last_line(path: str, offset: int, size: int, now: float) -> bool:
+    """Whether the unstored tail of a line file is one line without its newline that has
+    not changed for HELD_BACK_AFTER seconds: the tailer waits for that newline."""
+    try:
+        if now - os.stat(path).st_mtime < HELD_BACK_AFTER or size - offset > TAIL_PEEK:
+            return False
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return b"\n" not in handle.read(size - offset)
+    except OSError:
+        return False
+
+
+def _lag(offsets: list[tuple[str, str, int, bool]], known: set[str], settings: Settings,
+         now: float) -> dict[str, Any]:
+    """Bytes written to transcripts but not yet stored, over known and new files: in all,
+    per agent, and the files held back by a last line without its newline."""
+    by_source: dict[str, int] = {}
+    held: list[dict[str, Any]] = []
+    for path, source, offset, is_document in offsets:
         try:
             size = os.stat(path).st_size
         except OSError:
             continue
-        if is_document:
-            lag += 0 if size == offset else size
-        else:
-            lag += max(0, size - offset)
+        waiting = (0 if size == offset else size) if is_document else max(0, size - offset)
+        by_source[source] = by_source.get(source, 0) + waiting
+        if waiting and not is_document and _partial_last_line(path, offset, size, now):
+            held.append({"path": path, "bytes": waiting,
+                         "reason": "a partial last line (no newline at its end)"})
     for candidate in discover(settings.enabled_sources()):
         if candidate.path in known:
             continue
         try:
-            lag += os.stat(candidate.path).st_size
+            waiting = os.stat(candidate.path).st_size
         except OSError:
             continue
-    return lag
+        kind = candidate.kind.value
+        by_source[kind] = by_source.get(kind, 0) + waiting
+    return {"ingestion_lag_bytes": sum(by_source.values()),
+            "ingestion_lag_by_source": by_source, "ingestion_held_back": held}
 
 
 def _uptime(started_at: str, now: datetime) -> float | None:
@@ -206,7 +231,7 @@ async def collect_status(settings: Settings, clock: Clock,
             report["database"].update(exists=True, detail="not initialised")
         report.update(sessions=0, messages=0, unsynced_messages=0, rejected_lines=0,
                       skipped_lines=0, sessions_by_status={},
-                      ingestion_lag_bytes=_lag_bytes([], set(), settings))
+                      **_lag([], set(), settings, clock.now().timestamp()))
         return report
     size = sum(
         os.stat(p).st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()
@@ -219,7 +244,7 @@ async def collect_status(settings: Settings, clock: Clock,
         entry["sessions"] = counts.get("sessions", 0)
         entry["messages"] = counts.get("messages", 0)
     report.update(totals)
-    report["ingestion_lag_bytes"] = _lag_bytes(offsets, {o[0] for o in offsets}, settings)
+    report.update(_lag(offsets, {o[0] for o in offsets}, settings, clock.now().timestamp()))
     return report
 
 

@@ -134,6 +134,8 @@ def status_lines(report: dict[str, Any]) -> list[str]:
     out.append(f"messages: {report['messages']} stored, {report['unsynced_messages']} "
                "not yet in memory")
     out.append(f"ingestion lag: {size(report['ingestion_lag_bytes'])} not yet stored")
+    for held in report.get("ingestion_held_back") or []:
+        out.append(f"  {size(held['bytes'])} held back: {held['reason']} in {held['path']}")
     if report["rejected_lines"]:
         out.append(f"rejected lines: {report['rejected_lines']} (kept in table rejected_lines)")
     if report["last_error"]:

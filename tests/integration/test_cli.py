@@ -432,3 +432,35 @@ def test_recall_by_type_finds_a_digest_with_the_agents_title(tmp_path: Path) -> 
     everything = json.loads(run_cli(tmp_path, "--config", str(config), "recall", "login",
                                     "--all-projects", "--json", check=True).stdout)
     assert {r["type"] for r in everything} >= {"session_digest", "conversation"}
+
+
+def test_a_last_line_without_its_newline_is_named_as_held_back(tmp_path: Path) -> None:
+    """Issue 36.10: status said "264 B not yet stored" for ever for a file ending in a
+    complete record without a newline, and the viewer said 0 B for every source. The
+    file and the reason are named; status and the viewer count lag per agent alike."""
+    import os
+
+    root = tmp_path / "agents" / "claude"
+    transcript = root / "-home-user-project" / "held.jsonl"
+    transcript.parent.mkdir(parents=True)
+    line = {"type": "user", "uuid": "u-1", "timestamp": "2026-01-02T03:04:05Z",
+            "sessionId": "held", "cwd": "/home/user/project",
+            "message": {"role": "user", "content": "stored"}}
+    tail = json.dumps({**line, "uuid": "u-2", "message": {"role": "user",
+                                                          "content": "held back"}})
+    transcript.write_text(json.dumps(line) + "\n" + tail)
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {"claude": root})
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                check=True).stdout)
+    assert status["ingestion_held_back"] == []  # just written: an agent may be mid-line
+    old = time.time() - 60
+    os.utime(transcript, (old, old))
+    status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                check=True).stdout)
+    assert status["ingestion_lag_by_source"] == {"claude": len(tail)}
+    assert status["ingestion_held_back"] == [{
+        "path": str(transcript), "bytes": len(tail),
+        "reason": "a partial last line (no newline at its end)"}]
+    text = run_cli(tmp_path, "--config", str(config), "status", check=True).stdout
+    assert f"held back: a partial last line (no newline at its end) in {transcript}" in text

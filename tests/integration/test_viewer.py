@@ -8,10 +8,12 @@ then sets VIEWER_TESTS_REQUIRE_BROWSER, so that a browser gone missing fails.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -328,3 +330,51 @@ async def test_the_overview_shows_a_chain_of_layers_and_its_outbox(tmp_path: Pat
                 assert FACT in found
         finally:
             await server.stop()
+
+
+async def test_the_overview_counts_lag_per_agent_and_names_a_held_back_file(
+        tmp_path: Path, clean_environment: Path) -> None:
+    """Issue 36.10: the viewer said 0 B of lag for every source; it now agrees with status,
+    held-back file included."""
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.status import collect_status
+    from daemon.ui.data import ViewerData
+    from daemon.ui.server import UiServer
+
+    root = tmp_path / "agents" / "claude"
+    transcript = root / "-home-user-project" / "held.jsonl"
+    transcript.parent.mkdir(parents=True)
+    line = {"type": "user", "uuid": "u-1", "timestamp": "2026-01-02T03:04:05Z",
+            "sessionId": "held", "cwd": "/home/user/project",
+            "message": {"role": "user", "content": "stored"}}
+    tail = json.dumps({**line, "uuid": "u-2"}) + " " * 1200
+    transcript.write_text(json.dumps(line) + "\n" + tail)
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {"claude": root})
+    ingest = await asyncio.create_subprocess_exec(
+        *memoryd_command("--config", str(config), "ingest", "--once"),
+        env=daemon_env(tmp_path), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    assert await ingest.wait() == 0
+    old = time.time() - 60
+    os.utime(transcript, (old, old))
+    settings = load_settings(config)
+    clock = SystemClock()
+
+    async def provide() -> Any:
+        raise AssertionError("the overview needs no operations")
+
+    async def status() -> dict[str, Any]:
+        return await collect_status(settings, clock)
+
+    server = UiServer(ViewerData(settings, clock, provide, status), idle_timeout=None)
+    await server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        async with httpx.AsyncClient(base_url=base) as client:
+            await client.get(server.url[len(base):])
+            page = (await client.get("/")).text
+    finally:
+        await server.stop()
+    assert f"<td class=\"num\">{len(tail):,} B</td>" in page, page
+    assert f"held back: a partial last line (no newline at its end) in {transcript}" in page
