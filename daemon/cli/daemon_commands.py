@@ -85,12 +85,15 @@ def ingest(ctx: click.Context, once: bool) -> None:
         if bar is not None:
             bar.update(n_bytes)
 
+    finished = False
     try:
         stats = run_async(ingest_once(settings, clock, on_total=on_total, progress=progress))
+        finished = True
     finally:
         if bar is not None:
-            # Partial last lines stay unread until complete: the pass itself is done.
-            bar.update(max(0, bar.length - bar.pos))
+            if finished:  # an interrupted pass leaves the bar where it stopped
+                # Partial last lines stay unread until complete: the pass itself is done.
+                bar.update(max(0, bar.length - bar.pos))
             bar.__exit__(None, None, None)
     structlog.get_logger("memoryd").info(
         "ingest_done", files=stats.files, messages=stats.messages, bytes=stats.bytes_read

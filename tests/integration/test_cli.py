@@ -464,3 +464,48 @@ def test_a_last_line_without_its_newline_is_named_as_held_back(tmp_path: Path) -
         "reason": "a partial last line (no newline at its end)"}]
     text = run_cli(tmp_path, "--config", str(config), "status", check=True).stdout
     assert f"held back: a partial last line (no newline at its end) in {transcript}" in text
+
+
+def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(tmp_path: Path) -> None:
+    """Issue 36.6: Ctrl-C during `ingest --once` jumped the bar to 100 % and printed
+    "Aborted!" with status 1. At a terminal (a pty), the bar stays where it stopped, one
+    line says what was kept, and the status is 130."""
+    import os
+    import pty
+    import select
+
+    root = tmp_path / "agents" / "claude"
+    for f in range(60):
+        folder = root / f"-home-user-p{f}"
+        folder.mkdir(parents=True)
+        (folder / f"s{f}.jsonl").write_text("".join(
+            json.dumps({"type": "user", "uuid": f"u-{f}-{i}", "sessionId": f"s{f}",
+                        "timestamp": "2026-01-02T03:04:05Z", "cwd": f"/home/user/p{f}",
+                        "message": {"role": "user", "content": f"line {i} " + "x" * 300}})
+            + "\n" for i in range(1500)))
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", {"claude": root})
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "ingest", "--once"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                            stderr=follower, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"ingesting" not in seen or b"%" not in seen.rsplit(b"ingesting", 1)[-1]:
+        assert time.monotonic() < deadline and proc.poll() is None, seen
+        if select.select([leader], [], [], 0.2)[0]:
+            seen += os.read(leader, 4096)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 130
+    while select.select([leader], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    text = seen.decode(errors="replace")
+    assert "100%" not in text, text
+    assert "Aborted" not in text and "interrupted; everything stored before this was kept" in text
