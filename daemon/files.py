@@ -97,6 +97,20 @@ def make_dirs(path: Path) -> None:
         directory.chmod(0o700)  # mkdir's mode is narrowed by the umask, never widened
 
 
+def ensure_writable_dir(path: Path) -> None:
+    """An existing directory memoryd must write in: refused with one sentence when it
+    cannot (root passes permission bits, so a read-only mount is asked of the kernel)."""
+    if not path.is_dir() or os.access(path, os.W_OK | os.X_OK):
+        return
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    why = "is on a read-only file system" if read_only else "is not writable by this user"
+    raise StateDirError(str(path), f"{why}; memoryd keeps its databases there: make it"
+                                   " writable, or set state_dir to a directory that is")
+
+
 def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
     """`path` as a directory for memoryd's files: created 0700 when missing.
 
@@ -126,3 +140,4 @@ def ensure_private_dir(path: Path, setting: str = "state_dir") -> None:
         raise ConfigError(setting, f"{path} is writable by others (mode {mode:o}); memoryd"
                                    " keeps its state only in a directory of its own (a new"
                                    " path is created 0700)")
+    ensure_writable_dir(path)

@@ -36,6 +36,7 @@ from daemon.errors import (
     MemorydError,
     StateDirError,
 )
+from daemon.files import ensure_writable_dir
 from daemon.locations import note_config_checked, read_config_file
 from daemon.logging import configure_logging
 from daemon.timephrases import WhenError, parse_when
@@ -75,6 +76,12 @@ def settings_for(ctx: click.Context) -> Settings:
             fail(str(exc), EX_CONFIG)
         settings: Settings = obj["settings"]
         configure_logging(settings.log_level, settings.log_format, extra=settings.extra_masks())
+        try:
+            # Every command writes there, reading ones too (SQLite's WAL index): say so
+            # once, before a store says it in its own words.
+            ensure_writable_dir(settings.state_dir)
+        except StateDirError as exc:
+            fail(str(exc), EX_CANTCREAT)
         _note_checked(obj.get("config"), settings)
     result: Settings = obj["settings"]
     return result

@@ -509,3 +509,42 @@ def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(tmp_path: Path) -> No
     text = seen.decode(errors="replace")
     assert "100%" not in text, text
     assert "Aborted" not in text and "interrupted; everything stored before this was kept" in text
+
+
+def test_a_read_only_state_directory_is_one_sentence_and_73_everywhere(
+        tmp_path: Path) -> None:
+    """Issue 36.4: a read-only state directory gave exit 1 and a raw OSError from `run` and
+    `ingest --once`, 69 from recall and remember, and a database error from status. A
+    read-only bind mount (root ignores permission bits) in a mount namespace of its own."""
+    import os
+    import shlex
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a read-only mount")
+    root = tmp_path / "agents" / "claude"
+    (root / "-p").mkdir(parents=True)
+    (root / "-p" / "s1.jsonl").write_text(json.dumps({
+        "type": "user", "uuid": "u1", "sessionId": "s1", "timestamp": "2026-01-02T03:04:05Z",
+        "cwd": "/p", "message": {"role": "user", "content": "hello there"}}) + "\n")
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, {"claude": root})
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    commands = [["ingest", "--once"], ["status"], ["sessions"], ["recall", "hello"],
+                ["remember", "a fact"], ["sync"], ["run"]]
+    script = [f"mount --bind {shlex.quote(str(state))} {shlex.quote(str(state))}",
+              f"mount -o remount,bind,ro {shlex.quote(str(state))}"]
+    for command in commands:
+        line = shlex.join(memoryd_command("--config", str(config), *command))
+        script.append(f"timeout 30 {line} > /dev/null 2> {tmp_path / command[0]}.err;"
+                      f" echo $? > {tmp_path / command[0]}.status")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", " && ".join(script[:2]) + "; "
+                           + "; ".join(script[2:])], env=daemon_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for command in commands:
+        status = (tmp_path / f"{command[0]}.status").read_text().strip()
+        said = (tmp_path / f"{command[0]}.err").read_text()
+        assert status == "73", (command, status, said)
+        assert said.count("\n") == 1 and "read-only file system" in said, (command, said)
+        assert str(state) in said and "Traceback" not in said
