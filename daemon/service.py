@@ -218,9 +218,11 @@ class Service:
                 scheduler.start()
                 # aiohttp is the daemon's alone: commands that import this module skip it.
                 from daemon.api.server import ApiServer, make_app
+                from daemon.units import log_location
 
+                where = log_location(dict(os.environ), Path.home(), os.getpid())
                 api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status,
-                                                                  self._client_asked))
+                                                                  self._client_asked, where))
                 try:
                     await api.start()
                 except (OSError, MemorydError) as exc:

@@ -72,6 +72,16 @@ def render_systemd(settings: Settings, argv: list[str], config: Path | None) -> 
     return re.sub(r"^TimeoutStopSec=.*$", f"TimeoutStopSec={grace}s", text, count=1, flags=re.M)
 
 
+def log_location(environ: dict[str, str], home: Path, pid: int) -> str:
+    """Where this daemon's log lines go, in words a person can act on: its service
+    manager's log when one started it, else the standard error of its own process."""
+    if environ.get("JOURNAL_STREAM") or environ.get("INVOCATION_ID"):
+        return f"its log: journalctl --user -u {UNIT_NAME}"
+    if LAUNCHD_LABEL in environ.get("XPC_SERVICE_NAME", ""):
+        return f"its log: {home / 'Library' / 'Logs' / 'memoryd' / 'memoryd.err.log'}"
+    return f"the standard error of `memoryd run` (pid {pid})"
+
+
 def render_launchd(settings: Settings, argv: list[str], config: Path | None, home: Path) -> bytes:
     plist = plistlib.loads(launchd_template())
     plist["ProgramArguments"] = [*argv, "run", *(["--config", str(config)] if config else [])]

@@ -52,10 +52,12 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def make_app(ops: OpsProvider, status: StatusProvider,
-             on_request: Callable[[], None] | None = None) -> web.Application:
+             on_request: Callable[[], None] | None = None,
+             log_location: str = "its log") -> web.Application:
     """The API as an aiohttp application (served on the socket by `ApiServer`);
     `on_request` is told of every operation asked for (the daemon's background work
-    gives way to its clients)."""
+    gives way to its clients); `log_location` is named to a client when a request fails
+    inside the daemon."""
 
     async def run_operation(request: web.Request) -> web.Response:
         name = request.match_info["operation"]
@@ -88,9 +90,16 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             return _error(503 if exc.transient else 500, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))
+        except ImportError:
+            # The package was replaced under the running daemon (`pip install` again):
+            # code it had not loaded yet is gone or newer. Only a restart mends that.
+            log.exception("api_operation_crashed", operation=name)
+            return _error(500, f"{name} failed: memoryd's files changed under the running"
+                               " daemon (reinstalled?); restart it (`memoryd service restart`"
+                               f", or stop and start `memoryd run`); details in {log_location}")
         except Exception:
             log.exception("api_operation_crashed", operation=name)
-            return _error(500, f"{name} failed inside memoryd (see its log)")
+            return _error(500, f"{name} failed inside memoryd (see {log_location})")
         return _answer(200, {"ok": True, **result})
 
     async def get_status(_request: web.Request) -> web.Response:
