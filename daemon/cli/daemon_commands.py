@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
-    for line in render.status_lines(report):
+    for line in render.status_lines(report, render.terminal_width(sys.stdout, os.environ)):
         click.echo(line)
 
 
@@ -147,7 +148,7 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
     if as_json:
         print_json(rows)
         return
-    for line in render.session_lines(rows):
+    for line in render.session_lines(rows, render.terminal_width(sys.stdout, os.environ)):
         click.echo(line)
 
 
@@ -219,36 +220,41 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
                 "message_index", "timestamp", "role", "kind", "tool_name", "uuid", "content")},
                 ensure_ascii=False, sort_keys=True))
         return
+    width = render.terminal_width(sys.stdout, os.environ)
     if view == "model":
         for m in found["messages"]:
             line = render_message(StoredMessage(
                 index=m["message_index"], role=m["role"], kind=m["kind"],
                 content=m["content"], tool_name=m["tool_name"], uuid=m["uuid"],
                 timestamp=None, tool_input=m.get("tool_input")), found.get("project"))
-            if line:
-                click.echo(line)
+            if line:  # one line per message, as documented: a prompt's own lines joined
+                click.echo(render.fit(" ⏎ ".join(part for part in line.splitlines()
+                                                  if part.strip()), width))
         return
-    click.echo(f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
-               f"{found['status']}")
+    out = [f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
+           f"{found['status']}"]
     title = _title(found.get("summary_markdown"))
     if title:
-        click.echo(f"title:      {title}")
-    click.echo(f"project:    {found['project'] or '-'}")
-    click.echo(f"transcript: {found['transcript_path']}")
-    click.echo(f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in "
-               "memory)")
+        out.append(f"title:      {title}")
+    out += [f"project:    {found['project'] or '-'}",
+            f"transcript: {found['transcript_path']}",
+            f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in"
+            " memory)"]
     for m in found["messages"]:
-        text = m["content"].replace("\n", " ")
+        text = " ".join(m["content"].split())
         if len(text) > 200:
             text = text[:199] + "…"
         tool = f" {m['tool_name']}" if m["tool_name"] else ""
-        click.echo(f"[{m['message_index']}] {m['timestamp'] or '-'} {m['role']}{tool}: {text}")
-    click.echo(f"given by memoryd: {len(found['given'])} context blocks")
+        out.append(f"[{m['message_index']}] {render.when(m['timestamp'])} {m['role']}{tool}:"
+                   f" {text}")
+    out.append(f"given by memoryd: {len(found['given'])} context blocks")
     for g in found["given"]:
-        click.echo(f"  {g['injected_at']} {g['interface']} {g['event']}: "
+        out.append(f"  {render.when(g['injected_at'])} {g['interface']} {g['event']}: "
                    f"{len(g['memory_ids'])} memories, {g['chars']} chars"
                    + (f" ({', '.join(g['memory_ids'][:5])}"
                       f"{', …' if len(g['memory_ids']) > 5 else ''})" if g["memory_ids"] else ""))
+    for line in out:
+        click.echo(render.fit(line, width))
 
 
 @main.command()
@@ -299,10 +305,14 @@ def doctor(ctx: click.Context, full: bool) -> None:
         manager = ServiceManager(settings, platform=platform, home=Path.home(),
                                  config=config_path.resolve() if config_path.exists() else None)
     checks = run_async(run_checks(settings, SystemClock(), manager, full=full))
+    width = render.terminal_width(sys.stdout, os.environ)
     for check in checks:
-        click.echo(f"{check.level:<5} {check.name}: {check.detail}")
+        for line in render.wrap(f"{check.level:<5} {check.name}: {check.detail}", width,
+                                " " * 6):
+            click.echo(line)
         if check.fix and check.level != "ok":
-            click.echo(f"      fix: {check.fix}")
+            for line in render.wrap(f"      fix: {check.fix}", width, " " * 11):
+                click.echo(line)
     failed = sum(c.level == "fail" for c in checks)
     warned = sum(c.level == "warn" for c in checks)
     click.echo(f"{len(checks)} checks: {failed} failed, {warned} warnings")

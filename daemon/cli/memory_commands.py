@@ -10,6 +10,7 @@ request may be.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
@@ -492,6 +493,7 @@ def audit_command(ctx: click.Context, since: datetime | None, memory_id: str | N
         return
     if not found:
         click.echo("no audit events" + (" for that memory" if memory_id else ""))
+    width = render.terminal_width(sys.stdout, os.environ)
     for event in found:
         who = event["interface"] + (f" {event['agent']}" if event["agent"] else "")
         if event["agent_session_id"]:
@@ -499,6 +501,7 @@ def audit_command(ctx: click.Context, since: datetime | None, memory_id: str | N
         ids = event["memory_ids"]
         shown = ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
         count = "" if event["count"] is None else f" count {event['count']}"
-        click.echo(f"{event['at']}  {event['action']:<22} {event['outcome']:<6} {who}{count}"
-                   + (f"  [{shown}]" if shown else "")
-                   + (f"  {event['detail']}" if event["detail"] else ""))
+        click.echo(render.fit(f"{render.when(event['at'])}  {event['action']:<18}"
+                              f" {event['outcome']:<6} {who}{count}"
+                              + (f"  [{shown}]" if shown else "")
+                              + (f"  {event['detail']}" if event["detail"] else ""), width))

@@ -218,7 +218,8 @@ def _status(socket_path: str, user: str, args: list[str]) -> int:
                                                                         dict):
         raise _Fallback
     report = answer["status"]
-    _print([render.json_text(report)] if options.get("--json") else render.status_lines(report))
+    _print([render.json_text(report)] if options.get("--json") else render.status_lines(
+        report, render.terminal_width(sys.stdout, os.environ)))
     return 0
 
 
@@ -230,7 +231,8 @@ def _sessions(socket_path: str, user: str, args: list[str]) -> int:
         raise _Fallback
     rows = _call(socket_path, user, "list_sessions", {
         "status": options.get("--status"), "source": options.get("--source")})["sessions"]
-    _print([render.json_text(rows)] if options.get("--json") else render.session_lines(rows))
+    _print([render.json_text(rows)] if options.get("--json") else render.session_lines(
+        rows, render.terminal_width(sys.stdout, os.environ)))
     return 0
 
 

@@ -4,10 +4,46 @@ and its quick path (`cli.quick`), so both print the same. Standard library only.
 from __future__ import annotations
 
 import json
-from typing import Any
+import os
+import shutil
+import textwrap
+from typing import Any, TextIO
 
 #: An API refusal's HTTP status -> the command's exit status.
 EXIT_FOR_STATUS = {400: 2, 403: 1, 404: 66, 503: 69, 504: 69}
+
+
+def terminal_width(stream: TextIO, environ: dict[str, str] | os._Environ[str]) -> int | None:
+    """The width lines must fit: the terminal's (or `COLUMNS`); None when the output goes
+    to a pipe or a file without `COLUMNS`, where whole lines serve scripts better."""
+    if "COLUMNS" not in environ and not stream.isatty():
+        return None
+    return max(40, shutil.get_terminal_size().columns)
+
+
+def fit(line: str, width: int | None) -> str:
+    """`line` cut to `width` with an ellipsis (full values are in `--json`)."""
+    if width is None or len(line) <= width:
+        return line
+    return line[:width - 1] + "…"
+
+
+def fit_left(text: str, room: int) -> str:
+    """`text` (a path) cut from its start: its end is what tells paths apart."""
+    return text if len(text) <= room else "…" + text[len(text) - room + 1:]
+
+
+def wrap(line: str, width: int | None, indent: str) -> list[str]:
+    """`line` wrapped to `width`, later lines under `indent`."""
+    if width is None or len(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=True) or [line]
+
+
+def when(stamp: str | None) -> str:
+    """An ISO timestamp as a column: minutes, UTC."""
+    return stamp[:16].replace("T", " ") if stamp else "-"
 
 
 def json_text(data: object) -> str:
@@ -53,16 +89,19 @@ def result_lines(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def session_lines(rows: list[dict[str, Any]]) -> list[str]:
+def session_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
     if not rows:
         return ["no sessions yet"]
-    lines = [f"{'ID':>5}  {'SOURCE':<6}  {'STATUS':<6}  {'MSGS':>6}  {'UNSYNCED':>8}  "
-             f"{'GIVEN':>5}  {'LAST MESSAGE':<24}  PROJECT"]
+    head = (f"{'ID':>5} {'SOURCE':<6} {'STATUS':<6} {'MSGS':>6} {'UNSYNCED':>8} "
+            f"{'GIVEN':>5} {'LAST MESSAGE (UTC)':<18} ")
+    room = max(12, width - len(head)) if width else None
+    lines = [head + "PROJECT"]
     for r in rows:
-        lines.append(f"{r['id']:>5}  {r['source']:<6}  {r['status']:<6}  "
-                     f"{r['message_count']:>6}  {r['unsynced_messages']:>8}  "
-                     f"{r['context_blocks_given']:>5}  {r['last_message_at'] or '-':<24}  "
-                     f"{r['project'] or '-'}")
+        project = r["project"] or "-"
+        lines.append(fit(f"{r['id']:>5} {r['source']:<6} {r['status']:<6} "
+                         f"{r['message_count']:>6} {r['unsynced_messages']:>8} "
+                         f"{r['context_blocks_given']:>5} {when(r['last_message_at']):<18} "
+                         f"{fit_left(project, room) if room else project}", width))
     return lines
 
 
@@ -71,7 +110,11 @@ def _period(seconds: float) -> str:
     return f"{days:g} days" if days >= 1 else duration(seconds)
 
 
-def status_lines(report: dict[str, Any]) -> list[str]:
+def status_lines(report: dict[str, Any], width: int | None = None) -> list[str]:
+    return [fit(line, width) for line in _status_lines(report)]
+
+
+def _status_lines(report: dict[str, Any]) -> list[str]:
     out = []
     d = report["daemon"]
     if d["running"]:

@@ -548,3 +548,32 @@ def test_a_read_only_state_directory_is_one_sentence_and_73_everywhere(
         assert status == "73", (command, status, said)
         assert said.count("\n") == 1 and "read-only file system" in said, (command, said)
         assert str(state) in said and "Traceback" not in said
+
+
+def test_output_fits_an_80_column_terminal(setup: tuple[Path, Path, dict[str, Path]],
+                                           tmp_path: Path) -> None:
+    """Issue 36.8: `sessions` was 126 columns wide, `show` 252, `audit` 190, `doctor` 106;
+    `show --view model` printed a slash-command prompt as about 80 lines. At 80 columns
+    every line fits (long values cut with …, whole in --json), and the model view is one
+    line per message."""
+    config, _state, _roots = setup
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    run_cli(tmp_path, "--config", str(config), "sync", check=True)
+    rows = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--json",
+                              check=True).stdout)
+    longest = max(rows, key=lambda r: r["message_count"])
+    env = {**daemon_env(tmp_path), "COLUMNS": "80"}
+
+    def lines(*args: str) -> list[str]:
+        done = subprocess.run(memoryd_command("--config", str(config), *args), env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, 1), done.stderr
+        return done.stdout.splitlines()
+
+    for args in (["sessions"], ["status"], ["audit"], ["doctor"],
+                 ["show", str(longest["id"])], ["show", str(longest["id"]), "--view", "model"]):
+        wide = [line for line in lines(*args) if len(line) > 80]
+        assert wide == [], (args, wide[:3])
+    model = lines("show", str(longest["id"]), "--view", "model")
+    assert 0 < len(model) <= longest["message_count"]
+    assert any("…" in line for line in lines("sessions") + lines("audit"))
