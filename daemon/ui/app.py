@@ -101,7 +101,8 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
     """The viewer over `data`, guarded by `secret` (the token `memoryd ui` hands out)."""
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.globals.update(csrf=csrf_token(secret), memory_types=[t.value for t in
-                                                                       MemoryType])
+                                                                       MemoryType],
+                                 about=about_date, stored_apart=stored_apart)
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         return templates.TemplateResponse(request, name, context, status_code=status)
@@ -239,6 +240,20 @@ def _int(value: str | None, default: int, low: int = 0, high: int = 10**9) -> in
         return default
 
 
+def about_date(memory: dict[str, Any]) -> str:
+    """The day a memory is about: when its conversation happened (its provenance), else
+    when it was stored (a fact told directly)."""
+    provenance = memory.get("provenance") or {}
+    when = provenance.get("ended_at") or provenance.get("started_at") or memory.get(
+        "created_at") or ""
+    return str(when)[:10]
+
+
+def stored_apart(memory: dict[str, Any]) -> bool:
+    """Whether the day it was stored differs from the day it is about (backfilled)."""
+    return str(memory.get("created_at") or "")[:10] != about_date(memory)
+
+
 def chart_svg(chart: Chart, series: dict[str, list[int]], what: str) -> str:
     """Stacked bars per day, one colour per project (the busiest eight; the rest as one)."""
     from html import escape
@@ -256,9 +271,15 @@ def chart_svg(chart: Chart, series: dict[str, list[int]], what: str) -> str:
     scale = (height - bottom - top) / peak
     full = height + 20 * (1 + len(stacks) // 3)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{full}"'
-             f' role="img" aria-label="{escape(what)} per day">',
-             f'<text x="{left}" y="{top + 2}" font-size="11" font-family="sans-serif"'
-             f' fill="#555">{peak:,} {escape(what)}</text>']
+             f' role="img" aria-label="{escape(what)} per day">']
+    if not stacks:  # no axes over nothing: one sentence
+        parts.append(f'<text x="{left}" y="{height / 2:.0f}" font-size="12"'
+                     f' font-family="sans-serif" fill="#777">no {escape(what)} in the last'
+                     f' {len(chart.days)} days</text></svg>')
+        return "".join(parts)
+    unit = what[:-1] if peak == 1 and what.endswith("s") else what
+    parts.append(f'<text x="{left}" y="{top + 2}" font-size="11" font-family="sans-serif"'
+                 f' fill="#555">{peak:,} {escape(unit)}</text>')
     for i, day in enumerate(chart.days):
         y = float(height - bottom)
         for colour, (project, values) in zip(PALETTE, stacks.items(), strict=False):
@@ -280,10 +301,6 @@ def chart_svg(chart: Chart, series: dict[str, list[int]], what: str) -> str:
         parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}"/>'
                      f'<text x="{x + 14}" y="{y}" font-size="11" font-family="sans-serif">'
                      f'{escape(_short(project))}</text>')
-    if not stacks:
-        parts.append(f'<text x="{left}" y="{height / 2:.0f}" font-size="12"'
-                     f' font-family="sans-serif" fill="#777">nothing in the last'
-                     f' {len(chart.days)} days</text>')
     parts.append("</svg>")
     return "".join(parts)
 

@@ -378,3 +378,35 @@ async def test_the_overview_counts_lag_per_agent_and_names_a_held_back_file(
         await server.stop()
     assert f"<td class=\"num\">{len(tail):,} B</td>" in page, page
     assert f"held back: a partial last line (no newline at its end) in {transcript}" in page
+
+
+def test_dates_are_what_a_memory_is_about_and_nothing_overflows(tmp_path: Path,
+                                                                browser: Any) -> None:
+    """Issue 36.13: a conversation of 2025-10-21 was shown as of the day it was stored;
+    an empty chart read "1 messages" over empty axes; the state path overflowed its card
+    at 1280 px. In a real browser: the day it is about, the stored day beside it only
+    when it differs, one sentence for an empty chart, and every card holds its text."""
+    (tmp_path / "claude" / "-home-user-shop").mkdir(parents=True)
+    old = datetime(2025, 10, 21, 9, 30, tzinfo=UTC)
+    (tmp_path / "claude" / "-home-user-shop" / "old.jsonl").write_text(
+        claude_line("old-session", "o1", "user", "the invoice service retries refunds twice",
+                    old)
+        + claude_line("old-session", "o2", "assistant", "noted: refunds are retried twice",
+                      old + timedelta(seconds=5)))
+    with quick_daemon(tmp_path) as daemon:
+        assert daemon.cli("ingest", "--once").returncode == 0
+        assert daemon.cli("sync").returncode == 0
+        daemon.start()
+        url = _viewer_url(daemon)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        overflowing = page.eval_on_selector_all(
+            ".card", "cards => cards.filter(c => c.scrollWidth > c.clientWidth).length")
+        assert overflowing == 0
+        chart = page.request.get(f"{_base(url)}/chart.svg?what=messages").text()
+        assert "no messages in the last" in chart and "1 messages" not in chart
+        page.goto(f"{_base(url)}/memories?q=invoice+refunds")
+        result = page.locator(".result").first.inner_text()
+        assert "2025-10-21" in result, result
+        today = datetime.now(UTC).strftime("%Y-%m-%d")
+        assert f"stored {today}" in result, result
