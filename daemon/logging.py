@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 _HANDLER_NAME = "memoryd"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-           "error": logging.ERROR}
+           "error": logging.ERROR, "off": logging.CRITICAL}
 
 
 def redact_secrets(_logger: object, _method: str,
@@ -74,11 +74,11 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
-    _route_standard_logging(out, shared, renderer)
+    _route_standard_logging(out, shared, renderer, max(logging.WARNING, _LEVELS[level]))
 
 
 def _route_standard_logging(out: TextIO, shared: list[structlog.typing.Processor],
-                            renderer: structlog.typing.Processor) -> None:
+                            renderer: structlog.typing.Processor, level: int) -> None:
     handler = logging.StreamHandler(out)
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
@@ -90,4 +90,4 @@ def _route_standard_logging(out: TextIO, shared: list[structlog.typing.Processor
         if previous.get_name() == _HANDLER_NAME:  # configured again: ours is replaced
             root.removeHandler(previous)
     root.addHandler(handler)
-    root.setLevel(logging.WARNING)
+    root.setLevel(level)

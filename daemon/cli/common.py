@@ -75,7 +75,14 @@ def settings_for(ctx: click.Context) -> Settings:
         except ConfigError as exc:
             fail(str(exc), EX_CONFIG)
         settings: Settings = obj["settings"]
-        configure_logging(settings.log_level, settings.log_format, extra=settings.extra_masks())
+        # A person at a terminal reads answers and sentences, not log records: only the
+        # daemon logs unless asked (`--verbose`, `--log-format`).
+        asked = obj.get("verbose") or obj.get("log_format")
+        level = settings.log_level if ctx.info_name in LOGGING_COMMANDS or asked else "off"
+        fmt = {"text": "console", "json": "json"}.get(
+            obj.get("log_format") or ("text" if obj.get("verbose") else ""),
+            settings.log_format)
+        configure_logging(level, fmt, extra=settings.extra_masks())
         try:
             # Every command writes there, reading ones too (SQLite's WAL index): say so
             # once, before a store says it in its own words.
@@ -95,6 +102,15 @@ def _note_checked(config: str | None, settings: Settings) -> None:
     except (OSError, ValueError):
         return
     note_config_checked(text, settings.state_dir)
+
+
+#: Commands whose log is their output: the daemon's own.
+LOGGING_COMMANDS = frozenset({"run"})
+
+
+def _remember_flag(ctx: click.Context, param: click.Parameter, value: object) -> None:
+    if value:
+        ctx.ensure_object(dict)[param.name or ""] = value
 
 
 def _remember_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -220,6 +236,12 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="memoryd")
 @config_option
+@click.option("--verbose", "-v", is_flag=True, expose_value=False, is_eager=True,
+              callback=_remember_flag,
+              help="Show this command's log records on stderr (as text; see --log-format).")
+@click.option("--log-format", "log_format", type=click.Choice(["text", "json"]),
+              expose_value=False, is_eager=True, callback=_remember_flag,
+              help="Show this command's log records on stderr in this format.")
 def main() -> None:
     """memoryd: a memory for AI coding agents that survives crashes, compactions and reboots.
 

@@ -577,3 +577,28 @@ def test_output_fits_an_80_column_terminal(setup: tuple[Path, Path, dict[str, Pa
     model = lines("show", str(longest["id"]), "--view", "model")
     assert 0 < len(model) <= longest["message_count"]
     assert any("…" in line for line in lines("sessions") + lines("audit"))
+
+
+def test_commands_print_no_log_records_unless_asked(setup: tuple[Path, Path, dict[str, Path]],
+                                                    tmp_path: Path) -> None:
+    """Issue 34.1: `recall`, `ingest --once`, `sync` and `remember` printed JSON log records
+    on stderr beside their answers. A one-off command's stderr holds only sentences for a
+    person; `--verbose` shows its records as text, `--log-format json` as JSON."""
+    config, _state, _roots = setup
+
+    def stderr_of(*args: str) -> str:
+        done = run_cli(tmp_path, "--config", str(config), *args)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stderr
+
+    said = "".join(stderr_of(*args) for args in (
+        ["ingest", "--once"], ["sync"], ["recall", "refunds", "--limit", "1"],
+        ["remember", "the deploy lane is blue"], ["status"], ["sessions"],
+        ["context", "--query", "deploy"], ["export"]))
+    records = [line for line in said.splitlines()
+               if line.lstrip().startswith("{") or "[info" in line or "[warning" in line]
+    assert records == [], records[:3]
+    verbose = stderr_of("--verbose", "remember", "the deploy lane is green")
+    assert "memory_remembered" in verbose and not verbose.lstrip().startswith("{")
+    machine = stderr_of("--log-format", "json", "remember", "the deploy lane is red")
+    assert json.loads(machine.splitlines()[-1])["event"] == "memory_remembered"

@@ -67,7 +67,7 @@ def test_a_fifo_named_like_a_transcript_is_skipped_not_opened(tmp_path: Path) ->
     fifo = root / "-p" / "a-fifo.jsonl"
     os.mkfifo(fifo)
     (root / "-p" / "b.jsonl").write_text(_claude_line("hello", "k1"))
-    done = _memoryd(tmp_path, config, "ingest", "--once", timeout=30)
+    done = _memoryd(tmp_path, config, "--log-format", "json", "ingest", "--once", timeout=30)
     assert done.returncode == 0, done.stderr
     assert _stored(state / "memoryd.db") == 1
     assert done.stderr.count("transcript_not_a_regular_file") == 1
@@ -290,7 +290,7 @@ def test_a_transcript_moved_by_copy_continues_its_session(tmp_path: Path) -> Non
     old.unlink()
     with new.open("a") as handle:
         handle.write(_claude_line("after the move", "k-late"))
-    done = _memoryd(tmp_path, config, "ingest", "--once")
+    done = _memoryd(tmp_path, config, "--log-format", "json", "ingest", "--once")
     assert done.returncode == 0, done.stderr
     assert "transcript_moved" in done.stderr
     conn = sqlite3.connect(state / "memoryd.db")

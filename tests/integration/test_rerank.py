@@ -77,7 +77,7 @@ def test_recall_is_reordered_by_the_reranker_and_survives_its_failures(
         assert _cli(plain, env, "remember", text).returncode == 0
 
     def first(config: Path) -> tuple[str, subprocess.CompletedProcess[str]]:
-        done = _cli(config, env, "recall", "fruit order", "--json")
+        done = _cli(config, env, "--log-format", "json", "recall", "fruit order", "--json")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)[0]["content"], done
 
