@@ -19,6 +19,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.ingest.discovery import discover
+from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.rate import eta_seconds
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend, describe_depth
@@ -222,7 +223,8 @@ async def collect_status(settings: Settings, clock: Clock,
         conn = await connect(db, readonly=True)
         try:
             if await _has_schema(conn):
-                totals = await queries.totals(conn)
+                totals = await queries.totals(conn, shown_as_of(
+                    clock.now(), settings.stale_session_timeout))
                 offsets = await queries.file_offsets(conn)
         finally:
             await conn.close()

@@ -32,6 +32,7 @@ from daemon.api.base import MAX_LIMIT, OpsBase
 from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError
 from daemon.ingest.discovery import admit_transcript
+from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
@@ -113,7 +114,8 @@ class SessionEvents(OpsBase):
     async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """`memoryd sessions`: every session, newest first, with the blocks it was given."""
         return {"sessions": await sessions_with_given(
-            self._conn, status=arg.opt_text(args, "status"), source=arg.opt_text(args, "source"))}
+            self._conn, status=arg.opt_text(args, "status"), source=arg.opt_text(args, "source"),
+            stale_before=shown_as_of(self.clock.now(), self.settings.stale_session_timeout))}
 
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session = arg.opt_text(args, "session")

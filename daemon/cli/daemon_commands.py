@@ -26,6 +26,7 @@ from daemon.clock import SystemClock
 from daemon.config import load_settings, resolve_config_path
 from daemon.errors import EX_CONFIG, ConfigError
 from daemon.ingest.once import ingest_once
+from daemon.lifecycle.expiry import shown_as_of
 from daemon.logging import configure_logging
 from daemon.names import AGENTS
 from daemon.store import queries
@@ -140,7 +141,10 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
             return []
         conn = await connect(settings.database_path, readonly=True)
         try:
-            return await sessions_with_given(conn, status=status_filter, source=source)
+            return await sessions_with_given(conn, status=status_filter, source=source,
+                                             stale_before=shown_as_of(
+                                                 SystemClock().now(),
+                                                 settings.stale_session_timeout))
         finally:
             await conn.close()
 
@@ -187,7 +191,8 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
             return None
         conn = await connect(settings.database_path, readonly=True)
         try:
-            found = await queries.find_session(conn, session)
+            found = await queries.find_session(conn, session, shown_as_of(
+                SystemClock().now(), settings.stale_session_timeout))
             if found is None:
                 return None
             found["messages"] = await queries.session_messages(

@@ -30,6 +30,12 @@ def stale_cutoff(now: datetime, timeout: timedelta) -> datetime:
     return now - timeout
 
 
+def shown_as_of(now: datetime, stale_session_timeout: float) -> datetime:
+    """The cutoff with which statuses are shown (`queries.list_sessions(stale_before=)`):
+    what the daemon's lifecycle check would make of them now, daemon or not."""
+    return stale_cutoff(now, timedelta(seconds=stale_session_timeout))
+
+
 async def expire_stale_sessions(
     conn: aiosqlite.Connection, clock: Clock, stale_after: timedelta
 ) -> list[int]:

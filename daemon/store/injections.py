@@ -102,10 +102,11 @@ async def recent_injections(conn: aiosqlite.Connection, limit: int = 200) -> lis
 
 
 async def sessions_with_given(conn: aiosqlite.Connection, *, status: str | None = None,
-                              source: str | None = None) -> list[dict[str, Any]]:
+                              source: str | None = None,
+                              stale_before: datetime | None = None) -> list[dict[str, Any]]:
     """`memoryd sessions`: every session, newest first, with how many context blocks it
     was given (`context_blocks_given`)."""
-    rows = await list_sessions(conn, status=status, source=source)
+    rows = await list_sessions(conn, status=status, source=source, stale_before=stale_before)
     given = await injection_counts(conn, [r["external_id"] for r in rows])
     for row in rows:
         row["context_blocks_given"] = given.get(row["external_id"], 0)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import aiosqlite
 
+from daemon.store.connection import iso_utc
 from daemon.store.forgotten import VISIBLE
+from daemon.store.sessions import SHOWN_STATUS
 
 SESSION_COLUMNS = (
     "id, source, external_id, parent_session_id, project, transcript_path, status, started_at,"
@@ -15,19 +18,33 @@ SESSION_COLUMNS = (
 )
 
 
+def _shown(stale_before: datetime | None) -> tuple[str, list[Any]]:
+    """The status column to show and its parameters: as stored, or as the lifecycle check
+    would leave it at `stale_before` (so no daemon is needed for a true status)."""
+    if stale_before is None:
+        return "status", []
+    return SHOWN_STATUS, [iso_utc(stale_before)]
+
+
 def _session_dict(row: aiosqlite.Row) -> dict[str, Any]:
     data = dict(row)
+    data["status"] = data.pop("shown_status", data.get("status"))
     data["unsynced_messages"] = max(0, data["message_count"] - data["memory_sync_index"])
     return data
 
 
 async def list_sessions(
-    conn: aiosqlite.Connection, *, status: str | None = None, source: str | None = None
+    conn: aiosqlite.Connection, *, status: str | None = None, source: str | None = None,
+    stale_before: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    where, params = [], []
+    """Every session, newest first; `stale_before`: statuses as the lifecycle check would
+    leave them then (see `_shown`)."""
+    shown, shown_params = _shown(stale_before)
+    where: list[str] = []
+    params: list[Any] = list(shown_params)
     if status:
-        where.append("status = ?")
-        params.append(status)
+        where.append(f"{shown} = ?")
+        params += [*shown_params, status]
     if source:
         where.append("source = ?")
         params.append(source)
@@ -35,7 +52,7 @@ async def list_sessions(
     async with conn.execute(
         # Newest conversation first; a session with no message yet (a file of headers
         # only) after them all, not first for having been found a moment ago.
-        f"SELECT {SESSION_COLUMNS} FROM sessions{clause}"
+        f"SELECT {SESSION_COLUMNS}, {shown} AS shown_status FROM sessions{clause}"
         " ORDER BY message_count = 0, COALESCE(last_message_at, created_at) DESC, id DESC",
         params,
     ) as cursor:
@@ -48,8 +65,11 @@ MAX_SESSION_REF = 512
 MAX_ROWID = 2**63 - 1
 
 
-async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] | None:
-    """A session by its numeric id, its external id, or a unique prefix of the external id."""
+async def find_session(conn: aiosqlite.Connection, ref: str,
+                       stale_before: datetime | None = None) -> dict[str, Any] | None:
+    """A session by its numeric id, its external id, or a unique prefix of the external id
+    (`stale_before`: its status as `list_sessions` shows it)."""
+    shown, shown_params = _shown(stale_before)
     if not ref or len(ref) > MAX_SESSION_REF:
         return None
     queries: list[tuple[str, tuple[Any, ...]]] = []
@@ -59,7 +79,8 @@ async def find_session(conn: aiosqlite.Connection, ref: str) -> dict[str, Any] |
     queries.append(("external_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),)))
     for clause, params in queries:
         async with conn.execute(
-            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {clause} ORDER BY id LIMIT 2", params
+            f"SELECT {SESSION_COLUMNS}, {shown} AS shown_status FROM sessions WHERE {clause}"
+            " ORDER BY id LIMIT 2", (*shown_params, *params)
         ) as cursor:
             rows = list(await cursor.fetchall())
         if len(rows) == 1:
@@ -92,7 +113,8 @@ async def session_summaries(conn: aiosqlite.Connection, session_id: int) -> list
         return [dict(r) for r in await cursor.fetchall()]
 
 
-async def totals(conn: aiosqlite.Connection) -> dict[str, Any]:
+async def totals(conn: aiosqlite.Connection,
+                 stale_before: datetime | None = None) -> dict[str, Any]:
     async def one(sql: str) -> Any:
         async with conn.execute(sql) as cursor:
             row = await cursor.fetchone()
@@ -116,7 +138,9 @@ async def totals(conn: aiosqlite.Connection) -> dict[str, Any]:
             entry["files"] = files
             entry["missing_files"] = missing or 0
     statuses: dict[str, int] = {}
-    async with conn.execute("SELECT status, COUNT(*) FROM sessions GROUP BY status") as cursor:
+    shown, shown_params = _shown(stale_before)
+    async with conn.execute(f"SELECT {shown}, COUNT(*) FROM sessions GROUP BY 1",
+                            shown_params) as cursor:
         for status, count in await cursor.fetchall():
             statuses[status] = count
     return {
@@ -215,11 +239,14 @@ async def messages_per_day(conn: aiosqlite.Connection,
         return [(r[0], r[1], int(r[2])) for r in await cursor.fetchall()]
 
 
-async def recent_sessions(conn: aiosqlite.Connection, limit: int) -> list[dict[str, Any]]:
+async def recent_sessions(conn: aiosqlite.Connection, limit: int,
+                          stale_before: datetime | None = None) -> list[dict[str, Any]]:
     """The `limit` sessions most recently active, newest first."""
+    shown, shown_params = _shown(stale_before)
     async with conn.execute(
-        f"SELECT {SESSION_COLUMNS} FROM sessions"
-        " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC LIMIT ?", (limit,),
+        f"SELECT {SESSION_COLUMNS}, {shown} AS shown_status FROM sessions"
+        " ORDER BY COALESCE(last_message_at, created_at) DESC, id DESC LIMIT ?",
+        (*shown_params, limit),
     ) as cursor:
         return [_session_dict(row) for row in await cursor.fetchall()]
 

@@ -96,12 +96,20 @@ def _sync_state(row: aiosqlite.Row) -> SessionSyncState:
     )
 
 
+#: When a session last showed life: what staleness is measured from.
+LAST_ACTIVITY = "COALESCE(last_ingested_at, last_message_at, created_at)"
+#: A session's status as the lifecycle check (`pause_stale`) would leave it at a cutoff
+#: (the `?`): what is shown without a daemon that ran the check.
+SHOWN_STATUS = (f"CASE WHEN status = 'active' AND {LAST_ACTIVITY} <= ? THEN 'paused'"
+                " ELSE status END")
+
+
 async def pause_stale(conn: aiosqlite.Connection, cutoff: datetime) -> list[int]:
     """Mark `paused` every active session with no new message since `cutoff`; their ids."""
     cutoff_text = iso_utc(cutoff)
     async with transaction(conn), conn.execute(
         "UPDATE sessions SET status = 'paused' WHERE status = 'active'"
-        " AND COALESCE(last_ingested_at, last_message_at, created_at) <= ? RETURNING id",
+        f" AND {LAST_ACTIVITY} <= ? RETURNING id",
         (cutoff_text,),
     ) as cursor:
         return sorted(int(row[0]) for row in await cursor.fetchall())

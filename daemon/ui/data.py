@@ -21,6 +21,7 @@ from daemon.api.operations import MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import MemorydError
+from daemon.lifecycle.expiry import shown_as_of
 from daemon.memory.models import Memory
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import MemoryBrowse
@@ -79,7 +80,8 @@ class ViewerData:
 
     async def sessions(self) -> list[tuple[str, list[dict[str, Any]]]]:
         """The newest sessions grouped by project (the most recently active project first)."""
-        rows = await queries.recent_sessions(await self._conn(), SESSIONS_SHOWN)
+        rows = await queries.recent_sessions(await self._conn(), SESSIONS_SHOWN, shown_as_of(
+            self._clock.now(), self.settings.stale_session_timeout))
         by_project: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             row["summary_markdown"] = self.masked(row.get("summary_markdown"))
@@ -88,7 +90,8 @@ class ViewerData:
 
     async def session(self, ref: str, offset: int) -> dict[str, Any] | None:
         conn = await self._conn()
-        found = await queries.find_session(conn, ref)
+        found = await queries.find_session(conn, ref, shown_as_of(
+            self._clock.now(), self.settings.stale_session_timeout))
         if found is None:
             return None
         messages = await queries.session_messages(conn, found["id"], limit=PAGE_MESSAGES,

@@ -602,3 +602,31 @@ def test_commands_print_no_log_records_unless_asked(setup: tuple[Path, Path, dic
     assert "memory_remembered" in verbose and not verbose.lstrip().startswith("{")
     machine = stderr_of("--log-format", "json", "remember", "the deploy lane is red")
     assert json.loads(machine.splitlines()[-1])["event"] == "memory_remembered"
+
+
+def test_statuses_are_true_without_the_daemon(tmp_path: Path) -> None:
+    """Issue 34.2: only the running daemon's lifecycle job paused quiet sessions, so without
+    it `sessions` called a session quiet for months `active`. Shown statuses are what that
+    check would make of them now: in `sessions` (and its filter), `status` and `show`."""
+    roots = lay_out_fixtures(tmp_path / "agents")
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
+                          stale_session_timeout="1s")
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    time.sleep(1.5)
+    rows = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--json",
+                              check=True).stdout)
+    assert rows and {r["status"] for r in rows} <= {"paused", "ended"}
+    stored = _count(tmp_path / "state" / "memoryd.db",
+                    "SELECT COUNT(*) FROM sessions WHERE status = 'active'")
+    assert stored > 0  # no daemon ran: the store still says active, the commands do not
+    active = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--status",
+                                "active", "--json", check=True).stdout)
+    paused = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--status",
+                                "paused", "--json", check=True).stdout)
+    assert active == [] and len(paused) >= stored
+    status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
+                                check=True).stdout)
+    assert "active" not in status["sessions_by_status"]
+    shown = json.loads(run_cli(tmp_path, "--config", str(config), "show", str(paused[0]["id"]),
+                               "--json", check=True).stdout)
+    assert shown["status"] == "paused"
