@@ -115,7 +115,8 @@ class SessionEvents(OpsBase):
         """`memoryd sessions`: every session, newest first, with the blocks it was given."""
         return {"sessions": await sessions_with_given(
             self._conn, status=arg.opt_text(args, "status"), source=arg.opt_text(args, "source"),
-            stale_before=shown_as_of(self.clock.now(), self.settings.stale_session_timeout))}
+            stale_before=shown_as_of(self.clock.now(), self.settings.stale_session_timeout),
+            flat=arg.flag(args, "all"))}
 
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session = arg.opt_text(args, "session")

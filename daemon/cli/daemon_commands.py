@@ -126,10 +126,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
               help="Only sessions with this status.")
 @click.option("--source", type=click.Choice(AGENTS),
               help="Only sessions of this agent.")
+@click.option("--all", "flat", is_flag=True,
+              help="Subagents' sessions as rows of their own (by default they are counted"
+                   " on their parent's, in SUB).")
 @json_option
 @config_option
 @click.pass_context
-def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
+def sessions(ctx: click.Context, status_filter: str | None, source: str | None, flat: bool,
              as_json: bool) -> None:
     """Every session, newest first, with how many messages are not yet in memory."""
     from daemon.store.injections import sessions_with_given
@@ -144,7 +147,7 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None,
             return await sessions_with_given(conn, status=status_filter, source=source,
                                              stale_before=shown_as_of(
                                                  SystemClock().now(),
-                                                 settings.stale_session_timeout))
+                                                 settings.stale_session_timeout), flat=flat)
         finally:
             await conn.close()
 
@@ -195,6 +198,10 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
                 SystemClock().now(), settings.stale_session_timeout))
             if found is None:
                 return None
+            found["subagents"] = [
+                {k: row[k] for k in ("id", "external_id", "status", "message_count")}
+                for row in await queries.subagent_sessions(conn, found["id"], shown_as_of(
+                    SystemClock().now(), settings.stale_session_timeout))]
             found["messages"] = await queries.session_messages(
                 conn, found["id"], limit=limit, offset=offset)
             found["summaries"] = await queries.session_summaries(conn, found["id"])
@@ -242,7 +249,11 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
     if title:
         out.append(f"title:      {title}")
     out += [f"project:    {found['project'] or '-'}",
-            f"transcript: {found['transcript_path']}",
+            f"transcript: {found['transcript_path']}"]
+    if found["subagents"]:
+        out.append(f"subagents:  {len(found['subagents'])} (" + ", ".join(
+            str(sub["id"]) for sub in found["subagents"]) + "; `memoryd show ID`)")
+    out += [
             f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in"
             " memory)"]
     for m in found["messages"]:

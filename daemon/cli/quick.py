@@ -224,13 +224,14 @@ def _status(socket_path: str, user: str, args: list[str]) -> int:
 
 
 def _sessions(socket_path: str, user: str, args: list[str]) -> int:
-    options, _ = _options(args, {"--json"}, {"--status", "--source"})
+    options, _ = _options(args, {"--json", "--all"}, {"--status", "--source"})
     if options.get("--status") not in (None, "active", "paused", "ended"):
         raise _Fallback
     if options.get("--source") not in (None, *AGENTS):
         raise _Fallback
     rows = _call(socket_path, user, "list_sessions", {
-        "status": options.get("--status"), "source": options.get("--source")})["sessions"]
+        "status": options.get("--status"), "source": options.get("--source"),
+        "all": bool(options.get("--all"))})["sessions"]
     _print([render.json_text(rows)] if options.get("--json") else render.session_lines(
         rows, render.terminal_width(sys.stdout, os.environ)))
     return 0

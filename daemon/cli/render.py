@@ -92,14 +92,15 @@ def result_lines(results: list[dict[str, Any]]) -> list[str]:
 def session_lines(rows: list[dict[str, Any]], width: int | None = None) -> list[str]:
     if not rows:
         return ["no sessions yet"]
-    head = (f"{'ID':>5} {'SOURCE':<6} {'STATUS':<6} {'MSGS':>6} {'UNSYNCED':>8} "
+    head = (f"{'ID':>5} {'SOURCE':<6} {'STATUS':<6} {'MSGS':>6} {'SUB':>3} {'UNSYNCED':>8} "
             f"{'GIVEN':>5} {'LAST MESSAGE (UTC)':<18} ")
     room = max(12, width - len(head)) if width else None
     lines = [head + "PROJECT"]
     for r in rows:
         project = r["project"] or "-"
         lines.append(fit(f"{r['id']:>5} {r['source']:<6} {r['status']:<6} "
-                         f"{r['message_count']:>6} {r['unsynced_messages']:>8} "
+                         f"{r['message_count']:>6} {r.get('subagents') or '':>3}"
+                         f" {r['unsynced_messages']:>8} "
                          f"{r['context_blocks_given']:>5} {when(r['last_message_at']):<18} "
                          f"{fit_left(project, room) if room else project}", width))
     return lines

@@ -18,7 +18,7 @@ from typing import Any
 import aiosqlite
 
 from daemon.store.connection import iso_utc, transaction
-from daemon.store.queries import list_sessions
+from daemon.store.queries import list_sessions, nest_subagents
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +103,14 @@ async def recent_injections(conn: aiosqlite.Connection, limit: int = 200) -> lis
 
 async def sessions_with_given(conn: aiosqlite.Connection, *, status: str | None = None,
                               source: str | None = None,
-                              stale_before: datetime | None = None) -> list[dict[str, Any]]:
+                              stale_before: datetime | None = None,
+                              flat: bool = False) -> list[dict[str, Any]]:
     """`memoryd sessions`: every session, newest first, with how many context blocks it
-    was given (`context_blocks_given`)."""
+    was given (`context_blocks_given`); subagents' sessions counted on their parent's
+    (`subagents`) unless `flat`."""
     rows = await list_sessions(conn, status=status, source=source, stale_before=stale_before)
+    if not flat:
+        rows = nest_subagents(rows)
     given = await injection_counts(conn, [r["external_id"] for r in rows])
     for row in rows:
         row["context_blocks_given"] = given.get(row["external_id"], 0)

@@ -65,6 +65,33 @@ MAX_SESSION_REF = 512
 MAX_ROWID = 2**63 - 1
 
 
+def nest_subagents(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sessions as people think of them: a subagent's session is not a row of its own but
+    counted on its parent's (`subagents`); one whose parent is not among `rows` stays."""
+    present = {row["id"] for row in rows}
+    counts: dict[int, int] = {}
+    for row in rows:
+        parent = row.get("parent_session_id")
+        if parent is not None and parent in present:
+            counts[parent] = counts.get(parent, 0) + 1
+    nested = [row for row in rows if row.get("parent_session_id") not in present]
+    for row in nested:
+        row["subagents"] = counts.get(row["id"], 0)
+    return nested
+
+
+async def subagent_sessions(conn: aiosqlite.Connection, session_id: int,
+                            stale_before: datetime | None = None) -> list[dict[str, Any]]:
+    """The sessions of a session's subagents, oldest first."""
+    shown, shown_params = _shown(stale_before)
+    async with conn.execute(
+        f"SELECT {SESSION_COLUMNS}, {shown} AS shown_status FROM sessions"
+        " WHERE parent_session_id = ? ORDER BY COALESCE(started_at, created_at), id",
+        (*shown_params, session_id),
+    ) as cursor:
+        return [_session_dict(row) for row in await cursor.fetchall()]
+
+
 async def find_session(conn: aiosqlite.Connection, ref: str,
                        stale_before: datetime | None = None) -> dict[str, Any] | None:
     """A session by its numeric id, its external id, or a unique prefix of the external id

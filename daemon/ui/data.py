@@ -80,8 +80,9 @@ class ViewerData:
 
     async def sessions(self) -> list[tuple[str, list[dict[str, Any]]]]:
         """The newest sessions grouped by project (the most recently active project first)."""
-        rows = await queries.recent_sessions(await self._conn(), SESSIONS_SHOWN, shown_as_of(
-            self._clock.now(), self.settings.stale_session_timeout))
+        rows = queries.nest_subagents(await queries.recent_sessions(
+            await self._conn(), SESSIONS_SHOWN,
+            shown_as_of(self._clock.now(), self.settings.stale_session_timeout)))
         by_project: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             row["summary_markdown"] = self.masked(row.get("summary_markdown"))

@@ -99,7 +99,8 @@ def test_ingest_once_then_status_sessions_show_json(setup: tuple[Path, Path, dic
     again = run_cli(tmp_path, "--config", str(config), "sessions", "--json", check=True).stdout
     assert first == again
     sessions = json.loads(first)
-    assert len(sessions) == _count(db, "SELECT COUNT(*) FROM sessions")
+    assert len(sessions) == _count(
+        db, "SELECT COUNT(*) FROM sessions WHERE parent_session_id IS NULL")
     biggest = max(sessions, key=lambda s: s["message_count"])
     shown = json.loads(run_cli(tmp_path, "--config", str(config), "show", str(biggest["id"]),
                                "--json", check=True).stdout)
@@ -622,7 +623,7 @@ def test_statuses_are_true_without_the_daemon(tmp_path: Path) -> None:
     active = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--status",
                                 "active", "--json", check=True).stdout)
     paused = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--status",
-                                "paused", "--json", check=True).stdout)
+                                "paused", "--all", "--json", check=True).stdout)
     assert active == [] and len(paused) >= stored
     status = json.loads(run_cli(tmp_path, "--config", str(config), "status", "--json",
                                 check=True).stdout)
@@ -630,3 +631,31 @@ def test_statuses_are_true_without_the_daemon(tmp_path: Path) -> None:
     shown = json.loads(run_cli(tmp_path, "--config", str(config), "show", str(paused[0]["id"]),
                                "--json", check=True).stdout)
     assert shown["status"] == "paused"
+
+
+def test_subagents_are_shown_under_their_parent(setup: tuple[Path, Path, dict[str, Path]],
+                                                tmp_path: Path) -> None:
+    """Issue 34.3: subagent transcripts were listed as sessions of their own beside their
+    parent. By default they are counted on it (SUB); `--all` lists them flat; `show` of
+    the parent names them."""
+    config, state, _roots = setup
+    run_cli(tmp_path, "--config", str(config), "ingest", "--once", check=True)
+    children = _count(state / "memoryd.db",
+                      "SELECT COUNT(*) FROM sessions WHERE parent_session_id IS NOT NULL")
+    assert children > 0  # the real fixtures hold Claude subagents
+    flat = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--all",
+                              "--json", check=True).stdout)
+    nested = json.loads(run_cli(tmp_path, "--config", str(config), "sessions", "--json",
+                                check=True).stdout)
+    assert len(nested) == len(flat) - children
+    assert all(row["parent_session_id"] is None for row in nested)
+    parent = max(nested, key=lambda r: r["subagents"])
+    assert sum(r["subagents"] for r in nested) == children and parent["subagents"] > 0
+    text = run_cli(tmp_path, "--config", str(config), "sessions", check=True).stdout
+    assert " SUB " in text.splitlines()[0]
+    shown = json.loads(run_cli(tmp_path, "--config", str(config), "show", str(parent["id"]),
+                               "--json", check=True).stdout)
+    assert len(shown["subagents"]) == parent["subagents"]
+    said = run_cli(tmp_path, "--config", str(config), "show", str(parent["id"]),
+                   check=True).stdout
+    assert f"subagents:  {parent['subagents']} (" in said
