@@ -450,7 +450,7 @@ def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         print_json(results)
         return
-    for line in render.result_lines(results):
+    for line in render.result_lines(results, render.terminal_width(sys.stdout, os.environ)):
         click.echo(line)
 
 

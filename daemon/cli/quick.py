@@ -244,7 +244,8 @@ def _recall(socket_path: str, user: str, args: list[str]) -> int:
     found = _call(socket_path, user, "recall", {
         "query": query, "project": _project(options), "limit": limit,
         "all_projects": bool(options.get("--all-projects")), **_agent(options)})["results"]
-    _print([render.json_text(found)] if options.get("--json") else render.result_lines(found))
+    _print([render.json_text(found)] if options.get("--json") else render.result_lines(
+        found, render.terminal_width(sys.stdout, os.environ)))
     return 0
 
 

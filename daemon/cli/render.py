@@ -70,8 +70,8 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def result_lines(results: list[dict[str, Any]]) -> list[str]:
-    """Recall results, best first, with where each came from."""
+def result_lines(results: list[dict[str, Any]], width: int | None = None) -> list[str]:
+    """Recall results, best first, with where each came from (wrapped to `width`)."""
     if not results:
         return ["no memories found"]
     lines = []
@@ -81,11 +81,15 @@ def result_lines(results: list[dict[str, Any]]) -> list[str]:
         if p.get("first_index") is not None:
             where += f" messages {p['first_index']}-{p['last_index']}"
         when = p.get("ended_at") or r["created_at"] or "?"
-        lines.append(f"[{r['score']:.3f}] {r['type']} {when[:16]} {where} {r['memory_id']}"
-                     f"{' ' + r['project'] if r.get('project') else ''}")
+        lines.append(fit(f"[{r['score']:.3f}] {r['type']} {when[:16]} {where} {r['memory_id']}"
+                         f"{' ' + r['project'] if r.get('project') else ''}", width))
         # The excerpt is the matching part of a long memory (its chunk).
-        text = str(r.get("excerpt") or r["content"]).strip().replace("\n", "\n    ")
-        lines.append("    " + (text if len(text) <= 600 else text[:599] + "…"))
+        text = str(r.get("excerpt") or r["content"]).strip()
+        text = text if len(text) <= 600 else text[:599] + "…"
+        for part in text.split("\n"):
+            lines += (textwrap.wrap(part, width, initial_indent="    ", subsequent_indent="    ",
+                                    break_on_hyphens=False) or ["    "]) if width else [
+                "    " + part]
     return lines
 
 

@@ -96,8 +96,10 @@ def _sync_state(row: aiosqlite.Row) -> SessionSyncState:
     )
 
 
-#: When a session last showed life: what staleness is measured from.
-LAST_ACTIVITY = "COALESCE(last_ingested_at, last_message_at, created_at)"
+#: When a session last showed life, what staleness is measured from: its last message's
+#: own time, else its start's (a backfilled session of last year is not active for having
+#: been read now), else when memoryd last read it.
+LAST_ACTIVITY = "COALESCE(last_message_at, started_at, last_ingested_at, created_at)"
 #: A session's status as the lifecycle check (`pause_stale`) would leave it at a cutoff
 #: (the `?`): what is shown without a daemon that ran the check.
 SHOWN_STATUS = (f"CASE WHEN status = 'active' AND {LAST_ACTIVITY} <= ? THEN 'paused'"
