@@ -57,8 +57,10 @@ START_DIGESTS = 40
 #: At a session's start, sessions of its project not yet saved are saved first: at most
 #: this many, each with at most so many unsaved messages (the hook has seconds).
 START_SYNC_SESSIONS, START_SYNC_MESSAGES = 4, 400
-#: Seconds a session's start waits at most for a pass over the transcripts.
-START_CATCH_UP = 0.5
+#: Seconds a session's start waits at most for a pass over the transcripts, and spends at
+#: most on it and on saving other sessions (a save begun is finished; no other is begun
+#: after): the agent's first request waits for the hook.
+START_CATCH_UP, START_SAVE_BUDGET = 0.5, 0.8
 #: Memories given earlier in an agent session looked at to find the digests among them.
 MAX_GIVEN_LOOKUPS = 200
 
@@ -291,10 +293,14 @@ class SessionEvents(OpsBase):
             return
         # A session killed a moment ago may not be read yet (the watch is fast, a pass
         # every `poll_interval` the floor): one pass now, cut short to leave the hook time.
+        deadline = self.clock.monotonic() + START_SAVE_BUDGET
         await self._runtime.catch_up(START_CATCH_UP)
         for session_id in await queries.unsynced_sessions_of(
                 self._conn, project, exclude=agent_session, limit=START_SYNC_SESSIONS,
                 max_messages=START_SYNC_MESSAGES):
+            if self.clock.monotonic() >= deadline:
+                log.debug("start_saves_deferred", project=project, session_id=session_id)
+                break  # the rest are saved when they are quiet, as always
             await self._runtime.sync(session_id)
 
     async def _digested_sessions(

@@ -476,14 +476,15 @@ def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(tmp_path: Path) -> No
     import select
 
     root = tmp_path / "agents" / "claude"
-    for f in range(60):
+    # About 100 MB: seconds of work on any machine, so the interrupt lands mid-pass.
+    for f in range(120):
         folder = root / f"-home-user-p{f}"
         folder.mkdir(parents=True)
         (folder / f"s{f}.jsonl").write_text("".join(
             json.dumps({"type": "user", "uuid": f"u-{f}-{i}", "sessionId": f"s{f}",
                         "timestamp": "2026-01-02T03:04:05Z", "cwd": f"/home/user/p{f}",
                         "message": {"role": "user", "content": f"line {i} " + "x" * 300}})
-            + "\n" for i in range(1500)))
+            + "\n" for i in range(2500)))
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", {"claude": root})
     leader, follower = pty.openpty()
     proc = subprocess.Popen(memoryd_command("--config", str(config), "ingest", "--once"),
