@@ -75,14 +75,7 @@ def settings_for(ctx: click.Context) -> Settings:
         except ConfigError as exc:
             fail(str(exc), EX_CONFIG)
         settings: Settings = obj["settings"]
-        # A person at a terminal reads answers and sentences, not log records: only the
-        # daemon logs unless asked (`--verbose`, `--log-format`).
-        asked = obj.get("verbose") or obj.get("log_format")
-        level = settings.log_level if ctx.info_name in LOGGING_COMMANDS or asked else "off"
-        fmt = {"text": "console", "json": "json"}.get(
-            obj.get("log_format") or ("text" if obj.get("verbose") else ""),
-            settings.log_format)
-        configure_logging(level, fmt, extra=settings.extra_masks())
+        command_logging(ctx, settings)
         try:
             # Every command writes there, reading ones too (SQLite's WAL index): say so
             # once, before a store says it in its own words.
@@ -106,6 +99,17 @@ def _note_checked(config: str | None, settings: Settings) -> None:
 
 #: Commands whose log is their output: the daemon's own.
 LOGGING_COMMANDS = frozenset({"run"})
+
+
+def command_logging(ctx: click.Context, settings: Settings) -> None:
+    """A person at a terminal reads answers and sentences, not log records: only the
+    daemon logs unless asked (`--verbose` as text, `--log-format`)."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    asked = obj.get("verbose") or obj.get("log_format")
+    level = settings.log_level if ctx.info_name in LOGGING_COMMANDS or asked else "off"
+    fmt = {"text": "console", "json": "json"}.get(
+        obj.get("log_format") or ("text" if obj.get("verbose") else ""), settings.log_format)
+    configure_logging(level, fmt, extra=settings.extra_masks())
 
 
 def _remember_flag(ctx: click.Context, param: click.Parameter, value: object) -> None:

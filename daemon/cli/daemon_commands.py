@@ -14,6 +14,7 @@ import structlog
 from daemon.cli import render
 from daemon.cli.common import (
     EX_NOT_FOUND,
+    command_logging,
     config_option,
     fail,
     json_option,
@@ -27,7 +28,6 @@ from daemon.config import load_settings, resolve_config_path
 from daemon.errors import EX_CONFIG, ConfigError
 from daemon.ingest.once import ingest_once
 from daemon.lifecycle.expiry import shown_as_of
-from daemon.logging import configure_logging
 from daemon.names import AGENTS
 from daemon.store import queries
 from daemon.store.connection import connect
@@ -313,7 +313,7 @@ def doctor(ctx: click.Context, full: bool) -> None:
         click.echo(f"fail  config: {exc}")
         fail("fix the setting named above", EX_CONFIG)
         return
-    configure_logging("warning", settings.log_format, extra=settings.extra_masks())
+    command_logging(ctx, settings)
     platform = {"linux": "linux", "darwin": "macos"}.get(sys.platform)
     manager = None
     if platform is not None:

@@ -597,6 +597,9 @@ def test_commands_print_no_log_records_unless_asked(setup: tuple[Path, Path, dic
         ["ingest", "--once"], ["sync"], ["recall", "refunds", "--limit", "1"],
         ["remember", "the deploy lane is blue"], ["status"], ["sessions"],
         ["context", "--query", "deploy"], ["export"]))
+    doctor = run_cli(tmp_path, "--config", str(config), "doctor")
+    assert doctor.returncode in (0, 1), doctor.stderr
+    said += doctor.stderr
     records = [line for line in said.splitlines()
                if line.lstrip().startswith("{") or "[info" in line or "[warning" in line]
     assert records == [], records[:3]
