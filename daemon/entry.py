@@ -2,8 +2,9 @@
 
 A hook runs on every prompt an agent sends, so it must not pay for importing
 the command line, the stores and their libraries. `status`, `sessions`, `recall`,
-`context` and `remember` ask a running daemon the same way (`cli.quick`); every
-other command, and these when no daemon answers, loads the full command line.
+`context` and `remember` ask a running daemon the same way (`cli.quick`), and `mcp`
+answers its handshake before loading more; every other command, and these when the
+quick path cannot answer, loads the full command line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def main() -> None:
         from daemon.hooks.fast import main as hook_main
 
         hook_main(args[1:])
-    if {"status", "sessions", "recall", "context", "remember"} & set(args[:3]):
+    if {"status", "sessions", "recall", "context", "remember", "mcp"} & set(args[:3]):
         # With the daemon running, these ask it without loading the full command line.
         from daemon.cli.quick import run
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
 from daemon.mcp_protocol import Annotations, Server, ToolError
-from daemon.memory.recall.context import escape
 
 if TYPE_CHECKING:
     from daemon.client import MemoryClient
@@ -44,6 +44,14 @@ def _clip(text: str) -> str:
     return text[:MAX_ANSWER_CHARS - 60].rstrip() + "\n… (cut: ask for fewer results)"
 
 
+def escape(text: str) -> str:
+    """The context block's escaping (`memory.recall.context.escape`), loaded when first
+    needed: the handshake must not wait for the memory package."""
+    from daemon.memory.recall.context import escape as block_escape
+
+    return block_escape(text)
+
+
 def _line(result: dict[str, Any]) -> str:
     prov = result.get("provenance") or {}
     when = (prov.get("ended_at") or result.get("created_at") or "")[:10]
@@ -58,7 +66,7 @@ def _line(result: dict[str, Any]) -> str:
             f" score {result.get('score', 0):.3f}] {text}")
 
 
-def build_server(settings: Settings, project_dir: str | None = None,
+def build_server(settings: Settings | Callable[[], Settings], project_dir: str | None = None,
                  agent: str | None = None) -> Server:
     """The server with its tools; `project_dir` defaults to the current directory.
 
@@ -76,7 +84,11 @@ def build_server(settings: Settings, project_dir: str | None = None,
         from daemon.errors import ApiError, MemorydError
 
         if not clients:
-            clients.append(MemoryClient(settings, SystemClock(), interface="mcp"))
+            try:
+                resolved = settings() if callable(settings) else settings
+            except MemorydError as exc:
+                raise ToolError(f"memoryd's settings: {exc}") from None
+            clients.append(MemoryClient(resolved, SystemClock(), interface="mcp"))
             server.on_close.append(clients[0].close)
         try:
             return await clients[0].call(operation, {"agent": caller, **{
@@ -197,6 +209,6 @@ def build_server(settings: Settings, project_dir: str | None = None,
     return server
 
 
-def serve(settings: Settings, agent: str | None = None) -> None:
+def serve(settings: Settings | Callable[[], Settings], agent: str | None = None) -> None:
     """Run the server on stdio until the client closes it."""
     build_server(settings, agent=agent).run()

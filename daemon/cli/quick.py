@@ -1,4 +1,4 @@
-"""The quick path of `status`, `sessions`, `recall`, `context` and `remember`.
+"""The quick path of `status`, `sessions`, `recall`, `context`, `remember` and `mcp`.
 
 These commands are typed, or run by scripts, many times a day; with the full
 command line a process spends most of its life importing (pydantic settings,
@@ -33,7 +33,7 @@ from daemon.locations import (
 )
 from daemon.names import AGENTS, agent_name, project_path
 
-COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember"})
+COMMANDS = frozenset({"status", "sessions", "recall", "context", "remember", "mcp"})
 #: Environment variables that change nothing here (the rest may: leave them to the CLI).
 _HARMLESS_ENV = {"MEMORYD_CONFIG", "MEMORYD_STATE_DIR", "MEMORYD_POSTGRES_DSN",
                  "MEMORYD_GATEWAY_KEY", "MEMORYD_RERANK_API_KEY"}
@@ -50,6 +50,8 @@ def run(argv: list[str]) -> int | None:
     try:
         config, command, args = _split(argv)
         state_dir, user = _settings(config)
+        if command == "mcp":
+            return _mcp(config, args)
         socket_path = os.path.join(state_dir, "memoryd.sock")
         if not os.path.exists(socket_path):
             return None
@@ -279,6 +281,30 @@ def _remember(socket_path: str, user: str, args: list[str]) -> int:
         "private": bool(options.get("--private")), **_agent(options)})["memory"]
     _print([render.json_text(memory)] if options.get("--json")
            else [f"remembered {memory['id']}"])
+    return 0
+
+
+def _mcp(config: str | None, args: list[str]) -> int:
+    """The MCP server, started before the rest of memoryd is imported: Codex and Claude
+    Code send a session's first request without waiting long for it (issue 32.4). The
+    settings are loaded, checked, on the first tool call; the handshake needs none."""
+    options, _ = _options(args, set(), {"--agent"})
+    try:
+        agent = agent_name(options.get("--agent"))
+    except ValueError as exc:
+        raise _Fallback from exc
+
+    def settings() -> Any:
+        from daemon.config import load_settings
+        from daemon.logging import configure_logging
+
+        loaded = load_settings(config)
+        configure_logging("off", loaded.log_format, extra=loaded.extra_masks())
+        return loaded
+
+    from daemon.mcp_server import serve
+
+    serve(settings, agent=agent)
     return 0
 
 

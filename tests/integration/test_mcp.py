@@ -194,3 +194,41 @@ def test_stdio_server_without_a_daemon_ends_quietly_when_the_client_goes(
     assert answers[2]["result"]["content"][0]["text"] == "No memory matches."
     assert answers[3]["result"]["isError"] is False
     assert "Traceback" not in done.stderr and "RuntimeError" not in done.stderr
+
+
+def test_the_handshake_loads_neither_the_sdk_nor_the_settings(tmp_path: Path) -> None:
+    """Issue 32.4: agents send their first request without waiting long for an MCP server;
+    `memoryd mcp` answered in 1.6-1.8 s on the official SDK. Its handshake now loads
+    neither the SDK nor memoryd's settings, stores or command line (they come with the
+    first tool call)."""
+    import json
+    import subprocess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nsources: []\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), PYTHONPATH=os.pathsep.join(sys.path))
+    # A full command checks the file; the quick path trusts only a file checked where its
+    # state directory already was (the first command here creates it, the second notes).
+    for command in (["ingest", "--once"], ["status"]):
+        subprocess.run([sys.executable, "-m", "daemon", "--config", str(config), *command],
+                       env=env, check=True, capture_output=True, timeout=60)
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "daemon", "--config", str(config), "mcp",
+         "--agent", "claude"], input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
+    assert len(answers[2]["result"]["tools"]) == 8
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "daemon.mcp_protocol" in imported
+    heavy = {"mcp", "daemon.config", "daemon.cli.common", "pydantic_settings",
+             "daemon.client", "aiosqlite"} & imported
+    assert heavy == set()
