@@ -299,9 +299,11 @@ class SessionEvents(OpsBase):
                 self._conn, project, exclude=agent_session, limit=START_SYNC_SESSIONS,
                 max_messages=START_SYNC_MESSAGES):
             if self.clock.monotonic() >= deadline:
-                log.debug("start_saves_deferred", project=project, session_id=session_id)
-                break  # the rest are saved when they are quiet, as always
+                # The agent waits for this hook: the rest are saved behind it, now.
+                self._runtime.sync_later(session_id, 0.0)
+                continue
             await self._runtime.sync(session_id)
+            deadline = self.clock.monotonic()  # one save in the hook (the latest session)
 
     async def _digested_sessions(
             self, given: set[str], results: list[RecallResult],
