@@ -96,7 +96,8 @@ class DirectRuntime:
     async def sync(self, session_id: int | None) -> SyncReport:
         return await self._recovery.run(force=True, session_id=session_id)
 
-    def sync_later(self, session_id: int, delay: float) -> None:
+    def sync_later(self, session_id: int, delay: float, *,
+                   settle_questions: bool = False) -> None:
         # No daemon to wait in: the session is saved when it pauses, or by the next run.
         log.debug("sync_later_without_daemon", session_id=session_id, delay=delay)
 

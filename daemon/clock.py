@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+
+Precision = Literal["auto", "seconds", "milliseconds", "microseconds"]
 
 
 @runtime_checkable
@@ -16,6 +18,20 @@ class Clock(Protocol):
     def monotonic(self) -> float:
         """Seconds on a clock that never goes backwards (for timers only)."""
         ...
+
+
+def utc_text(moment: datetime, precision: Precision = "milliseconds", *,
+             zulu: bool = True) -> str:
+    """A timezone-aware time as ISO-8601 in UTC: the one formatter of times as text.
+
+    The state database stores milliseconds with `Z` (the default) and memory records
+    microseconds with `+00:00`; both fixed width, so that text order is time order.
+    Shown times use "auto" (no trailing zeros).
+    """
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"naive datetime {moment.isoformat()}: pass a timezone-aware one")
+    text = moment.astimezone(UTC).isoformat(timespec=precision)
+    return text.replace("+00:00", "Z") if zulu else text
 
 
 class SystemClock:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from daemon.clock import Clock
+from daemon.clock import Clock, utc_text
 from daemon.config import Settings
 from daemon.errors import EmbeddingError, MemorydError, StoreBusy
 from daemon.ingest.parsers.base import human_size
@@ -136,7 +136,7 @@ async def check_chain(settings: Settings, clock: Clock) -> list[Check]:
         for depth in await backend.depth():
             waiting = f"{depth.waiting} waiting for {depth.layer}"
             if depth.oldest is not None:
-                waiting += f", oldest {iso(depth.oldest)}"
+                waiting += f", oldest {utc_text(depth.oldest, 'auto')}"
             if depth.parked:
                 checks.append(Check("outbox", "fail", f"{waiting}; {depth.parked} parked",
                                     "`memoryd memory outbox` lists them; --retry sends again"))
@@ -149,10 +149,6 @@ async def check_chain(settings: Settings, clock: Clock) -> list[Check]:
     finally:
         await backend.close()
     return checks
-
-
-def iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
 
 
 async def check_backend(settings: Settings, clock: Clock) -> Check:

@@ -23,6 +23,9 @@
     ├── DaemonUnreachable    no daemon answers on the socket (clients fall back)
     └── SettingsFileError    an agent's settings file memoryd will not touch
 
+    OSError
+    └── NotARegularFile      a path named like a transcript is a FIFO, socket or device
+
 Third-party exceptions are translated into these at the boundary that calls the
 library. Errors carry fields (path, offset, backend) and never secrets.
 """
@@ -189,3 +192,8 @@ class DaemonUnreachable(MemorydError):
 
 class SettingsFileError(MemorydError):
     """An agent's settings file that memoryd will not touch (it does not parse)."""
+
+
+class NotARegularFile(OSError):
+    """A path named like a transcript is a FIFO, socket or device: never read. An OSError,
+    so that every path that reads files treats it as a file it cannot read."""

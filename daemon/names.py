@@ -21,8 +21,11 @@ EVENTS = ("start", "prompt", "pre_compact", "end", "stop")
 AGENT_EVENTS: dict[str, dict[str, str]] = {
     "claude": {"SessionStart": "start", "UserPromptSubmit": "prompt",
                "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
+    # PostCompact saves as PreCompact does: Codex uses nothing a hook answers there, but
+    # the rollout then holds the compaction's own summary, saved with what came before.
     "codex": {"SessionStart": "start", "UserPromptSubmit": "prompt",
-              "PreCompact": "pre_compact", "SessionEnd": "end", "Stop": "stop"},
+              "PreCompact": "pre_compact", "PostCompact": "pre_compact",
+              "SessionEnd": "end", "Stop": "stop"},
     "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
                "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
 }

@@ -18,7 +18,7 @@ import signal
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ import aiosqlite
 import structlog
 
 from daemon.api.operations import MemoryOps
-from daemon.clock import Clock
+from daemon.clock import Clock, utc_text
 from daemon.config import Settings, SourceKind
 from daemon.errors import (
     ApiError,
@@ -141,7 +141,7 @@ class Service:
         self._error_source: str | None = None  # what recorded status.last_error
         self.stop_event = asyncio.Event()
         self.ready = asyncio.Event()
-        self.status = RuntimeStatus(pid=os.getpid(), started_at=_iso(clock.now()))
+        self.status = RuntimeStatus(pid=os.getpid(), started_at=utc_text(clock.now(), "seconds"))
         self._last_status_write = float("-inf")
         self._last_turn_ping = float("-inf")
 
@@ -351,16 +351,20 @@ class Service:
         except TimeoutError:
             log.info("catch_up_cut_short", seconds=seconds)
 
-    async def sync(self, session_id: int | None) -> SyncReport:
-        """Save unsynced messages (of one session) to memory now, one sync at a time."""
+    async def sync(self, session_id: int | None, *,
+                   settle_questions: bool = False) -> SyncReport:
+        """Save unsynced messages (of one session) to memory now, one sync at a time
+        (`settle_questions`: see `Recovery.run`)."""
         assert self._jobs_conn is not None
         recovery = await self._recovery_for(self._jobs_conn)
         if recovery is None:
             raise ApiError(503, "the memory backend cannot be opened right now")
         async with self._sync_lock:
-            return await recovery.run(force=True, session_id=session_id)
+            return await recovery.run(force=True, session_id=session_id,
+                                      settle_questions=settle_questions)
 
-    def sync_later(self, session_id: int, delay: float) -> None:
+    def sync_later(self, session_id: int, delay: float, *,
+                   settle_questions: bool = False) -> None:
         """A debounced sync: a later ask for the same session replaces an earlier one."""
         previous = self._later.pop(session_id, None)
         if previous is not None:
@@ -370,15 +374,15 @@ class Service:
             self._later.pop(session_id, None)
             if self.stop_event.is_set():
                 return
-            task = asyncio.create_task(self._sync_quietly(session_id))
+            task = asyncio.create_task(self._sync_quietly(session_id, settle_questions))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
         self._later[session_id] = asyncio.get_running_loop().call_later(delay, start)
 
-    async def _sync_quietly(self, session_id: int) -> None:
+    async def _sync_quietly(self, session_id: int, settle_questions: bool) -> None:
         try:
-            await self.sync(session_id)
+            await self.sync(session_id, settle_questions=settle_questions)
         except MemorydError as exc:
             log.warning("debounced_sync_failed", session_id=session_id, error=str(exc))
 
@@ -540,7 +544,7 @@ class Service:
     def _after_pass(self) -> None:
         # Called by the ingest loop after every pass: a stuck loop stops the watchdog.
         self.status.passes += 1
-        self.status.last_pass_at = _iso(self.clock.now())
+        self.status.last_pass_at = utc_text(self.clock.now(), "seconds")
         self._clear_error("ingest")
         self.notifier.watchdog()
         if self._write_status():
@@ -572,7 +576,7 @@ class Service:
             exc = translate(exc)  # an error no boundary translated, damage included
         self._error_source = source
         self.status.last_error = str(exc)
-        self.status.last_error_at = _iso(self.clock.now())
+        self.status.last_error_at = utc_text(self.clock.now(), "seconds")
         if isinstance(exc, MemorydError) and exc.damaged and self._damaged is None:
             # Writing on into a damaged database can only make it worse: stop, and
             # `run` exits with EX_DAMAGED (74), which the service units do not restart.
@@ -601,6 +605,3 @@ class Service:
             log.warning("status_write_failed", error=exc.strerror)
         return True
 
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from daemon.clock import utc_text
 from daemon.errors import ApiError
 from daemon.memory import MemoryType
 from daemon.names import agent_name
@@ -91,4 +92,5 @@ def project(args: Mapping[str, Any]) -> str | None:
 
 
 def iso(moment: datetime) -> str:
-    return moment.isoformat()
+    """A time as the API writes it (UTC, `+00:00`)."""
+    return utc_text(moment, "auto", zulu=False)

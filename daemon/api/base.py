@@ -43,8 +43,10 @@ class Runtime(Protocol):
         """Save the unsynced messages of one session (or all) to memory now."""
         ...
 
-    def sync_later(self, session_id: int, delay: float) -> None:
-        """Ask for a sync of this session after `delay` seconds (later asks replace it)."""
+    def sync_later(self, session_id: int, delay: float, *,
+                   settle_questions: bool = False) -> None:
+        """Ask for a sync of this session after `delay` seconds (later asks replace it);
+        `settle_questions` holds back a question still waiting for its answer."""
         ...
 
     async def open_ui(self) -> str:

@@ -200,7 +200,9 @@ class SessionEvents(OpsBase):
             return
         session_id = int(session["id"])
         if event == "stop":
-            self._runtime.sync_later(session_id, self.settings.agents.stop_sync_delay)
+            # After an agent's turn: the person may have asked the next question already.
+            self._runtime.sync_later(session_id, self.settings.agents.stop_sync_delay,
+                                     settle_questions=True)
             return
         if event == "end":
             async with self._writing:

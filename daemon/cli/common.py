@@ -17,14 +17,14 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from daemon import __version__, names
 from daemon.cli import render
-from daemon.clock import SystemClock
+from daemon.clock import SystemClock, utc_text
 from daemon.config import Settings, load_settings, resolve_config_path
 from daemon.errors import (
     EX_ALREADY_RUNNING,
@@ -276,7 +276,7 @@ def project_path(value: str | None) -> str | None:
 
 
 def iso_or_none(moment: datetime | None) -> str | None:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else None
+    return utc_text(moment, "auto") if moment else None
 
 
 def result_json(result: RecallResult) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from daemon.cli.common import (
     when_option,
 )
 from daemon.client import MemoryClient
-from daemon.clock import SystemClock
+from daemon.clock import SystemClock, utc_text
 from daemon.config import Settings
 from daemon.errors import ApiError
 from daemon.files import atomic_writer
@@ -49,7 +49,6 @@ from daemon.memory.opening import open_memory_backend
 from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET
 from daemon.memory.records import record_to_memory
 from daemon.store import audit
-from daemon.store.connection import iso_utc
 from daemon.store.opening import open_store
 
 T = TypeVar("T")
@@ -457,7 +456,7 @@ def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
 def _gateway_event(call: dict[str, Any]) -> dict[str, Any]:
     """A recorded gateway call in the audit trail's shape (interface `gateway`)."""
     status = f"HTTP {call['status']}" if call["status"] is not None else "no answer"
-    return {"at": iso_utc(datetime.fromisoformat(call["at"])), "interface": "gateway",
+    return {"at": utc_text(datetime.fromisoformat(call["at"])), "interface": "gateway",
             "action": f"gateway_{call['operation']}", "outcome": call["outcome"],
             "agent": None, "agent_session_id": call["session"], "memory_ids": [],
             "count": call["count"],

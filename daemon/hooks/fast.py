@@ -28,6 +28,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.clock import utc_text
 from daemon.localhttp import Unreachable, ask_daemon
 from daemon.locations import default_config_path, default_state_dir
 from daemon.names import AGENT_EVENTS, agent_transcript_root
@@ -111,8 +112,7 @@ def _log(state_dir: str | None, event: str, **fields: Any) -> None:
         fd = os.open(os.path.join(state_dir, "hook.log"),
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                time.gmtime()),
+            handle.write(json.dumps({"timestamp": utc_text(datetime.now(UTC), "seconds"),
                                      "event": event, **fields}) + "\n")
     except (OSError, TypeError, ValueError):
         pass

@@ -28,27 +28,14 @@ from daemon.ingest.discovery import (
     discover,
     unchanged,
 )
-from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
-from daemon.ingest.tailer import (
-    Prepared,
-    Tailer,
-    Tracked,
-    TurnOutcome,
-    TurnResult,
-    open_transcript,
-)
+from daemon.ingest.identity import SETTLE_NS, Resolver, Tracked
+from daemon.ingest.tailer import Prepared, Tailer, TurnOutcome, TurnResult
 from daemon.store.connection import database_file, disable_autocheckpoint
 from daemon.store.offsets import discard_outcome, load_states, mark_missing, move_state
 from daemon.store.records import CommitResult, FileState
 from daemon.store.wal import Checkpointer
 
 log = structlog.get_logger("memoryd.ingest")
-
-#: A directory modified this recently is scanned again whatever its mtime says.
-
-#: How long a new file named like a live transcript elsewhere waits, once it stops
-#: changing, for its original to go (`mv` across file systems copies, then deletes).
-MOVE_GRACE = 5.0
 
 ProgressCallback = Callable[[int], None]
 
@@ -58,60 +45,6 @@ class PassStats:
     files: int = 0
     bytes_read: int = 0
     messages: int = 0
-
-
-def _head_of(path: str, limit: int = 1 << 22) -> str | None:
-    """The hash of the file's first line with its newline (its identity's head), or None."""
-    try:
-        fd, _st = open_transcript(path)
-    except OSError:
-        return None
-    try:
-        data = b""
-        while len(data) < limit:
-            chunk = os.pread(fd, 65536, len(data))
-            if not chunk:
-                return None
-            newline = chunk.find(b"\n")
-            if newline >= 0:
-                return digest(data + chunk[:newline + 1])
-            data += chunk
-        return None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _same_prefix(path: str, state: FileState) -> bool:
-    """Whether the bytes just before the saved offset (the marker) are the same in `path`."""
-    if state.offset == 0 or not state.marker_hash:
-        return True
-    try:
-        fd, _st = open_transcript(path)
-    except OSError:
-        return False
-    try:
-        start = max(0, state.offset - MARKER_BYTES)
-        return digest(os.pread(fd, state.offset - start, start)) == state.marker_hash
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def _same_head(path: str, state: FileState) -> bool:
-    try:
-        fd, _st = open_transcript(path)
-    except OSError:
-        return False
-    try:
-        head = os.pread(fd, state.head_length, 0)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return len(head) == state.head_length and digest(head) == state.head_hash
 
 
 class Ingester:
@@ -128,8 +61,8 @@ class Ingester:
         self._rescan_requested = True
         self._hinted: set[str] = set()
         self._explicit: dict[str, Candidate] = {}
-        # New files held back as possible moves: path -> ((size, mtime), since).
-        self._held: dict[str, tuple[tuple[int, int], float]] = {}
+        # The same-file rules, and new files held back as possible moves.
+        self._identity = Resolver()
         self.wake = asyncio.Event()
         self.sources: list[SourceConfig] = settings.enabled_sources()
         self._passes_started = 0
@@ -205,14 +138,11 @@ class Ingester:
     # -- identity resolution -----------------------------------------------------------
 
     async def scan(self, *, hold_copies: bool = False) -> None:
-        """Match what is on disk against what is stored: renames, replacements, new files.
+        """Match what is on disk against what is stored (identity.Resolver: renames,
+        moves by copy, replacements, new files), then commit what moved or went missing.
 
-        With `hold_copies` (the running daemon), a new file named like a live transcript
-        in another directory waits until it has been still for MOVE_GRACE: it is most
-        likely a move across file systems under way, whose original is deleted once the
-        copy is complete. Agents name transcripts after their session (a resumed session
-        gets a new name), so nothing an agent writes is held. A one-off pass holds
-        nothing: it sees the files as they are.
+        `hold_copies` (the running daemon) holds back a new file that may be the copy
+        half of a move under way; a one-off pass sees the files as they are.
         """
         self._rescan_requested = False
         found: dict[str, tuple[Candidate, os.stat_result]] = {}
@@ -234,135 +164,19 @@ class Ingester:
         for saved in self._states:
             states.setdefault(saved.path, saved)
         self._states = []
-        # Several saved states can share an inode (a file emptied and rewritten, then
-        # moved): the one whose first line matches is the file that moved.
-        by_inode: dict[tuple[int, int], list[FileState]] = {}
-        for known_state in states.values():
-            if known_state.head_hash != "document":
-                by_inode.setdefault((known_state.device, known_state.inode), []).append(
-                    known_state)
-        tracked: dict[str, Tracked] = {}
-        claimed: set[str] = set()
-
-        # 1. Same path, same file.
-        for path, (candidate, st) in found.items():
-            known = states.get(path)
-            if known is not None and (known.device, known.inode) == (st.st_dev, st.st_ino):
-                tracked[path] = self._keep(path, candidate, known)
-                claimed.add(path)
-        # 2. A known file at a new path: renamed or moved, it continues where it was.
-        for path, (candidate, st) in found.items():
-            if path in tracked or candidate.mode is Mode.DOCUMENT:
-                continue
-            moved = next(
-                (c for c in by_inode.get((st.st_dev, st.st_ino), ())
-                 if c.path not in claimed and _same_head(path, c)),
-                None,
-            )
-            if moved is None:
-                continue
-            await move_state(self._conn, moved, path, self._clock.now())
-            log.info("transcript_moved", old_path=moved.path, new_path=path,
-                     session_id=moved.session_id)
-            # The row of any other file once at `path` went with the move (move_state).
-            claimed.update((moved.path, path))
-            moved.path = path
-            tracked[path] = Tracked(candidate, moved)
-        # 2b. Moved by copy (across file systems: copied, then the original deleted): a new
-        # path whose content begins as a known file's that is gone continues its session.
-        # (While the original is still there, a file beginning like it is a new session:
-        # agents replay a history into a new file when a session is resumed.)
-        by_head: dict[str, list[FileState]] = {}
-        for known_state in states.values():
-            if known_state.head_length and known_state.head_hash != "document":
-                by_head.setdefault(known_state.head_hash, []).append(known_state)
-        # In path order: of two new files beginning alike, the first continues the session.
-        for path, (candidate, st) in sorted(found.items()):
-            if (path in tracked or candidate.mode is Mode.DOCUMENT or not by_head
-                    or self._known_here(path, states)):
-                continue  # (a new file already read as new in an earlier scan stays new)
-            head = _head_of(path)
-            # Several gone files may begin alike (a history replayed into each): the copy
-            # continues the newest session of them.
-            gone = max((c for c in by_head.get(head or "", ())
-                        if c.path not in found and c.path not in claimed
-                        and st.st_size >= c.offset and _same_prefix(path, c)),
-                       key=lambda c: c.session_id, default=None)
-            if gone is not None:
-                await move_state(self._conn, gone, path, self._clock.now(),
-                                 (st.st_dev, st.st_ino))
-                log.info("transcript_moved", old_path=gone.path, new_path=path,
-                         session_id=gone.session_id, by="content")
-                claimed.update((gone.path, path))
-                gone.path, gone.device, gone.inode = path, st.st_dev, st.st_ino
-                gone.missing = False
-                # Read again from the start, matching what is stored (as for a file
-                # replaced in place): a copy adds only what came after, and a file that
-                # merely begins alike loses nothing.
-                tracked[path] = Tracked(candidate, gone, verify=True)
-        # 3. A known path that now names another file: replaced, checked before reading.
-        # 4. Anything else is new, unless it may be the copy half of a move (held back).
-        live_names = {os.path.basename(p): p for p, s in states.items()
-                      if p in found and s.head_hash != "document"}
-        held, self._held = self._held, {}
-        for path, (candidate, st) in found.items():
-            if path in tracked:
-                continue
-            replaced = states.get(path)
-            if replaced is not None and path not in claimed:
-                claimed.add(path)
-                previous = self._tracked.get(path)
-                tracked[path] = Tracked(candidate, replaced, verify=True,
-                                        rejected_logged=bool(previous and previous.rejected_logged))
-            else:
-                twin = live_names.get(os.path.basename(path))
-                if (hold_copies and twin is not None and twin != path
-                        and path not in self._tracked and candidate.mode is not Mode.DOCUMENT
-                        and self._hold(path, st, held.get(path), twin)):
-                    continue
-                tracked[path] = self._tracked.get(path) or Tracked(candidate)
-                if tracked[path].state is not None:  # its state was taken by a rename
-                    tracked[path] = Tracked(candidate)
-        # What was stored but is no longer on disk keeps its session and messages.
-        for path, state in states.items():
-            if path not in claimed and not state.missing:
-                state.missing = True
-                await mark_missing(self._conn, path, True)
-                log.info("transcript_missing", path=path, session_id=state.session_id)
-            if path not in claimed:
-                self._states.append(state)
-        self._tracked = tracked
-
-    def _known_here(self, path: str, states: dict[str, FileState]) -> bool:
-        """Whether `path` names a file this ingester already knows there. A path whose
-        file was just found renamed elsewhere (step 2) is not: what now lies there is new,
-        and may be the copy half of another move."""
-        known = states.get(path)
-        if known is not None and known.path == path:
-            return True
-        previous = self._tracked.get(path)
-        return previous is not None and (previous.state is None or previous.state.path == path)
-
-    def _hold(self, path: str, st: os.stat_result,
-              held: tuple[tuple[int, int], float] | None, twin: str) -> bool:
-        """Whether to hold back `path` for this scan; it waits until still for MOVE_GRACE."""
-        now = self._clock.monotonic()
-        shape = (st.st_size, st.st_mtime_ns)
-        if held is None:
-            log.info("transcript_held", path=path, same_name_as=twin,
-                     wait_s=MOVE_GRACE, reason="a move across file systems may be under way")
-        elif held[0] == shape and now - held[1] >= MOVE_GRACE:
-            log.info("transcript_released", path=path, same_name_as=twin)
-            return False
-        since = held[1] if held is not None and held[0] == shape else now
-        self._held[path] = (shape, since)
-        return True
-
-    def _keep(self, path: str, candidate: Candidate, state: FileState) -> Tracked:
-        current = self._tracked.get(path)
-        if current is not None and current.state is state:
-            return current
-        return Tracked(candidate, state)
+        resolution = self._identity.resolve(found, states, self._tracked,
+                                            hold_copies=hold_copies,
+                                            now=self._clock.monotonic())
+        for move in resolution.moves:
+            await move_state(self._conn, move.old_path, move.new_path, move.session_id,
+                             move.identity, self._clock.now())
+            log.info("transcript_moved", old_path=move.old_path, new_path=move.new_path,
+                     session_id=move.session_id, by=move.by)
+        for state in resolution.missing:
+            await mark_missing(self._conn, state.path, True)
+            log.info("transcript_missing", path=state.path, session_id=state.session_id)
+        self._states = resolution.unclaimed
+        self._tracked = resolution.tracked
 
     # -- fair turns --------------------------------------------------------------------
 
@@ -485,7 +299,7 @@ class Ingester:
             now = self._clock.monotonic()
             if self._rescan_requested or now >= next_scan:
                 # Compared with mtimes, which come from the kernel's clock, not ours.
-                if self._rescan_requested or self._held or not unchanged(
+                if self._rescan_requested or self._identity.holding or not unchanged(
                         self._directories, time.time_ns(), SETTLE_NS):
                     await self.scan(hold_copies=True)
                 next_scan = now + self._settings.poll_interval

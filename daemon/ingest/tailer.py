@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -21,9 +20,19 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import SourceKind
+from daemon.errors import NotARegularFile
 from daemon.ingest.discovery import Candidate, Mode
-from daemon.ingest.fingerprint import MARKER_BYTES, SETTLE_NS, digest
 from daemon.ingest.framing import Line, LineFramer
+from daemon.ingest.identity import (
+    DOCUMENT,
+    MARKER_BYTES,
+    SETTLE_NS,
+    Tracked,
+    digest,
+    marker_at,
+    open_transcript,
+    rewrite_reason,
+)
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
 from daemon.private import mask_private, mask_private_raw, may_hold_private
@@ -47,26 +56,6 @@ class TurnOutcome(Enum):
 
 
 @dataclass(slots=True)
-class Tracked:
-    """A transcript the ingester follows; `state` is None until its first line is stored."""
-
-    candidate: Candidate
-    state: FileState | None = None
-    verify: bool = False  # another file now has this path: read it again from the start
-    # (size, hash of the file's last bytes) when a turn found no complete line: a cheap
-    # way to skip re-reading a long partial line that has not changed since.
-    stalled: tuple[int, str] | None = None
-    rejected_logged: bool = False
-    # (device, inode, size, mtime_ns) when a turn last found nothing new: a later turn
-    # that stats the same is idle without opening the file (an idle daemon's polls).
-    idle_stat: tuple[int, int, int, int] | None = None
-
-    @property
-    def path(self) -> str:
-        return self.candidate.path
-
-
-@dataclass(slots=True)
 class TurnResult:
     outcome: TurnOutcome
     bytes_read: int = 0
@@ -86,36 +75,12 @@ class Prepared:
     document_mark: tuple[int, str] | None = None
 
 
-class NotARegularFile(OSError):
-    """A path named like a transcript is a FIFO, socket or device: never read."""
-
-
-def open_transcript(path: str) -> tuple[int, os.stat_result]:
-    """A read-only descriptor on the regular file at `path`, and its stat.
-
-    Opened non-blocking so that a FIFO named like a transcript cannot block the
-    ingester (a blocking open waits for a writer forever); anything but a
-    regular file is closed again and refused with NotARegularFile.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise NotARegularFile(f"not a regular file: {path}")
-    return fd, st
-
-
 def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _tail_mark(fd: int, size: int) -> tuple[int, str]:
-    start = max(0, size - MARKER_BYTES)
-    return size, digest(os.pread(fd, size - start, start))
+    return size, marker_at(fd, size)
 
 
 def _document_mark(fd: int, size: int) -> tuple[int, str]:
@@ -304,28 +269,15 @@ class Tailer:
             new_session.project = batch.hints.get("project") or self._project_of(tracked)
         end = framer.committed_end
         state.offset = end
-        marker_start = max(0, end - MARKER_BYTES)
-        state.marker_hash = digest(os.pread(fd, end - marker_start, marker_start))
+        state.marker_hash = marker_at(fd, end)
         state.missing = False
         return Prepared(tracked, batch, end - offset)
 
     def _check_rewrite(self, tracked: Tracked, state: FileState, fd: int, size: int) -> None:
-        """A file shorter than its offset, or with other bytes before it, was rewritten; a
-        new file at a known path replaced the old one. Either is read again from the start,
-        matching what was already stored, so nothing is stored twice or deleted.
-
-        A replacement is read again even when its head and marker match: its bytes in
-        between may differ, and reading a file again costs time, never correctness.
-        """
-        reason = None
-        if tracked.verify:
-            reason = "replaced"
-        elif size < state.offset:
-            reason = "truncated"
-        elif state.offset > 0:
-            start = max(0, state.offset - MARKER_BYTES)
-            if digest(os.pread(fd, state.offset - start, start)) != state.marker_hash:
-                reason = "rewritten"
+        """A file rewritten, or replaced by a new file at its path (identity.rewrite_reason),
+        is read again from the start, matching what was already stored, so nothing is
+        stored twice or deleted."""
+        reason = rewrite_reason(tracked.verify, state, fd, size)
         if reason is None:
             return
         log.warning("transcript_rewritten", path=tracked.path, reason=reason,
@@ -426,7 +378,7 @@ class Tailer:
         new_session = None
         if state is None:
             state = FileState(path=tracked.path, source=tracked.candidate.kind.value,
-                              device=st.st_dev, inode=st.st_ino, head_hash="document",
+                              device=st.st_dev, inode=st.st_ino, head_hash=DOCUMENT,
                               head_length=0)
             new_session = NewSession(
                 source=state.source, transcript_path=tracked.path,

@@ -42,7 +42,7 @@ from daemon.config import Settings
 from daemon.errors import BackendError
 from daemon.lifecycle.digest import build_digest
 from daemon.lifecycle.extraction import extract_requests
-from daemon.lifecycle.segments import SegmentPlan, plan_segments
+from daemon.lifecycle.segments import SegmentPlan, open_question, plan_segments
 from daemon.memory import (
     DIGEST_KIND,
     ConversationSegment,
@@ -164,8 +164,17 @@ class Recovery:
         self.policy = policy or RecoveryPolicy()
         self._backoff: dict[int, tuple[float, float]] = {}  # session -> (retry at, delay)
 
-    async def run(self, *, force: bool = False, session_id: int | None = None) -> SyncReport:
-        """One recovery pass over every session with unsynced messages (or just one)."""
+    async def run(self, *, force: bool = False, session_id: int | None = None,
+                  settle_questions: bool = False) -> SyncReport:
+        """One recovery pass over every session with unsynced messages (or just one).
+
+        A live session's last question still waiting for its answer is held back from a
+        timed pass (`force` False) and from one that asks (`settle_questions`, the sync
+        after an agent's turn): saved alone, a question would be a memory of its own that
+        outranks the answer it asked for. It is saved with that answer, or alone once it
+        is `sync_max_lag` old or its session pauses or ends; a forced sync (`memoryd
+        sync`, a session's end, compaction, another session's start) saves it as it is.
+        """
         report = SyncReport()
         candidates = await store.sessions_to_sync(self._conn, session_id)
         saving = _Saving()
@@ -173,7 +182,8 @@ class Recovery:
             for session in candidates:
                 if not force and self._backing_off(session.id):
                     continue
-                await self._sync_session(session, force=force, report=report, saving=saving)
+                await self._sync_session(session, force=force, report=report, saving=saving,
+                                         settle=settle_questions or not force)
             await saving.settle()
         finally:
             await saving.abandon()
@@ -189,6 +199,7 @@ class Recovery:
 
     async def _sync_session(
         self, session: SessionSyncState, *, force: bool, report: SyncReport, saving: _Saving,
+        settle: bool,
     ) -> None:
         index = session.memory_sync_index
         page = PAGE
@@ -196,10 +207,14 @@ class Recovery:
             messages = await store.messages_from(self._conn, session.id, index, page)
             if not messages:
                 break
+            more = len(messages) == page
+            if not more and settle:
+                messages = messages[:self._answered_up_to(session, messages)]
+                if not messages:
+                    break
             plans = plan_segments(messages, max_chars=self.policy.max_chars,
                                   idle_gap=self.policy.idle_gap,
                                   project=(session.worktree, session.project))
-            more = len(messages) == page
             # The last plan may still grow: past this page, or with messages not written yet.
             ready, tail = plans[:-1], plans[-1]
             if more and not ready:
@@ -261,6 +276,20 @@ class Recovery:
         saving.touched.add(session.id)
         self._backoff.pop(session.id, None)
         return True
+
+    def _answered_up_to(self, session: SessionSyncState,
+                        messages: list[store.StoredMessage]) -> int:
+        """How many of a session's last `messages` may be saved now: all but a question
+        still waiting for its answer (see `run`)."""
+        if session.status in ("paused", "ended"):
+            return len(messages)
+        position = open_question(messages)
+        if position is None:
+            return len(messages)
+        asked = messages[position].timestamp or session.last_activity
+        if asked is None or self._clock.now() - asked >= self.policy.sync_max_lag:
+            return len(messages)
+        return position
 
     def _tail_due(self, session: SessionSyncState, tail: SegmentPlan) -> bool:
         if session.status in ("paused", "ended"):

@@ -130,6 +130,20 @@ def _turn(message: StoredMessage, text: str | None, masked: str | None = None) -
                 redact(text) if masked is None else masked, message.timestamp)
 
 
+def open_question(messages: Sequence[StoredMessage]) -> int | None:
+    """The position of the person's last words in `messages` when nothing the agent said
+    or did follows them (a question still waiting for its answer), else None."""
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if message.forgotten:
+            continue
+        if message.role == "user" and _turn_text(message) is not None:
+            return position
+        if render_message(message):
+            return None
+    return None
+
+
 def quiet_line(messages: Sequence[StoredMessage]) -> str:
     """The text of a segment whose messages give no line: tool results that worked."""
     count = sum(not m.forgotten for m in messages)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from daemon.clock import utc_text
 from daemon.memory.models import Memory, MemoryType, Provenance, RecallResult
 from daemon.names import agent_name
 
@@ -19,9 +20,7 @@ SCHEMA_VERSION = 1
 
 def to_utc_text(value: datetime) -> str:
     """A fixed-width ISO-8601 UTC string, so that text order is time order."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value.isoformat()}: pass a timezone-aware one")
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+    return utc_text(value, "microseconds", zulu=False)
 
 
 def opt_utc_text(value: datetime | None) -> str | None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, run_on_connection, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import run_on_connection, transaction
 
 INTERFACES = ("cli", "hook", "mcp", "api", "daemon", "ui")
 DETAIL_CHARS = 300
@@ -56,7 +57,7 @@ _INSERT_ID = "INSERT INTO audit_memory_ids (event_id, memory_id) VALUES (?, ?)"
 
 def insert_events(conn: sqlite3.Connection, events: Iterable[AuditEvent], now: datetime) -> None:
     """Append `events` inside the caller's transaction, on the connection's own thread."""
-    at = iso_utc(now)
+    at = utc_text(now)
     for event in events:
         interface = event.interface if event.interface in INTERFACES else "api"
         # A failure's reason is memoryd's own one-line error: errors never carry secrets.
@@ -78,7 +79,7 @@ async def events(conn: aiosqlite.Connection, *, since: datetime | None = None,
     where, params = [], []
     if since is not None:
         where.append("e.at >= ?")
-        params.append(iso_utc(since))
+        params.append(utc_text(since))
     if memory_id is not None:
         where.append("e.id IN (SELECT event_id FROM audit_memory_ids WHERE memory_id = ?)")
         params.append(memory_id)
@@ -101,8 +102,8 @@ async def expire(conn: aiosqlite.Connection, before: datetime) -> int:
     async with transaction(conn):
         await conn.execute(
             "DELETE FROM audit_memory_ids WHERE event_id IN"
-            " (SELECT id FROM audit_events WHERE at < ?)", (iso_utc(before),))
-        cur = await conn.execute("DELETE FROM audit_events WHERE at < ?", (iso_utc(before),))
+            " (SELECT id FROM audit_events WHERE at < ?)", (utc_text(before),))
+        cur = await conn.execute("DELETE FROM audit_events WHERE at < ?", (utc_text(before),))
         count = cur.rowcount
         await cur.close()
     return max(count, 0)

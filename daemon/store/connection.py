@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -142,9 +141,3 @@ async def run_on_connection(
         raise translate(exc) from exc
 
 
-def iso_utc(moment: datetime) -> str:
-    """A timezone-aware time as fixed-width ISO-8601 UTC with milliseconds and `Z`."""
-    if moment.tzinfo is None:
-        raise ValueError("naive datetime: pass a timezone-aware time")
-    text = moment.astimezone(UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")

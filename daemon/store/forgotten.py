@@ -25,7 +25,8 @@ from datetime import datetime
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 
 #: A message row `m` of session `s` that an agent may be shown (nothing forgotten).
 VISIBLE = (
@@ -77,7 +78,7 @@ async def remember_forgotten(
     """Record a forget of these sessions (memoryd's ids and/or the agent's id), this
     project, or everything: the scopes and the content keys of what they hold now (of
     everything, only the scope). How many message keys were newly recorded."""
-    at = iso_utc(now)
+    at = utc_text(now)
     chosen = list(session_ids)
     async with transaction(conn):
         if project is not None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ async def place(conn: aiosqlite.Connection, *, kind: str, value: str, session_id
         cur = await conn.execute(
             "INSERT INTO legal_holds (kind, value, session_id, reason, created_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (kind, value) DO NOTHING",
-            (kind, value, session_id, reason, iso_utc(now)))
+            (kind, value, session_id, reason, utc_text(now)))
         created = cur.rowcount > 0
         await cur.close()
         async with conn.execute("SELECT id FROM legal_holds WHERE kind = ? AND value = ?",

@@ -17,7 +17,8 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 from daemon.store.queries import list_sessions, nest_subagents
 
 
@@ -38,7 +39,7 @@ async def record_injection(conn: aiosqlite.Connection, injection: Injection,
         await conn.execute(
             "INSERT INTO injections (injected_at, agent, agent_session_id, interface, event,"
             " project, memory_ids, chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (iso_utc(now), injection.agent, injection.agent_session_id, injection.interface,
+            (utc_text(now), injection.agent, injection.agent_session_id, injection.interface,
              injection.event, injection.project, json.dumps(list(injection.memory_ids)),
              injection.chars),
         )

@@ -15,7 +15,8 @@ from datetime import datetime
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,7 @@ async def link(conn: aiosqlite.Connection, old: str, new: str, now: datetime) ->
         await conn.execute(
             "INSERT INTO project_links (old_path, new_path, linked_at) VALUES (?, ?, ?)"
             " ON CONFLICT (old_path) DO UPDATE SET new_path = excluded.new_path,"
-            " linked_at = excluded.linked_at", (old, new, iso_utc(now)))
+            " linked_at = excluded.linked_at", (old, new, utc_text(now)))
         # Older links to `old` follow it to `new`: a folder renamed twice is one project.
         await conn.execute("UPDATE project_links SET new_path = ? WHERE new_path = ?",
                            (new, old))

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import aiosqlite
 
+from daemon.clock import utc_text
 from daemon.store.connection import run_on_connection, transaction
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 
@@ -23,10 +24,6 @@ def _raw_value(raw: bytes) -> str | bytes:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw
-
-
-def _iso(now: datetime) -> str:
-    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _create_session(conn: sqlite3.Connection, new: NewSession, now: str) -> int:
@@ -105,7 +102,7 @@ async def submit_batch(
     between them; the caller must not touch the batch or its state until the task ends.
     """
     written: list[CommitResult] = []
-    write = asyncio.ensure_future(run_on_connection(conn, _write, batch, _iso(now), written))
+    write = asyncio.ensure_future(run_on_connection(conn, _write, batch, utc_text(now), written))
     commit = asyncio.ensure_future(run_on_connection(conn, _commit_written, written))
     await asyncio.sleep(0)  # both reach the connection's queue, in this order
     try:
@@ -288,24 +285,21 @@ async def load_states(conn: aiosqlite.Connection) -> list[FileState]:
 
 
 async def move_state(
-    conn: aiosqlite.Connection, state: FileState, new_path: str, now: datetime,
-    identity: tuple[int, int] | None = None,
+    conn: aiosqlite.Connection, old_path: str, new_path: str, session_id: int,
+    identity: tuple[int, int], now: datetime,
 ) -> None:
-    """A renamed or moved transcript keeps its session and its offset.
-
-    `identity` (device, inode) is the file's new one when it moved by copy (across
-    file systems), recognised by its content.
-    """
-    device, inode = identity or (state.device, state.inode)
+    """A renamed or moved transcript keeps its session and its offset; `identity` is its
+    (device, inode) at the new path (new when it moved by copy, across file systems)."""
+    device, inode = identity
     async with transaction(conn):
         await conn.execute("DELETE FROM session_message_state WHERE path = ?", (new_path,))
         await conn.execute(
             "UPDATE session_message_state SET path = ?, missing = 0, last_processed_at = ?,"
             " device = ?, inode = ? WHERE path = ?",
-            (new_path, _iso(now), device, inode, state.path),
+            (new_path, utc_text(now), device, inode, old_path),
         )
         await conn.execute(
-            "UPDATE sessions SET transcript_path = ? WHERE id = ?", (new_path, state.session_id)
+            "UPDATE sessions SET transcript_path = ? WHERE id = ?", (new_path, session_id)
         )
 
 

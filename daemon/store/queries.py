@@ -8,7 +8,7 @@ from typing import Any
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc
+from daemon.clock import utc_text
 from daemon.store.forgotten import VISIBLE
 from daemon.store.sessions import SHOWN_STATUS
 
@@ -23,7 +23,7 @@ def _shown(stale_before: datetime | None) -> tuple[str, list[Any]]:
     would leave it at `stale_before` (so no daemon is needed for a true status)."""
     if stale_before is None:
         return "status", []
-    return SHOWN_STATUS, [iso_utc(stale_before)]
+    return SHOWN_STATUS, [utc_text(stale_before)]
 
 
 def _session_dict(row: aiosqlite.Row) -> dict[str, Any]:

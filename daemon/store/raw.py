@@ -13,7 +13,8 @@ from datetime import datetime
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 from daemon.store.holds import Holds
 
 EXPIRED_KIND = "expired"
@@ -25,7 +26,7 @@ REMOVED_SUMMARY = "[removed] "
 def _eligible(before: datetime, holds: Holds) -> tuple[str, list[object]]:
     where = ["s.memory_sync_index >= s.message_count", "m.message_index < s.memory_sync_index",
              "m.kind != ?", "julianday(COALESCE(m.timestamp, s.last_ingested_at)) < julianday(?)"]
-    params: list[object] = [EXPIRED_KIND, iso_utc(before)]
+    params: list[object] = [EXPIRED_KIND, utc_text(before)]
     for column, values in (("s.project", holds.projects), ("s.external_id", holds.sessions),
                            ("s.id", holds.session_ids)):
         if values:
@@ -69,7 +70,7 @@ async def clear_everything(conn: aiosqlite.Connection, now: datetime) -> dict[st
         cur = await conn.execute(
             "UPDATE session_summaries SET content = ? || id,"
             " memory_synced_at = COALESCE(memory_synced_at, ?)"
-            " WHERE content NOT LIKE ? || '%'", (REMOVED_SUMMARY, iso_utc(now), REMOVED_SUMMARY))
+            " WHERE content NOT LIKE ? || '%'", (REMOVED_SUMMARY, utc_text(now), REMOVED_SUMMARY))
         summaries = max(cur.rowcount, 0)
         await conn.execute("UPDATE sessions SET summary_markdown = NULL")
         cur = await conn.execute("DELETE FROM rejected_lines")

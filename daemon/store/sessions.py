@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 
 import aiosqlite
 
+from daemon.clock import utc_text
 from daemon.sqlite import immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
-from daemon.store.connection import iso_utc, run_on_connection, transaction
+from daemon.store.connection import run_on_connection, transaction
 from daemon.store.forgotten import MESSAGE_FORGOTTEN
 
 
@@ -108,7 +109,7 @@ SHOWN_STATUS = (f"CASE WHEN status = 'active' AND {LAST_ACTIVITY} <= ? THEN 'pau
 
 async def pause_stale(conn: aiosqlite.Connection, cutoff: datetime) -> list[int]:
     """Mark `paused` every active session with no new message since `cutoff`; their ids."""
-    cutoff_text = iso_utc(cutoff)
+    cutoff_text = utc_text(cutoff)
     async with transaction(conn), conn.execute(
         "UPDATE sessions SET status = 'paused' WHERE status = 'active'"
         f" AND {LAST_ACTIVITY} <= ? RETURNING id",
@@ -280,5 +281,5 @@ async def mark_summary_synced(conn: aiosqlite.Connection, summary_id: int, now: 
     async with transaction(conn):
         await conn.execute(
             "UPDATE session_summaries SET memory_synced_at = ? WHERE id = ?",
-            (iso_utc(now), summary_id),
+            (utc_text(now), summary_id),
         )

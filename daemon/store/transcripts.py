@@ -26,8 +26,9 @@ from typing import Any
 
 import aiosqlite
 
+from daemon.clock import utc_text
 from daemon.files import atomic_writer, make_dirs
-from daemon.store.connection import iso_utc, transaction
+from daemon.store.connection import transaction
 from daemon.store.raw import EXPIRED_KIND
 
 Mask = Callable[[str], str]
@@ -50,7 +51,7 @@ async def select_sessions(conn: aiosqlite.Connection, *, session_id: int | None 
     if before is not None:
         where.append("julianday(COALESCE(last_message_at, last_ingested_at, created_at))"
                      " < julianday(?)")
-        params.append(iso_utc(before))
+        params.append(utc_text(before))
     async with conn.execute(
             "SELECT id, source, external_id, project, message_count, memory_sync_index"
             f" FROM sessions WHERE {' AND '.join(where)} ORDER BY id", params) as cur:

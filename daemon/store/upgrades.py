@@ -12,7 +12,8 @@ from datetime import datetime
 
 import aiosqlite
 
-from daemon.store.connection import iso_utc, transaction
+from daemon.clock import utc_text
+from daemon.store.connection import transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ async def progress(conn: aiosqlite.Connection, name: str) -> Progress:
 async def advance(conn: aiosqlite.Connection, name: str, position: int, changed: int,
                   now: datetime, *, done: bool = False) -> None:
     """Record that every item up to `position` is done (`changed` more of them changed)."""
-    at = iso_utc(now)
+    at = utc_text(now)
     async with transaction(conn):
         await conn.execute(
             "INSERT INTO upgrades (name, position, changed, started_at, done_at)"

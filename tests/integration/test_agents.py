@@ -412,6 +412,50 @@ def test_pre_compact_and_session_end_save_the_session_now(daemon: Daemon) -> Non
     assert status == "ended"
 
 
+def test_codex_post_compact_and_session_end_save_the_session_now(daemon: Daemon) -> None:
+    """Codex's PostCompact (and SessionEnd) hooks, as install writes them, save the
+    session at once: after a compaction what came before it is in memory (issue 32.10)."""
+    config = write_config(daemon.config, daemon.state, {"claude": daemon.claude_root},
+                          sync_delay="1h", sync_max_lag="1h", poll_interval="30s")
+    assert config == daemon.config
+    installed = daemon.cli("hooks", "install", "--agent", "codex", "--dry-run")
+    assert "PostCompact" in installed.stdout and "SessionEnd" in installed.stdout
+    daemon.start()
+    codex_home = daemon.tmp / "codex-home"
+    day = codex_home / "sessions" / "2026" / "11" / "25"
+    day.mkdir(parents=True)
+    transcript = day / "rollout-2026-11-25T10-00-00-0194a0b1-0000-7000-8000-00000000c0de.jsonl"
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    records = [
+        {"timestamp": stamp, "type": "session_meta",
+         "payload": {"id": "x-compact", "timestamp": stamp, "cwd": PROJECT,
+                     "originator": "codex_cli_rs", "cli_version": "0.169.0"}},
+        {"timestamp": stamp, "type": "response_item",
+         "payload": {"type": "message", "role": "user", "content": [
+             {"type": "input_text", "text": "the ledger service owns invoice numbering"}]}},
+        {"timestamp": stamp, "type": "response_item",
+         "payload": {"type": "message", "role": "assistant", "content": [
+             {"type": "output_text", "text": "Understood: ledger numbers invoices."}]}},
+    ]
+    transcript.write_text("".join(json.dumps(r) + "\n" for r in records))
+    payload = {"session_id": "x-compact", "turn_id": "t1", "transcript_path": str(transcript),
+               "cwd": PROJECT, "hook_event_name": "PostCompact", "model": "gpt-5",
+               "trigger": "auto"}
+    done = daemon.hook("codex", "PostCompact", payload, timeout=20,
+                       env={"CODEX_HOME": str(codex_home)})
+    assert (done.returncode, done.stdout) == (0, "")
+    found = daemon.api("recall", {"query": "invoice numbering"}).json()["results"]
+    assert found and "ledger" in found[0]["content"]
+    done = daemon.hook("codex", "SessionEnd",
+                       {**payload, "hook_event_name": "SessionEnd", "reason": "exit"},
+                       timeout=20, env={"CODEX_HOME": str(codex_home)})
+    assert done.returncode == 0
+    with sqlite3.connect(daemon.state / "memoryd.db") as db:
+        status, = db.execute("SELECT status FROM sessions WHERE external_id = 'x-compact'"
+                             ).fetchone()
+    assert status == "ended"
+
+
 def test_hook_entry_point_imports_little() -> None:
     """`memoryd hook` loads neither the CLI, the stores nor their libraries."""
     code = ("import sys\nfrom daemon.hooks import fast\n"

@@ -314,6 +314,57 @@ async def test_a_conversation_that_never_pauses_still_reaches_memory(
     assert_partitioned((await conversation_ranges(backend))[1], sync_state(world)[0][2])
 
 
+async def test_a_question_waits_for_its_answer_and_is_saved_with_it(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """A live session's last question, still unanswered, is not saved alone by a timed
+    pass or by the sync after a turn: it joins its answer, so recall finds the answer
+    with it instead of a bare question that outranks it. Once two minutes old, or forced
+    (another session's start, `memoryd sync`), it is saved as it is."""
+    transcript = world.project / "asking.jsonl"
+    start = world.clock.now()
+
+    def say(i: int, role: str, text: str) -> None:
+        stamp = (start + timedelta(seconds=10 * i)).isoformat().replace("+00:00", "Z")
+        content: Any = text if role == "user" else [{"type": "text", "text": text}]
+        line = {"type": role, "uuid": f"m{i}", "timestamp": stamp, "sessionId": "s-ask",
+                "message": {"role": role, "content": content}}
+        with transcript.open("a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+    say(0, "user", "how should the build cache be warmed")
+    say(1, "assistant", "warm it from the nightly artifact bucket before the first job")
+    say(2, "user", "what is the rate limit of the staging gateway")
+    await ingest(world)
+    world.clock.advance(90)  # quiet for longer than sync_delay: the tail is due
+    await recover(world, backend, max_lag=timedelta(minutes=5))
+    assert sync_state(world)[0][2] == 2  # the question waits
+    await recover(world, backend, max_lag=timedelta(minutes=5), force=True,
+                  session_id=1, settle_questions=True)  # the sync after an agent's turn
+    assert sync_state(world)[0][2] == 2
+
+    say(3, "assistant", "the staging gateway allows 500 requests a minute per token")
+    await ingest(world)
+    world.clock.advance(90)
+    await recover(world, backend, max_lag=timedelta(minutes=5))
+    assert await conversation_ranges(backend) == {1: [(0, 1), (2, 3)]}
+    hits = await backend.recall("rate limit staging gateway", limit=3)
+    assert "500 requests a minute" in hits[0].content
+
+    say(4, "user", "and the rate limit in production")
+    await ingest(world)
+    world.clock.advance(90)
+    await recover(world, backend, max_lag=timedelta(minutes=5))
+    assert sync_state(world)[0][2] == 4
+    world.clock.advance(300)  # no answer in five minutes (killed mid-turn): saved alone
+    await recover(world, backend, max_lag=timedelta(minutes=5))
+    assert sync_state(world)[0][2] == 5
+
+    say(5, "user", "one more question nobody answers")
+    await ingest(world)
+    await recover(world, backend, force=True, session_id=1)  # forced: saved as it is
+    assert sync_state(world)[0][2] == 6
+
+
 def _user_line(uuid: str, text: str, timestamp: str) -> str:
     """A line as Claude Code writes a typed prompt, in the pomodoro fixture's session."""
     return json.dumps({

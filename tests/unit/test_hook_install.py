@@ -364,7 +364,8 @@ def test_codex_hooks_are_reported_untrusted_until_codex_records_their_trust(
     config = settings_path("codex", "mcp", "user", inst.home, inst.project)
     config.parent.mkdir(parents=True, exist_ok=True)
     snake = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit",
-             "PreCompact": "pre_compact", "SessionEnd": "session_end", "Stop": "stop"}
+             "PreCompact": "pre_compact", "PostCompact": "post_compact",
+             "SessionEnd": "session_end", "Stop": "stop"}
     trusted = [event for event in HOOK_EVENTS["codex"] if event != "Stop"]
     config.write_text("".join(
         f'[hooks.state."{hooks_path}:{snake[event]}:0:0"]\ntrusted_hash = "sha256:ab"\n\n'
