@@ -31,7 +31,7 @@ from daemon.api import args as arg
 from daemon.api.base import MAX_LIMIT, OpsBase
 from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError
-from daemon.ingest.discovery import admit_transcript
+from daemon.ingest.discovery import NOT_THERE_YET, admit_transcript
 from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
@@ -188,8 +188,11 @@ class SessionEvents(OpsBase):
         if transcript not in self._refused:
             if len(self._refused) < REFUSALS_REMEMBERED:
                 self._refused.add(transcript)
-            log.warning("transcript_refused", agent=kind.value, path=transcript[:300],
-                        reason=refusal)
+            # A new session's transcript is written after its first hooks: not a refusal
+            # worth a warning (the walk finds it once it is there).
+            level = log.debug if refusal == NOT_THERE_YET else log.warning
+            level("transcript_refused", agent=kind.value, path=transcript[:300],
+                  reason=refusal)
         return False
 
     async def _session_ended_or_synced(self, event: str, transcript: str | None,

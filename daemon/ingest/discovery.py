@@ -157,6 +157,10 @@ def classify_explicit(path: str, kind: SourceKind) -> Candidate | None:
     return classify(path, SourceConfig(kind=kind, root=Path(path).parent.parent))
 
 
+#: Why a hook's transcript is not read yet: the agent has not written it.
+NOT_THERE_YET = "not there (yet)"
+
+
 def admit_transcript(path: str, roots: Iterable[str]) -> str | None:
     """Why a transcript path a hook named may not be read, or None when it may.
 
@@ -173,7 +177,7 @@ def admit_transcript(path: str, roots: Iterable[str]) -> str | None:
         resolved = os.path.realpath(path, strict=True)
         found = os.stat(resolved)
     except (OSError, ValueError):
-        return "not there (yet)"
+        return NOT_THERE_YET
     if not stat.S_ISREG(found.st_mode):
         return "not a regular file"
     if found.st_uid != os.geteuid():

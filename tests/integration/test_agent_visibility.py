@@ -320,6 +320,9 @@ def test_a_hook_never_reads_a_transcript_outside_the_agents_directories(
     recalled = running.cli("recall", "outsideword", "--json")
     assert recalled.returncode == 0 and "outsideword" not in recalled.stdout
     assert "outsideword" not in _stored_words(running)
+    # A new session's transcript, not written yet when its first hook runs: no warning.
+    done = _hook(running, "SessionStart", running.claude_root / "-a" / "not-yet.jsonl")
+    assert done.returncode == 0 and done.stderr == ""
     log = (running.tmp / "daemon.log").read_text()
     assert log.count('"transcript_refused"') == 2, log[-3000:]  # once per path
 
