@@ -19,6 +19,7 @@
     │   │   └── GatewayUnknown      (also BackendOutcomeUnknown) an add's answer was lost
     │   └── EmbeddingError   an embedder failed
     │       └── EmbeddingUnavailable  (also BackendUnavailable) rate limit, 5xx, timeout
+    │           └── EmbeddingLoading      the model loads in the background: keywords now
     ├── ApiError             a request the local API refuses (carries its HTTP status)
     ├── DaemonUnreachable    no daemon answers on the socket (clients fall back)
     └── SettingsFileError    an agent's settings file memoryd will not touch
@@ -176,6 +177,10 @@ class EmbeddingError(BackendError):
 
 class EmbeddingUnavailable(EmbeddingError, BackendUnavailable):
     """A transient embedder failure (rate limit, server error, timeout)."""
+
+
+class EmbeddingLoading(EmbeddingUnavailable):
+    """The model is being loaded in the background: keywords answer meanwhile (no failure)."""
 
 
 class ApiError(MemorydError):

@@ -268,6 +268,12 @@ class Service:
                 self._record_error(exc, "memory_backend")
                 return None
             self._clear_error("memory_backend")
+            queue = vector_queue(self._backend)
+            if queue is not None and isinstance(queue.embedder, LazyLocalEmbedder):
+                # A hook's recall never waits for the model: it loads now, behind the
+                # first requests, and again behind the first query after a release.
+                queue.embedder.queries_wait = False
+                queue.embedder.prepare()
             self._recovery = Recovery(conn, self._backend, self.clock,
                                       recovery_policy(self.settings))
         return self._recovery

@@ -35,7 +35,9 @@ from daemon.ingest.discovery import NOT_THERE_YET, admit_transcript
 from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
+from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
 from daemon.memory.recall.gate import coverage
 from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
@@ -155,6 +157,11 @@ class SessionEvents(OpsBase):
         if not self.settings.agents.inject:
             return {"context": None, "memory_ids": []}
         if event == "start":
+            # The session's first prompt will ask recall: a model released while idle
+            # loads now, behind this hook (never in front of the prompt's).
+            embedder = getattr(vector_queue(self._backend), "embedder", None)
+            if isinstance(embedder, LazyLocalEmbedder):
+                embedder.prepare()
             await self._save_quiet_sessions(project, agent_session)
             block_text, ids = await self._start_context(project, agent)
         else:

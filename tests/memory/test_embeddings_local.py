@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from daemon.config import EmbeddingSettings
-from daemon.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider
+from daemon.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider, weights
 
 needs_model = pytest.mark.skipif(
     not local.available(),
@@ -93,3 +95,82 @@ def test_query_embedding_agrees_with_stored_texts(embedder: local.LocalEmbedder)
     assert query.shape == (384,) and abs(float(np.linalg.norm(query)) - 1.0) < 1e-5
     assert float(query @ stored[0]) > 0.97
     assert float(query @ stored[1]) > float(query @ stored[2]) + 0.2
+
+
+
+def tiny_model(models: Path) -> None:
+    """A small random BERT with a word-level tokenizer, laid out as fetched weights
+    (`<models>/all-MiniLM-L6-v2/`): the lazy embedder's loading runs without the package."""
+    import json
+    import struct
+
+    from test_bert_encoders import CONFIG, random_weights
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    directory = models / weights.MINILM.local_name
+    directory.mkdir(parents=True)
+    header: dict[str, object] = {}
+    blobs, offset = [], 0
+    for name, array in random_weights().items():
+        blob = np.ascontiguousarray(array, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    head = json.dumps(header).encode()
+    (directory / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    (directory / "config.json").write_text(json.dumps({
+        "num_hidden_layers": CONFIG.layers, "num_attention_heads": CONFIG.heads,
+        "hidden_size": CONFIG.hidden, "layer_norm_eps": CONFIG.eps}))
+    words = ["[UNK]", "deploy", "order", "staging", "rate", "limit"]
+    tokenizer = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()  # type: ignore[assignment]
+    tokenizer.save(str(directory / "tokenizer.json"))
+
+
+@pytest.mark.skipif(not bert_onnx.available(), reason="onnxruntime and onnx are not installed")
+def test_a_query_in_the_daemon_never_waits_for_the_model(tmp_path: Path) -> None:
+    """In the daemon (`queries_wait` False) a query while the model is not loaded, or is
+    being loaded or fetched, answers EmbeddingLoading at once and the model loads behind
+    it; a command's own query (the default) waits for it and gets its vector."""
+    import threading
+    import time
+
+    from daemon.errors import EmbeddingLoading
+    from daemon.memory.embeddings import LazyLocalEmbedder
+
+    tiny_model(tmp_path / "models")
+    waiting = LazyLocalEmbedder(models=tmp_path / "models")
+    expected = waiting.embed_query("deploy order")
+
+    embedder = LazyLocalEmbedder(models=tmp_path / "models")
+    embedder.queries_wait = False
+    # A fetch under way holds the model's lock for seconds: the query must not wait on it.
+    held, release = threading.Event(), threading.Event()
+
+    def fetching() -> None:
+        with embedder._lock:
+            held.set()
+            release.wait(10)
+
+    fetch = threading.Thread(target=fetching)
+    fetch.start()
+    held.wait(5)
+    began = time.monotonic()
+    with pytest.raises(EmbeddingLoading):
+        embedder.embed_query("deploy order")
+    assert time.monotonic() - began < 0.2
+    release.set()
+    fetch.join()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            vector = embedder.embed_query("deploy order")
+            break
+        except EmbeddingLoading:
+            assert time.monotonic() < deadline, "the model never loaded behind the queries"
+            time.sleep(0.02)
+    assert np.allclose(vector, expected, atol=1e-5)

@@ -25,7 +25,7 @@ from pathlib import Path
 import structlog
 
 from daemon.config import EmbeddingSettings
-from daemon.errors import EmbeddingError, EmbeddingUnavailable
+from daemon.errors import EmbeddingError, EmbeddingLoading, EmbeddingUnavailable
 from daemon.memory.embeddings import local, weights
 from daemon.memory.embeddings.base import (
     Embedder,
@@ -76,6 +76,12 @@ class LazyLocalEmbedder:
         self._fetch_failed_at: float | None = None
         self._last_used = time.monotonic()
         self._defer_to: Callable[[], bool] | None = None
+        #: Whether a query waits while the model loads (a command's own recall); the
+        #: daemon sets False: a hook's recall must not wait 0.5-2 s for a model, so it
+        #: answers by keywords while `prepare` loads the model behind it.
+        self.queries_wait = True
+        self._preparing: threading.Thread | None = None
+        self._preparing_lock = threading.Lock()
 
     @property
     def defer_to(self) -> Callable[[], bool] | None:
@@ -98,7 +104,42 @@ class LazyLocalEmbedder:
 
     def embed_query(self, text: str) -> Vectors:
         self._last_used = time.monotonic()
-        return self._loaded(may_fetch=False).embed_query(text)
+        model = self._model
+        if model is None or not model.query_ready:
+            if not self.queries_wait:
+                self.prepare()
+                raise EmbeddingLoading("the local model is loading; keywords answer meanwhile",
+                                       provider="local")
+            model = self._loaded(may_fetch=False)
+        return model.embed_query(text)
+
+    def prepare(self) -> None:
+        """Load the model and its query encoder on a thread of its own, unless they are
+        loaded, being loaded, or not here (fetching is the background job's). Only where
+        queries do not wait (the daemon): elsewhere the query itself loads them."""
+        if self.queries_wait:
+            return
+        model = self._model
+        if model is not None and model.query_ready:
+            return
+        # Not the model's own lock: a fetch under way holds that one for seconds.
+        with self._preparing_lock:
+            if self._preparing is not None and self._preparing.is_alive():
+                return
+            if local.model_dir(self._models) is None:
+                return
+            self._preparing = threading.Thread(target=self._prepare, daemon=True,
+                                               name="memoryd-model-load")
+            self._preparing.start()
+
+    def _prepare(self) -> None:
+        began = time.monotonic()
+        try:
+            self._loaded(may_fetch=False).prepare_query()
+        except EmbeddingError as exc:
+            log.info("embedding_model_not_loaded", error=str(exc))
+            return
+        log.info("embedding_model_loaded", seconds=round(time.monotonic() - began, 3))
 
     @property
     def yields_cores(self) -> bool:

@@ -214,15 +214,25 @@ class LocalEmbedder:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def embed_query(self, text: str) -> Vectors:
+    @property
+    def query_ready(self) -> bool:
+        """Whether a query is embedded without building its encoder first."""
+        return self._query_encoder is not None
+
+    def prepare_query(self) -> Encoder:
+        """The query's encoder, built on first use (0.2-0.5 s)."""
         with self._query_encoder_lock:
             if self._query_encoder is None:
                 self._query_encoder = (
                     self._encoder if self._encoder.runtime == "numpy" else make_encoder(
                         read_safetensors(self._directory / "model.safetensors"), self._config,
                         self._runtime, int8=True))
+            return self._query_encoder
+
+    def embed_query(self, text: str) -> Vectors:
+        encoder = self.prepare_query()
         ids = self._tokenizer.encode(text).ids
-        vector: Vectors = self._forward([ids], self._query_encoder)[0]
+        vector: Vectors = self._forward([ids], encoder)[0]
         return vector
 
     def _forward(self, batch_ids: list[list[int]], encoder: Encoder | None = None) -> Vectors:

@@ -40,7 +40,7 @@ import structlog
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from daemon.clock import Clock
-from daemon.errors import BackendError, BackendUnavailable
+from daemon.errors import BackendError, BackendUnavailable, EmbeddingLoading
 from daemon.memory import policy, writes
 from daemon.memory.backends.postgres.schema import (
     BACKEND_NAME,
@@ -673,6 +673,8 @@ class PostgresMemoryBackend:
     async def _query_vector(self, embedder: Embedder, query: str) -> list[float] | None:
         try:
             vector = await asyncio.to_thread(embedder.embed_query, query)
+        except EmbeddingLoading:
+            return None  # not a failure: the model loads behind this recall
         except BackendError as exc:
             log.warning("memory_recall_keywords_only", backend=BACKEND_NAME, error=str(exc))
             return None

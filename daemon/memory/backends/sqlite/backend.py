@@ -48,7 +48,7 @@ import aiosqlite
 import structlog
 
 from daemon.clock import Clock
-from daemon.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
+from daemon.errors import BackendError, BackendUnavailable, EmbeddingLoading, StoreOwnedElsewhere
 from daemon.memory import writes
 from daemon.memory.backends.sqlite import fts
 from daemon.memory.backends.sqlite import hybrid as sqlite_hybrid
@@ -584,6 +584,8 @@ class SQLiteMemoryBackend:
         """The query's embedding, or None when the model fails."""
         try:
             vector: Floats = await asyncio.to_thread(embedder.embed_query, query)
+        except EmbeddingLoading:
+            return None  # not a failure: the model loads behind this recall
         except BackendError as exc:
             # A model or endpoint that fails leaves keyword search working: said once
             # when it begins and once when it ends, not at every recall.
