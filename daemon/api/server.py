@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import socket
 import stat
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,6 +38,13 @@ MAX_REQUEST_BYTES = 1 << 20
 TIMEOUTS = {"sync": 300.0, "session_event": 120.0}
 DEFAULT_TIMEOUT = 30.0
 API_VERSION = 1
+#: Connections served at once, at most (and never more than half the descriptors the
+#: process may open: past that, every accept failed and logged a traceback).
+MAX_CONNECTIONS = 512
+#: Seconds a connection may stay open without sending a byte, and open between requests:
+#: clients (hooks, commands) send their request at once and close after the answer.
+SILENT_TIMEOUT = 10.0
+KEEPALIVE_TIMEOUT = 10.0
 
 OpsProvider = Callable[[], Awaitable[MemoryOps]]
 StatusProvider = Callable[[], Awaitable[dict[str, Any]]]
@@ -123,12 +131,116 @@ async def _call(name: str, ops: OpsProvider, args: Mapping[str, Any]) -> dict[st
     return await (await ops()).run(name, args)
 
 
+def connection_limit() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, soft // 2))
+
+
+class _Gate:
+    """Admits connections up to `limit`. At the limit, a new one takes the place of the
+    oldest that has not sent a byte (idle connections cannot lock clients out); when every
+    connection is talking, it is refused. Refusing is logged when it begins and ends."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], limit: int,
+                 silent_timeout: float) -> None:
+        self._factory = factory
+        self.limit = limit
+        self.silent_timeout = silent_timeout
+        self._live: dict[_Guarded, None] = {}  # oldest first
+        self._refused = 0
+        self._evicted = 0
+
+    def __call__(self) -> asyncio.Protocol:
+        return _Guarded(self, self._factory())
+
+    def admit(self, connection: _Guarded) -> bool:
+        if len(self._live) >= self.limit:
+            silent = next((c for c in self._live if not c.spoke), None)
+            if silent is None:
+                if self._refused == 0:
+                    log.warning("api_connections_refused", limit=self.limit,
+                                reason="every connection is busy")
+                self._refused += 1
+                return False
+            self._live.pop(silent)
+            silent.close()
+            self._evicted += 1
+            if self._evicted == 1:
+                log.warning("api_idle_connections_closed", limit=self.limit,
+                            reason="the connection limit was reached")
+        self._live[connection] = None
+        return True
+
+    def release(self, connection: _Guarded) -> None:
+        self._live.pop(connection, None)
+        if (self._refused or self._evicted) and len(self._live) < self.limit // 2:
+            log.info("api_connections_normal", refused=self._refused, closed=self._evicted)
+            self._refused = self._evicted = 0
+
+
+class _Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, behind the gate: admitted or closed at
+    once, and closed when it stays silent for `silent_timeout`."""
+
+    def __init__(self, gate: _Gate, inner: asyncio.Protocol) -> None:
+        self._gate = gate
+        self._inner = inner
+        self.spoke = False
+        self._admitted = False
+        self._transport: asyncio.BaseTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        if not self._gate.admit(self):
+            if isinstance(transport, asyncio.Transport):
+                transport.abort()
+            else:
+                transport.close()
+            return
+        self._admitted = True
+        self._timer = asyncio.get_running_loop().call_later(self._gate.silent_timeout,
+                                                            self.close)
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.spoke:
+            self.spoke = True
+            if self._timer is not None:
+                self._timer.cancel()
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._gate.release(self)
+        if self._admitted:
+            self._inner.connection_lost(exc)
+
+    def close(self) -> None:
+        if self._transport is not None and not self.spoke:
+            self._transport.close()
+
+
 class ApiServer:
     """The app served on `path`; start and stop are owned by the service."""
 
     def __init__(self, path: Path, app: web.Application) -> None:
         self.path = path
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=KEEPALIVE_TIMEOUT)
+        self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         """Bind and listen; raises OSError when the socket cannot be made (a path too long
@@ -147,10 +259,15 @@ class ApiServer:
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
-        log.info("api_listening", socket=str(self.path))
+        server = self._runner.server
+        assert server is not None
+        gate = _Gate(server, connection_limit(), SILENT_TIMEOUT)
+        self._server = await asyncio.get_running_loop().create_unix_server(gate, sock=sock)
+        log.info("api_listening", socket=str(self.path), max_connections=gate.limit)
 
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
         await self._runner.cleanup()
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(os.lstat(self.path).st_mode):

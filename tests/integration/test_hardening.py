@@ -679,3 +679,60 @@ def test_import_refuses_what_is_not_an_export_file(tmp_path: Path) -> None:
     done = _memoryd(tmp_path, config, "import", str(huge), timeout=60)
     _one_line_failure(done, 65)
     assert "longer than" in done.stderr
+
+
+def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> None:
+    """Issue 29.8: thousands of idle connections made the API unresponsive and logged a
+    traceback per refused accept. Here the daemon may open 128 descriptors and 400
+    connections stay open without a byte: a client is still answered at once, the log
+    says so once and holds no traceback, and the idle ones are closed."""
+    import resource
+    import socket as socket_
+
+    _root, state, config = _setup(tmp_path)
+    log = (tmp_path / "run.log").open("wb")
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=few_descriptors)
+    log.close()
+    idle: list[socket_.socket] = []
+    try:
+        wait_ready(state, proc.pid)
+        path = str(state / "memoryd.sock")
+        for _ in range(400):
+            conn = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
+            conn.settimeout(5)
+            try:
+                conn.connect(path)
+            except OSError:
+                conn.close()
+                continue
+            idle.append(conn)
+        time.sleep(1)
+        for attempt in range(2):  # asked twice: the first answer is no accident
+            began = time.monotonic()
+            done = _memoryd(tmp_path, config, "status", "--json", timeout=30)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert json.loads(done.stdout)["daemon"]["running"] is True
+            assert time.monotonic() - began < 5, attempt
+        # The silent ones were closed to make room: at most the limit is still open.
+        still_open = 0
+        for conn in idle:
+            conn.settimeout(0.01)
+            try:
+                still_open += conn.recv(1) != b""
+            except TimeoutError:
+                still_open += 1
+            except OSError:
+                pass
+        assert still_open <= 64
+    finally:
+        for conn in idle:
+            conn.close()
+        text = _stop_daemon(tmp_path, proc)
+    assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
+    assert text.count("api_idle_connections_closed") == 1, text[-3000:]
