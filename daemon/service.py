@@ -275,7 +275,8 @@ class Service:
                 queue.embedder.queries_wait = False
                 queue.embedder.prepare()
             self._recovery = Recovery(conn, self._backend, self.clock,
-                                      recovery_policy(self.settings))
+                                      recovery_policy(self.settings),
+                                      stopping=self.stop_event.is_set)
         return self._recovery
 
     # -- the local API (`daemon.api`) -------------------------------------------------
@@ -413,7 +414,8 @@ class Service:
             if recovery is not None:
                 async with self._sync_lock:
                     await recovery.run()
-                    await self._upgrade_step(conn)
+                    if not self.stop_event.is_set():
+                        await self._upgrade_step(conn)
 
         async def embed() -> None:
             # Vectors are computed here, off the ingest and save paths; a slow or

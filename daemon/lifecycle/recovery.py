@@ -156,9 +156,12 @@ class _Saving:
 class Recovery:
     def __init__(
         self, conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
-        policy: RecoveryPolicy | None = None,
+        policy: RecoveryPolicy | None = None, stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         self._conn = conn
+        # The daemon is stopping: a pass ends at its next safe point (after a batch's
+        # index moved), well within the shutdown grace, whatever is left to save.
+        self._stopping = stopping
         self._backend = backend
         self._clock = clock
         self.policy = policy or RecoveryPolicy()
@@ -180,6 +183,8 @@ class Recovery:
         saving = _Saving()
         try:
             for session in candidates:
+                if self._stopping():
+                    break
                 if not force and self._backing_off(session.id):
                     continue
                 await self._sync_session(session, force=force, report=report, saving=saving,
@@ -223,6 +228,8 @@ class Recovery:
             if not more and (force or self._tail_due(session, tail)):
                 ready.append(tail)
             for batch in _batches(ready):
+                if self._stopping():
+                    return
                 # A run of forgotten messages only (`store.forgotten`) is passed over.
                 segments = [self._segment(session, plan) for plan in batch if plan.text]
                 # The batch before is saved (on the memory store's thread) while this one
@@ -367,6 +374,8 @@ class Recovery:
 
     async def _sync_summaries(self, session_id: int | None, report: SyncReport) -> None:
         for summary in await store.unsynced_summaries(self._conn, session_id):
+            if self._stopping():
+                return
             session = await store.get_sync_state(self._conn, summary.session_id)
             if session is None:
                 continue
@@ -394,6 +403,8 @@ class Recovery:
         same id, stored once. Built from what memory holds (`memory_sync_index`), so a
         digest never names a message that memory does not."""
         for due in await store.digests_due(self._conn, session_id):
+            if self._stopping():
+                return
             session = due.state
             end = session.memory_sync_index
             messages = await store.digest_messages(self._conn, session.id, end)

@@ -23,6 +23,9 @@ from daemon.errors import MemorydError
 
 log = structlog.get_logger("memoryd.lifecycle")
 
+#: Seconds to wait for cancelled jobs to unwind at a stop.
+CANCEL_WAIT = 2.0
+
 Job = Callable[[], Awaitable[object]]
 
 
@@ -74,6 +77,7 @@ class LifecycleScheduler:
         # others only never overlap themselves. Stopping waits for all of them.
         self._busy = asyncio.Lock()
         self._own = {job.name: asyncio.Lock() for job in jobs if not job.exclusive}
+        self._running: set[asyncio.Task[object]] = set()
 
     def start(self) -> None:
         for job in self._jobs:
@@ -106,14 +110,30 @@ class LifecycleScheduler:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_idle(), timeout=grace)
         self._scheduler.shutdown(wait=False)
+        # Past the grace, what still runs is cancelled (a transaction under way is rolled
+        # back; the stores are crash-safe) and awaited, before the stores close under it.
+        running = list(self._running)
+        for task in running:
+            log.warning("shutdown_grace_exceeded", task=task.get_name())
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=CANCEL_WAIT)
 
     def _guarded(self, job: PeriodicJob) -> Callable[[], Awaitable[None]]:
         async def run() -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                task.set_name(job.name)
+                self._running.add(task)
             try:
                 async with self._busy if job.exclusive else self._own[job.name]:
                     await job.run()
                 if self._on_success is not None:
                     self._on_success(job.name)
+            except asyncio.CancelledError:
+                # Only `stop` cancels a job, and this is its task's outermost frame:
+                # ended here, APScheduler would log the stop as an error with a traceback.
+                log.info("job_cancelled", job=job.name)
             except MemorydError as exc:
                 # Logged and retried on the next run: a job must never stop the daemon.
                 log.warning("job_failed", job=job.name, error=str(exc))
@@ -123,5 +143,8 @@ class LifecycleScheduler:
                 log.error("job_failed", job=job.name, error=f"{type(exc).__name__}: {exc}")
                 if self._on_error is not None:
                     self._on_error(job.name, exc)
+            finally:
+                if task is not None:
+                    self._running.discard(task)
 
         return run

@@ -80,3 +80,75 @@ def test_sighup_reloads_sources_and_keeps_running_on_bad_config(tmp_path: Path) 
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0, log_path.read_text()
+
+
+def test_sigterm_during_a_long_sync_stops_within_grace_and_loses_nothing(
+        tmp_path: Path) -> None:
+    """Issue 29.9: SIGTERM took 65 s while one long session was saved, and every stop
+    logged CancelledError tracebacks. The save stops at its next safe point within the
+    grace (not when the grace runs out: it is long here), the stop logs no error, and the
+    next run saves the rest: every message in exactly one live segment."""
+    state = tmp_path / "state"
+    project = tmp_path / "claude" / "-p"
+    project.mkdir(parents=True)
+    filler = "the quick brown fox jumps over the lazy dog " * 24
+    with (project / "long.jsonl").open("w") as handle:
+        for i in range(40_000):
+            role = "user" if i % 2 == 0 else "assistant"
+            content = (f"{i} {filler}" if role == "user"
+                       else [{"type": "text", "text": f"{i} {filler}"}])
+            handle.write(json.dumps({
+                "type": role, "uuid": f"m{i}", "sessionId": "long",
+                "timestamp": f"2026-05-01T{10 + i // 3600 % 10:02d}:{i // 60 % 60:02d}:"
+                             f"{i % 60:02d}Z",
+                "message": {"role": role, "content": content}}) + "\n")
+    config = write_config(tmp_path / "c.yaml", state, {"claude": tmp_path / "claude"},
+                          shutdown_grace="30s", sync_check_interval="0.5s")
+    db = state / "memoryd.db"
+
+    def sync_index() -> int:
+        if not db.exists():
+            return 0
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT memory_sync_index, message_count FROM sessions"
+                               ).fetchone()
+        return int(row[0]) if row else 0
+
+    def run(log_name: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / log_name).open("wb") as log:
+            proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                    env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                                    stderr=log)
+        wait_ready(state, proc.pid)
+        return proc
+
+    # Read first: the daemon's first pass then has the whole session to save at once.
+    read = subprocess.run(memoryd_command("--config", str(config), "ingest", "--once"),
+                          env=daemon_env(tmp_path), capture_output=True, timeout=300)
+    assert read.returncode == 0, read.stderr[-2000:]
+    proc = run("first.log")
+    try:
+        wait_for(lambda: sync_index() > 0, timeout=120, what="the long session's save began")
+    finally:
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    took = time.monotonic() - started
+    text = (tmp_path / "first.log").read_text()
+    assert code == 0, text[-3000:]
+    assert took < 5, took
+    assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
+    assert sync_index() < 40_000, "the save ended before the stop: nothing was tested"
+
+    proc = run("second.log")
+    try:
+        wait_for(lambda: sync_index() == 40_000, timeout=300, what="the rest saved")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    with sqlite3.connect(state / "memory.db") as conn:
+        ranges = sorted(conn.execute(
+            "SELECT first_index, last_index FROM memories WHERE type = 'conversation'"
+            " AND superseded_by IS NULL AND deleted_at IS NULL"))
+    covered = [i for first, last in ranges for i in range(first, last + 1)]
+    assert covered == list(range(40_000))
