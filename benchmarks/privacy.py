@@ -3,12 +3,17 @@
     python -m benchmarks.privacy
 
 The real Claude Code fixture transcripts (`shared/fixtures/transcripts/claude`)
-are copied into a temporary root, and each gets one more user line planting
-one item of every kind below, with values unique to the file. memoryd then
-runs as users run it (`ingest --once`, `sync`, default settings, JSON logs at
-debug level), and every place memory text leaves memoryd is read: `export`,
-`recall --json` and `context` for each planted line, and every log line of
-those commands. A planted value found anywhere is a leak.
+are copied into a temporary root, and each gets three more lines planting one
+item of every kind below, with values unique to the file and the place: in what
+the person typed, in a tool call's input (a Bash command: stored as escaped
+JSON) and in a tool's output. memoryd then runs as users run it (`memoryd run`
+with default settings but JSON logs at debug level and a JSONL layer behind the
+embedded store, `sync`), and every place stored or memory text leaves memoryd
+is read: `export`, the JSONL layer's files, `recall --json` and `context` for each
+planted line, `show` of every session (the model and person views, and `--json`), the API's `search_sessions`
+(what an agent's MCP tool gets), the web viewer's session and memory pages, and
+every log line of the daemon and the commands. A planted value found anywhere is
+a leak.
 
 False positives: `[REDACTED:` markers in the export outside the planted
 lines, i.e. in the unplanted real text, are counted and listed by kind.
@@ -24,8 +29,11 @@ import string
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
+
+import httpx
 
 from benchmarks._common import REPO, isolated_env, machine, memoryd_command, write_config
 
@@ -57,6 +65,14 @@ def _iban(rng: random.Random) -> str:
     return " ".join(raw[i:i + 4] for i in range(0, len(raw), 4))
 
 
+def _discord(rng: random.Random) -> str:
+    return "MT" + _token(rng, 22) + "." + _token(rng, 6) + "." + _token(rng, 38)
+
+
+def _ssn(rng: random.Random) -> str:
+    return f"{rng.randrange(100, 665)}-{rng.randrange(10, 99)}-{rng.randrange(1000, 9999)}"
+
+
 def plants(rng: random.Random) -> list[tuple[str, str, str]]:
     """(kind, the text planted, the value that must never show) for one file."""
     aws_id = "AKIA" + _token(rng, 16, string.ascii_uppercase + string.digits)
@@ -86,6 +102,47 @@ def plants(rng: random.Random) -> list[tuple[str, str, str]]:
         ("iban", f"IBAN {(v := _iban(rng))}", v),
         ("ip", f"the box at {(v := f'198.51.{rng.randrange(256)}.{rng.randrange(1, 255)}')}",
          v),
+        ("huggingface_token", f"HF token hf_{(v := _token(rng, 34))}", v),
+        ("vault_token", f"VAULT_TOKEN=hvs.{(v := _token(rng, 24))}", v),
+        ("shopify_token", f"shpat_{(v := _token(rng, 32, '0123456789abcdef'))}", v),
+        ("digitalocean_token", f"dop_v1_{(v := _token(rng, 64, '0123456789abcdef'))}", v),
+        ("square_token", f"sq0atp-{(v := _token(rng, 22))}", v),
+        ("telegram_token",
+         f"bot {rng.randrange(10**8, 10**9)}:{(v := 'AA' + _token(rng, 33))}", v),
+        ("discord_token", f"discord bot token {(v := _discord(rng))}", v),
+        ("redis_password", f"redis://:{(v := _token(rng, 16))}@cache.internal:6379", v),
+        ("aws_secret_prose",
+         f"the aws secret access key is {(v := _token(rng, 38) + 'Zq')}", v),
+        ("password_in_words",
+         f"the password for the staging box is {(v := _token(rng, 9) + '3#')}", v),
+        ("netrc", f"machine api.example.org login deploy password {(v := _token(rng, 14))}",
+         v),
+        ("ssn", f"my SSN is {(v := _ssn(rng))}", v),
+    ]
+
+
+#: Where a file's planted items are written: what the person typed, a tool call's input
+#: (a Bash command, so the items are JSON-escaped in the stored line), a tool's output.
+PLACES = ("user text", "tool input", "tool output")
+
+
+def _planted_lines(session: str, number: int, texts: dict[str, str]) -> list[dict[str, object]]:
+    call = f"toolu_planted_{number}"
+    return [
+        {"type": "user", "uuid": f"planted-{number}-user", "sessionId": session,
+         "timestamp": "2026-01-01T00:00:00Z",
+         "message": {"role": "user", "content": texts["user text"]}},
+        {"type": "assistant", "uuid": f"planted-{number}-call", "sessionId": session,
+         "timestamp": "2026-01-01T00:00:01Z",
+         "message": {"role": "assistant", "content": [
+             {"type": "tool_use", "id": call, "name": "Bash",
+              "input": {"command": texts["tool input"],
+                        "description": "write the notes down"}}]}},
+        {"type": "user", "uuid": f"planted-{number}-result", "sessionId": session,
+         "timestamp": "2026-01-01T00:00:02Z",
+         "message": {"role": "user", "content": [
+             {"type": "tool_result", "tool_use_id": call, "content": texts["tool output"],
+              "is_error": False}]}},
     ]
 
 
@@ -95,26 +152,30 @@ def main() -> int:
         work = Path(tmp)
         project = work / "claude" / "-home-user-project"
         project.mkdir(parents=True)
-        planted: list[tuple[str, str, str, str]] = []  # kind, value, marker word, file
+        # kind, place, value, marker word, file
+        planted: list[tuple[str, str, str, str, str]] = []
         files = [p for p in sorted(FIXTURES.iterdir())
                  if p.suffix == ".jsonl" and "__subagents__" not in p.name]
         for number, path in enumerate(files):
             target = project / path.name.split("__")[-1]
             shutil.copy(path, target)
-            items = plants(rng)
-            marker = f"plantedmarker{number}"
-            text = f"{marker} notes: " + "; ".join(t for _k, t, _v in items)
+            texts: dict[str, str] = {}
+            for place in PLACES:
+                items = plants(rng)
+                marker = f"planted{place.split()[-1]}marker{number}"
+                texts[place] = f"{marker} notes:\n" + "\n".join(t for _k, t, _v in items)
+                planted += [(kind, place, value, marker, target.name)
+                            for kind, _t, value in items]
             with target.open("a") as handle:
                 if not target.read_bytes().endswith(b"\n"):
                     handle.write("\n")  # a fixture whose last line has no newline yet
-                handle.write(json.dumps({
-                    "type": "user", "uuid": f"planted-{number}", "sessionId": target.stem,
-                    "timestamp": "2026-01-01T00:00:00Z",
-                    "message": {"role": "user", "content": text}}) + "\n")
-            planted += [(kind, value, marker, target.name) for kind, _t, value in items]
-        config = write_config(work / "config.yaml", work / "state", work / "claude",
+                for line in _planted_lines(target.stem, number, texts):
+                    handle.write(json.dumps(line) + "\n")
+        state = work / "state"
+        config = write_config(work / "config.yaml", state, work / "claude",
                               log_level="debug",
-                              memory={"embeddings": {"fetch_model": False}})
+                              memory={"backends": ["sqlite", "jsonl"],
+                                      "embeddings": {"fetch_model": False}})
         env = isolated_env(work / "xdg")
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -122,38 +183,89 @@ def main() -> int:
                                   capture_output=True, text=True, timeout=600)
 
         outputs: dict[str, str] = {}
-        for name, args in (("ingest", ("ingest", "--once")), ("sync", ("sync",)),
-                           ("export", ("export",))):
-            done = run(*args)
-            outputs[f"{name} (stdout)"], outputs[f"{name} (log)"] = done.stdout, done.stderr
-        for marker in sorted({m for _k, _v, m, _f in planted}):
-            done = run("recall", "--json", marker + " notes")
-            outputs[f"recall {marker}"] = done.stdout + done.stderr
-            done = run("context", "--query", marker + " notes")
-            outputs[f"context {marker}"] = done.stdout + done.stderr
-        leaks: Counter[str] = Counter()
-        for kind, value, _marker, _file in planted:
-            if any(value in text for text in outputs.values()):
-                leaks[kind] += 1
+        daemon_log = work / "daemon.log"
+        with daemon_log.open("w") as log:
+            daemon = subprocess.Popen(memoryd_command(config, "run"), env=env,
+                                      stdout=subprocess.DEVNULL, stderr=log)
+        socket = state / "memoryd.sock"
+        try:
+            deadline = time.monotonic() + 60
+            while not socket.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            api = httpx.Client(transport=httpx.HTTPTransport(uds=str(socket)),
+                               base_url="http://memoryd", timeout=120)
+            # Everything read and saved (sync reads to the end through the daemon).
+            for name, args in (("sync", ("sync",)), ("export", ("export",)),
+                               ("sessions", ("sessions", "--all", "--json"))):
+                done = run(*args)
+                outputs[f"{name} (stdout)"], outputs[f"{name} (log)"] = done.stdout, done.stderr
+            listed = json.loads(outputs["sessions (stdout)"])
+            if isinstance(listed, dict):
+                listed = listed.get("sessions", [])
+            refs = [str(s.get("id")) for s in listed]
+            for ref in refs:
+                for view in (("--view", "model"), ("--view", "person"), ("--json",)):
+                    done = run("show", ref, *view)
+                    outputs[f"show {ref} {view[-1]}"] = done.stdout + done.stderr
+            for marker in sorted({m for *_x, m, _f in planted}):
+                done = run("recall", "--json", marker + " notes")
+                outputs[f"recall {marker}"] = done.stdout + done.stderr
+                done = run("context", "--query", marker + " notes")
+                outputs[f"context {marker}"] = done.stdout + done.stderr
+                found = api.post("/v1/search_sessions", json={"query": marker, "limit": 50})
+                outputs[f"search_sessions {marker}"] = found.text
+            done = run("ui", "--no-browser")
+            url = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+            if url.startswith("http"):
+                viewer = httpx.Client(follow_redirects=True, timeout=60)
+                viewer.get(url)  # the login link sets the session cookie
+                base = url.split("/login")[0]
+                for ref in refs:
+                    outputs[f"viewer session {ref}"] = viewer.get(f"{base}/sessions/{ref}").text
+                for marker in sorted({m for *_x, m, _f in planted}):
+                    outputs[f"viewer memories {marker}"] = viewer.get(
+                        f"{base}/memories", params={"q": marker}).text
+            else:
+                print(f"viewer: not reached ({done.stderr.strip()[:200]})")
+        finally:
+            daemon.terminate()
+            daemon.wait(60)
+        outputs["daemon (log)"] = daemon_log.read_text()
+        for jsonl in sorted((state / "memory-jsonl").rglob("*.jsonl")):
+            outputs[f"jsonl {jsonl.name}"] = jsonl.read_text()
+        leaks: Counter[tuple[str, str]] = Counter()
+        where: Counter[str] = Counter()
+        for kind, place, value, _marker, _file in planted:
+            seen = [name.split(" (")[0].split(" ")[0] for name, text in outputs.items()
+                    if value in text]
+            if seen:
+                leaks[kind, place] += 1
+                where.update(set(seen))
         export = outputs["export (stdout)"]
         unplanted = [json.loads(line)["content"] for line in export.splitlines() if line]
-        unplanted_text = re.sub(r"plantedmarker\d+ notes:[^\n]*", "", "\n".join(unplanted))
+        # A planted message runs from its marker to the next message's line.
+        unplanted_text = re.sub(r"planted\w+marker\d+ notes:.*?(?=\n(?:user|assistant)\b|\Z)",
+                                "", "\n".join(unplanted), flags=re.S)
         false_positives = Counter(re.findall(r"\[REDACTED:(\w+)\]", unplanted_text))
-        reached = sum(1 for marker in {m for _k, _v, m, _f in planted}
-                      if marker in export)
+        reached = sum(1 for marker in {m for *_x, m, _f in planted} if marker in export)
     kinds = sorted({k for k, *_ in planted})
-    per_kind = Counter(k for k, *_ in planted)
+    per = Counter((k, p) for k, p, *_ in planted)
     print(f"machine: {machine()}")
     print(f"{len(files)} fixture transcripts, {len(planted)} planted items "
-          f"({len(kinds)} kinds); planted lines that reached memory: {reached}/{len(files)}")
-    print("\n| kind | planted | leaked | masked |\n|---|---|---|---|")
+          f"({len(kinds)} kinds x {len(PLACES)} places); planted lines whose marker reached "
+          f"memory: {reached}/{len(files) * len(PLACES)} (a tool's output that worked is not "
+          "memory text)")
+    print("\n| kind | " + " | ".join(f"{p}: leaked" for p in PLACES) + " |")
+    print("|---|" + "---|" * len(PLACES))
     for kind in kinds:
-        n, bad = per_kind[kind], leaks[kind]
-        print(f"| {kind} | {n} | {bad} | {100 * (n - bad) / n:.0f} % |")
+        print(f"| {kind} | " + " | ".join(
+            f"{leaks[kind, p]}/{per[kind, p]}" for p in PLACES) + " |")
     total_bad = sum(leaks.values())
     print(f"\nall: {len(planted) - total_bad}/{len(planted)} masked "
-          f"({100 * (len(planted) - total_bad) / len(planted):.1f} %) in memory, recall, "
-          "context blocks, exports and logs")
+          f"({100 * (len(planted) - total_bad) / len(planted):.1f} %) in memory, the JSONL "
+          "layer, exports, recall, context blocks, show, search_sessions, the viewer and logs")
+    if where:
+        print(f"leaks seen in: {dict(where)}")
     print(f"false positives in unplanted memory text: {sum(false_positives.values())} "
           f"({dict(false_positives)})")
     return 0 if total_bad == 0 else 1

@@ -179,7 +179,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
     from daemon.lifecycle.segments import render_message
-    from daemon.memory.privacy.redaction import mask_extra, redact
+    from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
     from daemon.store.injections import injections_for
     from daemon.store.sessions import StoredMessage
 
@@ -215,9 +215,11 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
         fail(f"no session matches {session[:80]!r} (see `memoryd sessions`)", EX_NOT_FOUND)
         return
     for message in found["messages"]:
-        message["content"] = masked(message["content"])
-        if message.get("tool_input") is not None:
-            message["tool_input"] = masked(message["tool_input"])
+        if view != "raw":
+            message["content"] = masked(readable_stored(message["content"], message["kind"]))
+            if message.get("tool_input") is not None:
+                message["tool_input"] = masked(readable_stored(message["tool_input"],
+                                                               "tool_input"))
     for summary in found["summaries"]:
         if isinstance(summary.get("content"), str):
             summary["content"] = masked(summary["content"])

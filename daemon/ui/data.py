@@ -23,7 +23,7 @@ from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.lifecycle.expiry import shown_as_of
 from daemon.memory.models import Memory
-from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
 from daemon.memory.protocol import MemoryBrowse
 from daemon.memory.records import memory_to_record
 from daemon.store import audit, queries
@@ -100,10 +100,11 @@ class ViewerData:
         memories = await self._session_memories(int(found["id"]))
         for message in messages:
             index = message["message_index"]
-            text = self.masked(message["content"])
+            text = self.masked(readable_stored(message["content"], message["kind"]))
             message["text"] = text
             message["folded"] = len(text) > FOLD_CHARS
-            message["tool_input"] = self.masked(message.get("tool_input"))
+            message["tool_input"] = self.masked(
+                readable_stored(message.get("tool_input") or "", "tool_input"))
             message["memories"] = [
                 m for m in memories
                 if (m["first_index"] is not None and m["last_index"] is not None

@@ -33,6 +33,11 @@ AWS_KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 EMAIL = "jane.doe@example.org"
 TICKET = "TCK-482913"
 PLANTED = (GITHUB_TOKEN, AWS_KEY_ID, EMAIL, TICKET)
+#: Values a tool call's input holds after a newline or inside quotes: stored as escaped JSON
+#: (`\nAuthorization: Basic`, `{\"password\": …}`), where rules anchored on a line start
+#: or a quote did not see them (benchmarks.privacy, issue 29.5).
+BASIC_AUTH, JSON_PASSWORD = "dXNlcjpodW50ZXIyMjIyMjIyMg==", "Kx9vQ2mZ7pLw4Ts"
+ESCAPED = (BASIC_AUTH, JSON_PASSWORD)
 
 
 def _line(session: str, uuid: str, when: datetime, cwd: str, message: dict[str, Any],
@@ -49,8 +54,12 @@ def _session(session: str, word: str, cwd: str, start: datetime, *,
     extra = " ".join(PLANTED) if secrets else ""
     ask = f"zebrafish {word}: deploy it, the token is {GITHUB_TOKEN} mail {EMAIL}" if secrets \
         else f"zebrafish {word}: please deploy it"
+    command = f"echo zebrafish {word} {extra}"
+    if secrets:
+        command += (f"\ncurl -s https://ci.internal/api\nAuthorization: Basic {BASIC_AUTH}"
+                    f"\nprintf '{{\"password\": \"{JSON_PASSWORD}\"}}' > creds.json")
     call = {"type": "tool_use", "id": f"t-{session}", "name": "Bash",
-            "input": {"command": f"echo zebrafish {word} {extra}"}}
+            "input": {"command": command}}
     output = {"type": "tool_result", "tool_use_id": f"t-{session}",
               "content": f"zebrafish {word} done {extra}"}
     return "".join([
@@ -131,13 +140,14 @@ def test_search_sessions_masks_what_memory_masks(running: Daemon) -> None:
     assert {(r["role"], r["kind"]) for r in rows} >= {("user", "message"), ("tool", "tool_result")}
     assert len(rows) == 4
     shown = json.dumps(rows)
-    for planted in PLANTED:
+    for planted in (*PLANTED, *ESCAPED):
         assert planted not in shown, planted
     assert "[REDACTED:" in shown
-    model_view = running.cli("show", "s1", "--view", "model")
-    assert model_view.returncode == 0
-    for planted in PLANTED:
-        assert planted not in model_view.stdout
+    for view in (("--view", "model"), ("--view", "person"), ("--json",)):
+        shown_by = running.cli("show", "s1", *view)
+        assert shown_by.returncode == 0
+        for planted in (*PLANTED, *ESCAPED):
+            assert planted not in shown_by.stdout, (view, planted)
     through_mcp = _mcp_search(running, "zebrafish")
     assert "alphaword" in through_mcp
     for planted in PLANTED:

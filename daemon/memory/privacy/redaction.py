@@ -303,6 +303,27 @@ def mask_extra(text: str, masks: ExtraMasks) -> str:
     return text
 
 
+#: A JSON string escape: `\n`, `\"`, `\uXXXX`...
+_JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\",
+            "/": "/"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return chr(int(code[1:], 16)) if code[0] == "u" else _ESCAPED[code]
+
+
+def readable_stored(text: str, kind: str | None) -> str:
+    """A stored message's text as a person or an agent reads it, before masking: a tool
+    call's input is JSON text, whose escapes (`\nAuthorization: Basic`, `{\"api_key\"`)
+    hide a secret from rules anchored on a line start or a quote; its strings are shown
+    decoded, so that `redact` sees them as written."""
+    if kind not in ("tool_call", "tool_input") or "\\" not in text:
+        return text
+    return _JSON_ESCAPE.sub(_unescape, text)
+
+
 def redact(text: str) -> str:
     """`text` with `<private>` spans, secrets and personal data replaced by
     `[REDACTED:<kind>]`: what every write to memory, and every log line, goes through."""
