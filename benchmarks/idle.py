@@ -5,8 +5,9 @@
 
 `memoryd run` with default settings (poll_interval 2 s, file notifications on)
 on a fresh state_dir and a Claude root of `--files` transcripts (12 projects,
-20 lines each, about 8 KB a file). Once every line is stored and the daemon has
-been quiet for 10 s (its start-up jobs done), the CPU time it uses (user +
+20 lines each, about 8 KB a file). Once every line is stored, every session saved
+to memory with its digest, and the daemon quiet (under 2 % of a core for 5 s), the
+CPU time it uses (user +
 system, from /proc/<pid>/stat, every thread) is read at the start and the end
 of `--seconds`, with its RSS. Prints % of one core (target: <= 1 %) and the
 same figure per second of polling. Run `python -m benchmarks.latency` beside
@@ -60,6 +61,22 @@ def _write_root(root: Path, files: int) -> int:
     return files * LINES_PER_FILE
 
 
+def _unsaved(db: Path) -> int:
+    """Sessions whose messages or digest are not in memory yet (the daemon still works)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return -1
+    try:
+        return int(conn.execute(
+            "SELECT COUNT(*) FROM sessions WHERE message_count > memory_sync_index"
+            " OR digest_index < memory_sync_index").fetchone()[0])
+    except sqlite3.Error:
+        return -1
+    finally:
+        conn.close()
+
+
 def _stored(db: Path) -> int:
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -93,7 +110,18 @@ def main(argv: list[str] | None = None) -> int:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the daemon did not store every line")
                 time.sleep(0.5)
-            time.sleep(10)  # start-up jobs (recovery of the new sessions) settle
+            # Idle means after the work: every session saved to memory with its digest,
+            # then the daemon quiet (under 2 % of a core over 5 s) before measuring.
+            while _unsaved(work / "state" / "memoryd.db") != 0:
+                if time.monotonic() > deadline + 1800 or proc.poll() is not None:
+                    raise SystemExit("the daemon did not save every session")
+                time.sleep(1)
+            settled = time.monotonic()
+            while True:
+                cpu = _cpu_seconds(proc.pid)
+                time.sleep(5)
+                if _cpu_seconds(proc.pid) - cpu < 0.1 or time.monotonic() - settled > 300:
+                    break
             before, began = _cpu_seconds(proc.pid), time.monotonic()
             time.sleep(args.seconds)
             used, wall = _cpu_seconds(proc.pid) - before, time.monotonic() - began

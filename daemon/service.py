@@ -43,7 +43,7 @@ from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.rate import Throughput
 from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from daemon.lifecycle.repositories import relabel_by_repository
-from daemon.lifecycle.rerender import rerender_step
+from daemon.lifecycle.rerender import rerender_step, skip_if_fresh
 from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import hold_lock
@@ -203,6 +203,7 @@ class Service:
                 scheduler = self._scheduler(jobs_conn)
                 ingester = self._ingester = Ingester(conn, settings, clock)
                 await ingester.load()
+                await skip_if_fresh(conn, clock.now())
                 tasks = [
                     asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
                     asyncio.create_task(
@@ -211,6 +212,7 @@ class Service:
                             ingester.notify,
                             self.stop_event,
                             lambda: self.settings.poll_interval,
+                            ingester.watching,
                         ),
                         name="watch",
                     ),

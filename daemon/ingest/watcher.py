@@ -36,11 +36,13 @@ async def watch_roots(
     on_paths: Callable[[set[str]], None],
     stop: asyncio.Event,
     recheck_interval: Callable[[], float],
+    on_watching: Callable[[tuple[Path, ...]], None] = lambda _roots: None,
 ) -> None:
     """Call `on_paths` with changed transcript paths until `stop` is set.
 
     `roots` is asked again every `recheck_interval()` seconds; when the set of
-    existing roots changes, the watch is restarted over the new set.
+    existing roots changes, the watch is restarted over the new set. `on_watching` is
+    told which roots notifications cover (none while the watch is down).
     """
     while not stop.is_set():
         watched = existing_roots(roots())
@@ -51,6 +53,7 @@ async def watch_roots(
         monitor = asyncio.create_task(_watch_for_new_roots(roots, watched, restart, stop,
                                                            recheck_interval))
         log.info("watching", roots=[str(r) for r in watched])
+        on_watching(watched)
         try:
             async for changes in watchfiles.awatch(
                 *watched,
@@ -66,6 +69,7 @@ async def watch_roots(
             log.warning("watch_failed", error=str(exc))
             await _sleep_or_stop(stop, recheck_interval())
         finally:
+            on_watching(())
             monitor.cancel()
 
 

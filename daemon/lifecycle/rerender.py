@@ -16,6 +16,7 @@ A segment whose messages are not all there any more (their text expired by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import aiosqlite
 import structlog
@@ -40,6 +41,16 @@ class Step:
     sessions: int = 0
     rewritten: int = 0
     done: bool = False
+
+
+async def skip_if_fresh(conn: aiosqlite.Connection, now: datetime) -> None:
+    """A store without sessions has nothing an older version wrote: the upgrade is done
+    before it starts (otherwise it would render every session a fresh install's first
+    backfill saves again, a few a step, for hours on a big history)."""
+    if (await upgrades.progress(conn, NAME)).started:
+        return
+    if not await upgrades.sessions_after(conn, 0, 1):
+        await upgrades.advance(conn, NAME, 0, 0, now, done=True)
 
 
 async def rerender_step(conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
