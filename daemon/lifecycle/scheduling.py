@@ -78,6 +78,8 @@ class LifecycleScheduler:
         self._busy = asyncio.Lock()
         self._own = {job.name: asyncio.Lock() for job in jobs if not job.exclusive}
         self._running: set[asyncio.Task[object]] = set()
+        # Each job's transient failure while it lasts: said when it begins and ends only.
+        self._failing: dict[str, str] = {}
 
     def start(self) -> None:
         for job in self._jobs:
@@ -128,6 +130,9 @@ class LifecycleScheduler:
             try:
                 async with self._busy if job.exclusive else self._own[job.name]:
                     await job.run()
+                failed_with = self._failing.pop(job.name, None)
+                if failed_with is not None:
+                    log.info("job_recovered", job=job.name, failed_with=failed_with)
                 if self._on_success is not None:
                     self._on_success(job.name)
             except asyncio.CancelledError:
@@ -135,8 +140,14 @@ class LifecycleScheduler:
                 # ended here, APScheduler would log the stop as an error with a traceback.
                 log.info("job_cancelled", job=job.name)
             except MemorydError as exc:
-                # Logged and retried on the next run: a job must never stop the daemon.
-                log.warning("job_failed", job=job.name, error=str(exc))
+                # Retried on the next run: a job must never stop the daemon. A transient
+                # failure (a database locked by a long backfill) is said once, not at
+                # every run until it passes.
+                if not exc.transient or job.name not in self._failing:
+                    log.warning("job_failed", job=job.name, error=str(exc),
+                                transient=exc.transient)
+                if exc.transient:
+                    self._failing[job.name] = str(exc)
                 if self._on_error is not None:
                     self._on_error(job.name, exc)
             except Exception as exc:

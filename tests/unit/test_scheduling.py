@@ -1,0 +1,42 @@
+"""The lifecycle scheduler: a transient failure is said once, not at every run."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from structlog.testing import capture_logs
+
+from daemon.errors import StoreBusy
+from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
+
+
+def test_a_transient_failure_is_logged_when_it_begins_and_ends() -> None:
+    """A database locked by a long backfill failed the recovery job at every run, a
+    warning each (four in one benchmark's start); now one when it begins, one when the
+    job works again, and a second bout is said again."""
+    outcomes = ["busy", "busy", "busy", "ok", "busy", "ok"]
+
+    async def job() -> None:
+        if outcomes.pop(0) == "busy":
+            raise StoreBusy("database is locked")
+
+    async def run() -> list[dict[str, object]]:
+        with capture_logs() as logs:
+            scheduler = LifecycleScheduler([PeriodicJob("recover", 0.05, job)],
+                                           now=lambda: datetime.now(UTC))
+            scheduler.start()
+            try:
+                for _ in range(200):
+                    if not outcomes:
+                        break
+                    await asyncio.sleep(0.02)
+            finally:
+                await scheduler.stop(1)
+        return logs
+
+    events = [(e["event"], e.get("job")) for e in asyncio.run(run())
+              if e["event"] in ("job_failed", "job_recovered")]
+    assert not outcomes
+    assert events == [("job_failed", "recover"), ("job_recovered", "recover"),
+                      ("job_failed", "recover"), ("job_recovered", "recover")]
