@@ -77,6 +77,7 @@ class Ingester:
         self._stored_at = float("-inf")  # monotonic time of the last turn that stored
         self._watched: tuple[str, ...] = ()  # roots notifications cover, each with a "/"
         self._swept_at = float("-inf")  # monotonic time of the last pass over every file
+        self._sweep_requested = False  # the next pass turns every file (`catch_up`)
 
     def busy(self, within: float = 1.0) -> bool:
         """Whether a turn stored something in the last `within` seconds (a backfill or a
@@ -144,7 +145,13 @@ class Ingester:
     async def catch_up(self) -> None:
         """Wait until a pass that started after this call has read every file to its end."""
         target = self._passes_started + 1
-        self._rescan_requested = True
+        if self._watched:
+            # Notifications have told of every new file (a hinted unknown path asks for a
+            # scan itself): a pass over every known file reads what they hold, without
+            # walking the roots (0.2 s at 10,000 transcripts, at every session's start).
+            self._sweep_requested = True
+        else:
+            self._rescan_requested = True
         self.wake.set()
         async with self._pass_done:
             await self._pass_done.wait_for(lambda: self._passes_done >= target)
@@ -323,7 +330,9 @@ class Ingester:
                     await self.scan(hold_copies=True)
                     scanned = True
                 next_scan = now + self._settings.poll_interval
-            full = scanned or not self._watched or now - self._swept_at >= FULL_SWEEP
+            full = (scanned or self._sweep_requested or not self._watched
+                    or now - self._swept_at >= FULL_SWEEP)
+            self._sweep_requested = False
             only = None if full else set(self._hinted)
             self._hinted.clear()
             self.wake.clear()
