@@ -10,10 +10,10 @@ JSON) and in a tool's output. memoryd then runs as users run it (`memoryd run`
 with default settings but JSON logs at debug level and a JSONL layer behind the
 embedded store, `sync`), and every place stored or memory text leaves memoryd
 is read: `export`, the JSONL layer's files, `recall --json` and `context` for each
-planted line, `show` of every session (the model and person views, and `--json`), the API's `search_sessions`
-(what an agent's MCP tool gets), the web viewer's session and memory pages, and
-every log line of the daemon and the commands. A planted value found anywhere is
-a leak.
+planted line, `show` of every session (the model and person views, and `--json`),
+the API's `search_sessions` (what an agent's MCP tool gets), the web viewer's session
+and memory pages, and every log line of the daemon and the commands. A planted value
+found anywhere is a leak.
 
 False positives: `[REDACTED:` markers in the export outside the planted
 lines, i.e. in the unplanted real text, are counted and listed by kind.

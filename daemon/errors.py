@@ -25,7 +25,15 @@
     └── SettingsFileError    an agent's settings file memoryd will not touch
 
     OSError
-    └── NotARegularFile      a path named like a transcript is a FIFO, socket or device
+    ├── NotARegularFile      a path named like a transcript is a FIFO, socket or device
+    └── Unreachable          nothing listens on the daemon's socket (the hook's and quick
+                             commands' own client; `DaemonUnreachable` above is the API's)
+    ValueError
+    └── WhenError            a time phrase memoryd does not understand (`--since`)
+    ToolError                a refused MCP tool call: its one line is what the model reads
+
+Private signals (`hooks.fast._Usage`, `cli.quick._Fallback`, `store.offsets._NotWritten`)
+stay beside the code that raises and catches them: they never leave their module.
 
 Third-party exceptions are translated into these at the boundary that calls the
 library. Errors carry fields (path, offset, backend) and never secrets.
@@ -202,3 +210,15 @@ class SettingsFileError(MemorydError):
 class NotARegularFile(OSError):
     """A path named like a transcript is a FIFO, socket or device: never read. An OSError,
     so that every path that reads files treats it as a file it cannot read."""
+
+
+class Unreachable(OSError):
+    """No daemon to connect to on the socket (as opposed to one that is slow to answer)."""
+
+
+class WhenError(ValueError):
+    """The text is not a time memoryd understands."""
+
+
+class ToolError(Exception):
+    """A refused tool call: its message (one line) is what the model reads."""

@@ -12,11 +12,9 @@ import socket
 import time
 from typing import Any
 
+from daemon.errors import Unreachable
+
 MAX_ANSWER_BYTES = 32 << 20
-
-
-class Unreachable(OSError):
-    """No daemon to connect to on the socket (as opposed to one that is slow to answer)."""
 
 
 def request(socket_path: str, method: str, path: str, body: bytes | None,

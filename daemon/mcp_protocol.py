@@ -27,16 +27,14 @@ from typing import Any, BinaryIO
 
 import structlog
 
+from daemon.errors import ToolError
+
 #: The revisions reachable by the initialize handshake, oldest first; a client asking for
 #: another gets the newest (the spec's counter-offer). Tools work the same in all of them.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 
 Tool = Callable[..., Awaitable[str]]
-
-
-class ToolError(Exception):
-    """A refused tool call: its message (one line) is what the model reads."""
 
 
 @dataclass(frozen=True)

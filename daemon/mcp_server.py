@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from daemon import __version__
-from daemon.mcp_protocol import Annotations, Server, ToolError
+from daemon.errors import ToolError
+from daemon.mcp_protocol import Annotations, Server
 
 if TYPE_CHECKING:
     from daemon.client import MemoryClient

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, time, timedelta
 
+from daemon.errors import WhenError
+
 _UNITS = {
     "s": 1, "sec": 1, "second": 1,
     "m": 60, "min": 60, "minute": 60,
@@ -23,10 +25,6 @@ _UNITS = {
 }
 _AGO = re.compile(r"^(\d+|an?|one)\s*([a-z]+?)s?(?:\s+ago)?$")
 _LAST = re.compile(r"^last\s+([a-z]+)$")
-
-
-class WhenError(ValueError):
-    """The text is not a time memoryd understands."""
 
 
 def _local_midnight(day: date) -> datetime:

@@ -8,11 +8,11 @@ from datetime import datetime
 from typing import Any
 
 from daemon.clock import utc_text
-from daemon.errors import ApiError
+from daemon.errors import ApiError, WhenError
 from daemon.memory import MemoryType
 from daemon.names import agent_name
 from daemon.repository import project_root
-from daemon.timephrases import WhenError, parse_when
+from daemon.timephrases import parse_when
 
 
 def text(args: Mapping[str, Any], name: str, default: str | None = None) -> str:

@@ -35,11 +35,12 @@ from daemon.errors import (
     ConfigError,
     MemorydError,
     StateDirError,
+    WhenError,
 )
 from daemon.files import ensure_writable_dir
 from daemon.locations import note_config_checked, read_config_file
 from daemon.logging import configure_logging
-from daemon.timephrases import WhenError, parse_when
+from daemon.timephrases import parse_when
 
 if TYPE_CHECKING:
     from daemon.memory import RecallResult

@@ -23,7 +23,8 @@ import time
 from typing import Any
 
 from daemon.cli import render
-from daemon.localhttp import Unreachable, request
+from daemon.errors import Unreachable
+from daemon.localhttp import request
 from daemon.locations import (
     config_checked,
     default_config_path,

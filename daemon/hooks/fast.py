@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from daemon.clock import utc_text
-from daemon.localhttp import Unreachable, ask_daemon
+from daemon.errors import Unreachable
+from daemon.localhttp import ask_daemon
 from daemon.locations import default_config_path, default_state_dir
 from daemon.names import AGENT_EVENTS, agent_transcript_root
 

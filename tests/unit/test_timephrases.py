@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from helpers import local_time_zone
 
-from daemon.timephrases import WhenError, parse_when
+from daemon.errors import WhenError
+from daemon.timephrases import parse_when
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
