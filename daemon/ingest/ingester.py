@@ -78,6 +78,7 @@ class Ingester:
         self._watched: tuple[str, ...] = ()  # roots notifications cover, each with a "/"
         self._swept_at = float("-inf")  # monotonic time of the last pass over every file
         self._sweep_requested = False  # the next pass turns every file (`catch_up`)
+        self._unwatched: list[Tracked] | None = None  # `_not_covered`, until the next scan
 
     def busy(self, within: float = 1.0) -> bool:
         """Whether a turn stored something in the last `within` seconds (a backfill or a
@@ -104,8 +105,16 @@ class Ingester:
     def watching(self, roots: Iterable[Path]) -> None:
         """Which roots file notifications now cover (none: every pass turns every file)."""
         self._watched = tuple(os.path.join(os.path.abspath(root), "") for root in roots)
+        self._unwatched = None
         if not self._watched:
             self._swept_at = float("-inf")
+
+    def _not_covered(self) -> list[Tracked]:
+        """The followed files no notification covers (kept until the next scan)."""
+        if self._unwatched is None:
+            self._unwatched = [t for t in self._tracked.values()
+                               if not t.path.startswith(self._watched)]
+        return self._unwatched
 
     def notify(self, paths: Iterable[str]) -> None:
         """A watch notification: a hint that these paths changed."""
@@ -198,6 +207,7 @@ class Ingester:
             log.info("transcript_missing", path=state.path, session_id=state.session_id)
         self._states = resolution.unclaimed
         self._tracked = resolution.tracked
+        self._unwatched = None
 
     # -- fair turns --------------------------------------------------------------------
 
@@ -231,8 +241,13 @@ class Ingester:
         """
         stats = PassStats()
         touched: set[str] = set()
-        active = [t for t in self._tracked.values()
-                  if only is None or t.path in only or not t.path.startswith(self._watched)]
+        if only is None:
+            active = list(self._tracked.values())
+        else:
+            picked = {path: self._tracked[path] for path in only if path in self._tracked}
+            for tracked in self._not_covered():
+                picked.setdefault(tracked.path, tracked)
+            active = list(picked.values())
         in_flight: tuple[Prepared, asyncio.Task[CommitResult]] | None = None
         still: list[Tracked] = []
 
