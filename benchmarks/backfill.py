@@ -194,12 +194,22 @@ def main(argv: list[str] | None = None) -> int:
           f"({warm_seconds:.2f} s) before timing")
     mode = "in-process service.ingest_once" if args.inprocess else (
         "subprocess `python -m daemon ingest --once`")
+    # Removed at the end (the corpus stays, for the next run to reuse).
+    scratch = tempfile.TemporaryDirectory(prefix="memoryd-bench-")
+    try:
+        return _measure(args, info, root, files, total_bytes, mode, Path(scratch.name))
+    finally:
+        scratch.cleanup()
+
+
+def _measure(args: argparse.Namespace, info: gen_corpus.CorpusInfo, root: Path,
+             files: list[Path], total_bytes: int, mode: str, scratch: Path) -> int:
     if not args.inprocess:
-        fixed = startup_seconds(isolated_env(Path(tempfile.mkdtemp()) / "xdg"))
+        fixed = startup_seconds(isolated_env(scratch / "xdg"))
         mode += f"; its interpreter start-up, included, is {fixed:.2f} s"
     print(f"memoryd: {mode}")
 
-    files_list = Path(tempfile.mkdtemp(prefix="memoryd-bench-files-")) / "files.txt"
+    files_list = scratch / "files.txt"
     files_list.write_text("\n".join(str(f) for f in files))
     runs: dict[str, list[Result]] = {"bare": [], "baseline": [], "memoryd": []}
     for round_no in range(args.rounds):
