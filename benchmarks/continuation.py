@@ -286,9 +286,12 @@ def _session_start_command(home: Path) -> list[str]:
     settings = json.loads((home / ".claude" / "settings.json").read_text())
     for group in settings["hooks"]["SessionStart"]:
         for hook in group["hooks"]:
+            # `memoryd hook --agent ...`, or (since the shell client) `/bin/sh
+            # memoryd-hook.sh memoryd hook --agent ...`: either tree's install.
             words = shlex.split(hook["command"])
-            if words[1:3] == ["hook", "--agent"]:
-                return [sys.executable, "-m", "daemon", *words[1:]]
+            for at in range(len(words) - 1):
+                if words[at:at + 2] == ["hook", "--agent"]:
+                    return [sys.executable, "-m", "daemon", *words[at:]]
     raise RuntimeError("memoryd hooks install wrote no SessionStart hook")
 
 

@@ -136,7 +136,14 @@ class SessionEvents(OpsBase):
         return {"url": await self._runtime.open_ui()}
 
     async def session_event(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """A hook's event; returns `context` (a block, or None) and the memory ids in it."""
+        """A hook's event; returns `context` (a block, or None) and the memory ids in it.
+        A block ready after `answer_by` (a time), `answer_within` seconds from now, or once
+        `still_waiting()` is false, is not given: the hook has stopped waiting."""
+        answer_by = arg.when(args, "answer_by", self.clock.now())
+        within = args.get("answer_within")
+        if answer_by is None and isinstance(within, int | float) and not isinstance(
+                within, bool):
+            answer_by = self.clock.now() + timedelta(seconds=min(600.0, max(0.0, float(within))))
         agent = arg.text(args, "agent")
         event = arg.text(args, "event")
         if agent not in AGENTS:
@@ -167,11 +174,14 @@ class SessionEvents(OpsBase):
         else:
             block_text, ids = await self._prompt_context(
                 arg.text(args, "prompt", default=""), project, agent_session, agent)
-        answer_by = arg.when(args, "answer_by", self.clock.now())
-        if block_text is not None and answer_by is not None and self.clock.now() > answer_by:
+        waiting = args.get("still_waiting")  # set by the API's hook route, never JSON
+        late = answer_by is not None and self.clock.now() > answer_by
+        gone = callable(waiting) and not waiting()
+        if block_text is not None and (late or gone):
             # The hook has given up waiting: nothing was given, so nothing is recorded.
-            log.info("block_too_late", agent=agent, hook_event=event,
-                     late_by=round((self.clock.now() - answer_by).total_seconds(), 3))
+            log.info("block_too_late", agent=agent, hook_event=event, client_gone=gone,
+                     late_by=round((self.clock.now() - answer_by).total_seconds(), 3)
+                     if late and answer_by is not None else None)
             return {"context": None, "memory_ids": []}
         if block_text is not None:
             await self._record(Injection(agent=agent, agent_session_id=agent_session,

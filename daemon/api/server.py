@@ -6,6 +6,11 @@ a status that says what went wrong (400 bad request, 404 not found, 409
 conflict, 413 too large, 503 a store is unavailable right now, 504 too slow,
 500 a bug, logged). `GET /v1/status` is `memoryd status --json`.
 
+`POST /v1/hook/<agent>/<event>[?timeout=S]` takes an agent's hook payload as the
+agent wrote it and answers what the agent is to read (its hook JSON with the
+block), or 204 for nothing: the shell hook client (`hooks/memoryd-hook.sh`) needs
+no JSON of its own. It is `session_event`, with the request `hooks.fast` builds.
+
 No TCP port and no token: the socket is mode 0600 in the 0700 state
 directory, so only its user can connect. Requests are bounded in size
 (MAX_REQUEST_BYTES) and in time (per operation); concurrent clients are served;
@@ -30,10 +35,15 @@ from aiohttp import web
 
 from daemon.api.operations import OPERATIONS, MemoryOps
 from daemon.errors import ApiError, MemorydError
+from daemon.hook_protocol import ANSWER_MARGIN, agent_output, event_request, memoryd_event
+from daemon.names import AGENT_HOME_ENV, agent_transcript_root
 
 log = structlog.get_logger("memoryd.api")
 
 MAX_REQUEST_BYTES = 1 << 20
+#: Where the shell hook client names the folder the agent's environment moved its home to
+#: (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `GEMINI_CLI_HOME`), which the daemon cannot see.
+AGENT_HOME_HEADER = "X-Memoryd-Agent-Home"
 #: Seconds an operation may take; syncing a long session may take a while.
 TIMEOUTS = {"sync": 300.0, "session_event": 120.0}
 DEFAULT_TIMEOUT = 30.0
@@ -67,28 +77,12 @@ def make_app(ops: OpsProvider, status: StatusProvider,
     gives way to its clients); `log_location` is named to a client when a request fails
     inside the daemon."""
 
-    async def run_operation(request: web.Request) -> web.Response:
-        name = request.match_info["operation"]
-        if on_request is not None:
-            on_request()
-        operation = OPERATIONS.get(name)
-        if operation is None:
-            return _error(404, f"no operation {name!r}")
-        try:
-            args = await request.json(loads=json.loads)
-        except web.HTTPRequestEntityTooLarge:
-            return _error(413, f"a request may hold at most {MAX_REQUEST_BYTES} bytes")
-        except (ValueError, UnicodeDecodeError):
-            return _error(400, "the body must be a JSON object")
-        except RecursionError:
-            # json's decoder recurses once a level: `[` x 100,000 is a bad request, not a bug.
-            return _error(400, "the body must be a JSON object (this one is nested too deeply)")
-        if not isinstance(args, dict):
-            return _error(400, "the body must be a JSON object")
+    async def perform(name: str, args: dict[str, Any]) -> dict[str, Any] | web.Response:
+        """The operation's result, or the error response that says why there is none."""
         try:
             async with asyncio.timeout(TIMEOUTS.get(name, DEFAULT_TIMEOUT)):
                 # Shielded: a client that gives up must not cancel a save half-way.
-                result = await asyncio.shield(_call(name, ops, args))
+                return await asyncio.shield(_call(name, ops, args))
         except ApiError as exc:
             return _error(exc.status, str(exc))
         except TimeoutError:
@@ -108,7 +102,54 @@ def make_app(ops: OpsProvider, status: StatusProvider,
         except Exception:
             log.exception("api_operation_crashed", operation=name)
             return _error(500, f"{name} failed inside memoryd (see {log_location})")
+
+    async def run_operation(request: web.Request) -> web.Response:
+        name = request.match_info["operation"]
+        if on_request is not None:
+            on_request()
+        operation = OPERATIONS.get(name)
+        if operation is None:
+            return _error(404, f"no operation {name!r}")
+        args = await _json_object(request)
+        if isinstance(args, web.Response):
+            return args
+        result = await perform(name, args)
+        if isinstance(result, web.Response):
+            return result
         return _answer(200, {"ok": True, **result})
+
+    async def run_hook(request: web.Request) -> web.Response:
+        """An agent's hook payload as the agent wrote it (the shell hook client's way in):
+        answers the agent's own hook JSON, or 204 when the agent is to be told nothing."""
+        agent, agent_event = request.match_info["agent"], request.match_info["event"]
+        if on_request is not None:
+            on_request()
+        if agent not in AGENT_HOME_ENV:
+            return _error(404, f"no agent {agent!r}")
+        event = memoryd_event(agent, agent_event)
+        if event is None:
+            return web.Response(status=204)
+        payload = await _json_object(request)
+        if isinstance(payload, web.Response):
+            return payload
+        home = request.headers.get(AGENT_HOME_HEADER)
+        root = agent_transcript_root(agent, {AGENT_HOME_ENV[agent][0]: home}) if home else None
+        args = event_request(agent, event, payload, root)
+        cap = _seconds(request.query.get("timeout"))
+        if cap is not None:
+            args["answer_within"] = max(0.0, cap - ANSWER_MARGIN)
+        # A client that gave up has closed its connection; a daemon that was stopped while
+        # the request waited in the socket learns of it only this way (the request names
+        # no time: the shell cannot tell one finer than a second).
+        args["still_waiting"] = lambda: (request.transport is not None
+                                         and not request.transport.is_closing())
+        result = await perform("session_event", args)
+        if isinstance(result, web.Response):
+            return result
+        output = agent_output(agent_event, result.get("context"))
+        if output is None:
+            return web.Response(status=204)
+        return web.Response(status=200, content_type="application/json", text=output)
 
     async def get_status(_request: web.Request) -> web.Response:
         try:
@@ -124,7 +165,33 @@ def make_app(ops: OpsProvider, status: StatusProvider,
     app.router.add_get("/v1", hello)
     app.router.add_get("/v1/status", get_status)
     app.router.add_post("/v1/{operation}", run_operation)
+    app.router.add_post("/v1/hook/{agent}/{event}", run_hook)
     return app
+
+
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object, or the 400/413 response that says what is wrong with it."""
+    try:
+        args = await request.json(loads=json.loads)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"a request may hold at most {MAX_REQUEST_BYTES} bytes")
+    except (ValueError, UnicodeDecodeError):
+        return _error(400, "the body must be a JSON object")
+    except RecursionError:
+        # json's decoder recurses once a level: `[` x 100,000 is a bad request, not a bug.
+        return _error(400, "the body must be a JSON object (this one is nested too deeply)")
+    if not isinstance(args, dict):
+        return _error(400, "the body must be a JSON object")
+    return args
+
+
+def _seconds(value: str | None) -> float | None:
+    """A hook's time cap from `?timeout=`: seconds in (0, 600], else None (no cap)."""
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 < seconds <= 600 else None
 
 
 async def _call(name: str, ops: OpsProvider, args: Mapping[str, Any]) -> dict[str, Any]:

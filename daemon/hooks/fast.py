@@ -30,14 +30,12 @@ from typing import Any
 
 from daemon.clock import utc_text
 from daemon.errors import Unreachable
+from daemon.hook_protocol import ANSWER_MARGIN, agent_output, event_request, memoryd_event
 from daemon.localhttp import ask_daemon
 from daemon.locations import default_config_path, default_state_dir
 from daemon.names import AGENT_EVENTS, agent_transcript_root
 
 DEFAULT_TIMEOUT = 2.0
-#: Seconds before its cap by which the daemon must have answered (the hook still has to
-#: read the answer and print it).
-ANSWER_MARGIN = 0.15
 MAX_PAYLOAD_BYTES = 8 << 20
 
 
@@ -119,30 +117,6 @@ def _log(state_dir: str | None, event: str, **fields: Any) -> None:
         pass
 
 
-def agent_output(agent: str, agent_event: str, context: str | None) -> str | None:
-    """What the agent reads on stdout: its hook JSON with the block, or nothing."""
-    if not context:
-        return None
-    # All three agents read additionalContext; Codex refuses any key it does not know.
-    return json.dumps({"hookSpecificOutput": {"hookEventName": agent_event,
-                                              "additionalContext": context}},
-                      ensure_ascii=False)
-
-
-def event_request(agent: str, event: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """The API's session_event arguments from an agent's hook payload (unknown fields ignored)."""
-
-    def text(name: str) -> str | None:
-        value = payload.get(name)
-        return value if isinstance(value, str) and value else None
-
-    return {"agent": agent, "event": event, "session_id": text("session_id"),
-            "transcript_path": text("transcript_path"), "cwd": text("cwd"),
-            "prompt": text("prompt") or "", "interface": "hook",
-            "transcript_root": agent_transcript_root(agent)}
-
-
-
 def run(argv: list[str]) -> int:
     """The hook; returns the exit status (always 0 once the arguments parse)."""
     state_dir: str | None = None
@@ -175,11 +149,11 @@ def run(argv: list[str]) -> int:
         if not isinstance(payload, dict):
             raise ValueError("the payload is not a JSON object")
         agent_event = agent_event or str(payload.get("hook_event_name") or "")
-        event = AGENT_EVENTS[agent].get(agent_event)
+        event = memoryd_event(agent, agent_event)
         if event is None:
             _log(state_dir, "hook_event_ignored", agent=agent, agent_event=agent_event)
             return 0
-        request = event_request(agent, event, payload)
+        request = event_request(agent, event, payload, agent_transcript_root(agent))
         # The daemon gives (and records as given) a block only while this hook still
         # waits for it: a daemon that was stopped or slow must not record what the agent
         # never received.
@@ -196,7 +170,7 @@ def run(argv: list[str]) -> int:
 
             answer = handle_directly(request, socket_path, exc, args.config)
             state_dir = answer.pop("state_dir", state_dir)
-        output = agent_output(agent, agent_event, answer.get("context"))
+        output = agent_output(agent_event, answer.get("context"))
         if output is not None:
             sys.stdout.write(output)
             sys.stdout.flush()

@@ -13,8 +13,10 @@ Rules, for every agent and file:
   the new one written to a temporary file and renamed over it.
 - A file that does not parse is refused with one clear line, never rewritten.
 
-memoryd's hook entries are recognised by their command: the memoryd executable
-followed by `hook --agent`.
+memoryd's hook entries are recognised by their command: `/bin/sh` running the
+shell hook client (`memoryd-hook.sh`, which hands anything it cannot do to the
+Python hook) with the memoryd executable and `hook --agent ...`; or, as earlier
+installs wrote them, the memoryd executable followed by `hook --agent`.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {agent: tuple(AGENT_EVENTS[agent])
                                              for agent in AGENTS}
 #: The agent's own bound on a hook; memoryd's hook caps itself well below it.
 AGENT_TIMEOUT_SECONDS = 10
+#: The shell hook client, and the shell that runs it (named, so that the file needs no
+#: execute bit and no agent's choice of shell matters).
+HOOK_CLIENT = Path(__file__).with_name("memoryd-hook.sh")
+SHELL = "/bin/sh"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,19 +88,30 @@ class Record:
 def hook_command(memoryd: str, agent: Agent, event: str, socket: Path, timeout: float,
                  config: str | None = None) -> str:
     extra = ["--config", config] if config else []
-    return shlex.join([memoryd, "hook", "--agent", agent, "--socket", str(socket),
-                       "--timeout", f"{timeout:g}", *extra, event])
+    return shlex.join([SHELL, str(HOOK_CLIENT), memoryd, "hook", "--agent", agent,
+                       "--socket", str(socket), "--timeout", f"{timeout:g}", *extra, event])
 
 
-def is_memoryd_hook(command: object) -> bool:
+def hook_argv(command: object) -> list[str] | None:
+    """The `hook --agent ...` arguments of a memoryd hook's command; None for a command
+    that is not memoryd's hook."""
     if not isinstance(command, str):
-        return False
+        return None
     try:
         words = shlex.split(command)
     except ValueError:
-        return False
-    return (len(words) >= 3 and os.path.basename(words[0]).startswith("memoryd")
-            and words[1:3] == ["hook", "--agent"])
+        return None
+    if len(words) >= 5 and os.path.basename(words[1]) == HOOK_CLIENT.name and words[3:5] == [
+            "hook", "--agent"]:
+        return words[3:]
+    if len(words) >= 3 and os.path.basename(words[0]).startswith("memoryd") and words[1:3] == [
+            "hook", "--agent"]:
+        return words[1:]
+    return None
+
+
+def is_memoryd_hook(command: object) -> bool:
+    return hook_argv(command) is not None
 
 
 def settings_path(agent: Agent, what: str, scope: Scope, home: Path, project: Path) -> Path:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from daemon.hooks.install import (
     AGENTS,
     ALLOW_RULES,
+    HOOK_CLIENT,
     HOOK_EVENTS,
     Installer,
     SettingsFileError,
@@ -146,14 +147,16 @@ def test_the_backup_is_the_persons_file_not_one_memoryd_wrote(tmp_path: Path) ->
 
 
 def test_hook_commands_are_absolute_and_in_each_agents_units(tmp_path: Path) -> None:
-    """Hooks call memoryd by its absolute path; Gemini's timeouts are milliseconds."""
+    """Hooks run the shell client by absolute paths, handing it memoryd's absolute path;
+    Gemini's timeouts are milliseconds."""
     inst = installer(tmp_path)
     for agent in AGENTS:
         inst.hooks(agent, "user", install=True, dry_run=False)
     claude = json.loads(settings_path("claude", "hooks", "user", inst.home,
                                       inst.project).read_text())
     handler = claude["hooks"]["UserPromptSubmit"][0]["hooks"][0]
-    assert handler["command"].startswith(MEMORYD + " hook --agent claude")
+    assert handler["command"].startswith(f"/bin/sh {HOOK_CLIENT} {MEMORYD} hook --agent claude")
+    assert HOOK_CLIENT.is_absolute() and HOOK_CLIENT.is_file()
     assert handler["command"].endswith("UserPromptSubmit") and handler["timeout"] == 10
     gemini = json.loads(settings_path("gemini", "hooks", "user", inst.home,
                                       inst.project).read_text())
@@ -407,3 +410,25 @@ def test_the_allowed_tools_are_the_servers_read_only_ones(tmp_path: Path) -> Non
     read_only = {tool["name"] for tool in listed["result"]["tools"]
                  if tool["annotations"]["readOnlyHint"]}
     assert {f"mcp__memoryd__{name}" for name in read_only} == set(ALLOW_RULES)
+
+
+def test_an_earlier_installs_python_hook_is_replaced_not_doubled(tmp_path: Path) -> None:
+    """Installs before the shell client wrote `memoryd hook ...` itself: installing again
+    replaces each such entry with the shell client's, and keeps the person's own hooks."""
+    inst = installer(tmp_path)
+    path = settings_path("claude", "hooks", "user", inst.home, inst.project)
+    path.parent.mkdir(parents=True)
+    old = f"{MEMORYD} hook --agent claude --socket /old/memoryd.sock --timeout 2 SessionStart"
+    mine = {"type": "command", "command": "echo mine"}
+    path.write_text(json.dumps({"hooks": {"SessionStart": [
+        {"hooks": [{"type": "command", "command": old}]}, {"hooks": [mine]}]}}))
+    assert is_memoryd_hook(old)
+    inst.hooks("claude", "user", install=True, dry_run=False)
+    groups = json.loads(path.read_text())["hooks"]["SessionStart"]
+    commands = [h["command"] for g in groups for h in g["hooks"]]
+    assert "echo mine" in commands and old not in commands
+    ours = [c for c in commands if is_memoryd_hook(c)]
+    assert len(ours) == 1 and ours[0].startswith(f"/bin/sh {HOOK_CLIENT} {MEMORYD} hook")
+    inst.hooks("claude", "user", install=False, dry_run=False)
+    remaining = json.loads(path.read_text())["hooks"]["SessionStart"]
+    assert [h["command"] for g in remaining for h in g["hooks"]] == ["echo mine"]
