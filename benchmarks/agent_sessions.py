@@ -5,11 +5,12 @@
 Runs the pinned agent CLIs (`tests/e2e/pins.py`, installed from the npm registry on first
 use) non-interactively against the end-to-end tests' fake model servers, inside a network
 namespace with loopback only (re-runs itself under `unshare -n`; needs root). For each
-agent, three set-ups on one HOME, each as the README installs it with the daemon running
-and default settings: no memoryd, the MCP server only (`memoryd mcp install`), hooks and
-MCP (`memoryd hooks install` too). Each set-up is asked once to warm up, then `--runs`
-times; printed per set-up: the median seconds from starting the agent to its first model
-request (the target: hooks + MCP add at most 0.5 s there) and to its exit.
+agent, three set-ups, each on a HOME of its own with its own daemon running, installed as
+the README says, default settings: no memoryd, the MCP server only (`memoryd mcp
+install`), hooks and MCP (`memoryd hooks install` too). Each set-up is asked once to warm
+up, then `--runs` times, taking turns; printed per set-up: the median seconds from
+starting the agent to its first model request (the target: hooks + MCP add at most 0.5 s
+there) and to its exit.
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ E2E = REPO / "tests" / "e2e"
 INSIDE = "AGENT_SESSIONS_BENCH_INSIDE"
 
 
+SETUPS: dict[str, list[list[str]]] = {
+    "no memoryd": [],
+    "MCP only": [["mcp", "install", "--agent", "{agent}"]],
+    "hooks + MCP": [["mcp", "install", "--agent", "{agent}"],
+                    ["hooks", "install", "--agent", "{agent}"]],
+}
+
+
 def _measure(agent: str, runs: int, work: Path) -> dict[str, dict[str, float]]:
+    """Each set-up on a HOME of its own with its own daemon; the runs go round the
+    set-ups in turn (each round starting at the next one), so that the machine's slower
+    and faster minutes fall on all of them alike."""
     sys.path.insert(0, str(E2E))
     from pins import installed
     from story import AGENTS
@@ -38,35 +50,19 @@ def _measure(agent: str, runs: int, work: Path) -> dict[str, dict[str, float]]:
     executable = str(installed(agent))
     spec = AGENTS[agent](executable)
     shutil.rmtree(work, ignore_errors=True)
-    home, project = work / "home", work / "project"
-    for directory in (home, project, work / "tmp"):
-        directory.mkdir(parents=True)
+    project = work / "project"
+    project.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(
-        ("MEMORYD_", "ANTHROPIC_", "OPENAI_", "CODEX_", "GEMINI_", "GOOGLE_"))}
-    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
-               XDG_DATA_HOME=str(home / ".local" / "share"),
-               XDG_STATE_HOME=str(home / ".local" / "state"),
-               XDG_CACHE_HOME=str(home / ".cache"), TMPDIR=str(work / "tmp"),
-               PATH=f"{Path(executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     requests = work / "requests.jsonl"
     requests.touch()
     url, server = spec.serve(requests)
-    spec.setup(url, home)
-    agent_env = {**env, **spec.environment(url, home)}
     memoryd = str(Path(sys.executable).with_name("memoryd"))
-    daemon = subprocess.Popen([memoryd, "run"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=(work / "daemon.log").open("ab"))
-    socket = home / ".local" / "share" / "memoryd" / "memoryd.sock"
-    deadline = time.monotonic() + 60
-    while not socket.exists():
-        if time.monotonic() > deadline or daemon.poll() is not None:
-            raise SystemExit(f"{agent}: memoryd run did not start")
-        time.sleep(0.05)
+    daemons: list[subprocess.Popen[bytes]] = []
+    agent_envs: dict[str, dict[str, str]] = {}
 
-    def session() -> tuple[float, float]:
+    def session(setup: str) -> tuple[float, float]:
         began = time.time()
-        done = subprocess.run(spec.argv("hello"), cwd=project, env=agent_env,
+        done = subprocess.run(spec.argv("hello"), cwd=project, env=agent_envs[setup],
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=180)
         ended = time.time()
         if done.returncode != 0:
@@ -76,23 +72,47 @@ def _measure(agent: str, runs: int, work: Path) -> dict[str, dict[str, float]]:
                     if record["at"] >= began and spec.is_model_request(record["path"]))
         return first - began, ended - began
 
-    figures: dict[str, dict[str, float]] = {}
     try:
-        for setup, commands in (("no memoryd", []),
-                                ("MCP only", [["mcp", "install", "--agent", agent]]),
-                                ("hooks + MCP", [["hooks", "install", "--agent", agent]])):
+        for number, (setup, commands) in enumerate(SETUPS.items()):
+            home = work / f"home{number}"
+            for directory in (home, work / f"tmp{number}"):
+                directory.mkdir(parents=True)
+            env = {k: v for k, v in os.environ.items() if not k.startswith(
+                ("MEMORYD_", "ANTHROPIC_", "OPENAI_", "CODEX_", "GEMINI_", "GOOGLE_"))}
+            env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"),
+                       XDG_DATA_HOME=str(home / ".local" / "share"),
+                       XDG_STATE_HOME=str(home / ".local" / "state"),
+                       XDG_CACHE_HOME=str(home / ".cache"), TMPDIR=str(work / f"tmp{number}"),
+                       PATH=f"{Path(executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+            spec.setup(url, home)
+            agent_envs[setup] = {**env, **spec.environment(url, home)}
+            daemon = subprocess.Popen([memoryd, "run"], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=(work / f"daemon{number}.log").open("ab"))
+            daemons.append(daemon)
+            socket = home / ".local" / "share" / "memoryd" / "memoryd.sock"
+            deadline = time.monotonic() + 60
+            while not socket.exists():
+                if time.monotonic() > deadline or daemon.poll() is not None:
+                    raise SystemExit(f"{agent}: memoryd run did not start")
+                time.sleep(0.05)
             for command in commands:
-                subprocess.run([memoryd, *command], env=env, check=True,
-                               capture_output=True)
-            session()  # warm-up: first-run files, page cache
-            timed = [session() for _ in range(runs)]
-            figures[setup] = {"first_request": statistics.median(t[0] for t in timed),
-                              "session": statistics.median(t[1] for t in timed)}
+                subprocess.run([memoryd, *(word.format(agent=agent) for word in command)],
+                               env=env, check=True, capture_output=True)
+            session(setup)  # warm-up: first-run files, page cache
+        order = list(SETUPS)
+        timed: dict[str, list[tuple[float, float]]] = {setup: [] for setup in order}
+        for round_ in range(runs):
+            for i in range(len(order)):
+                setup = order[(round_ + i) % len(order)]
+                timed[setup].append(session(setup))
+        return {setup: {"first_request": statistics.median(t[0] for t in times),
+                        "session": statistics.median(t[1] for t in times)}
+                for setup, times in timed.items()}
     finally:
-        daemon.terminate()
-        daemon.wait(30)
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait(30)
         server.shutdown()
-    return figures
 
 
 def _inside(args: argparse.Namespace) -> None:
