@@ -155,6 +155,13 @@ class SessionEvents(OpsBase):
         cwd = arg.opt_text(args, "cwd")
         project = await links.resolve(self._conn, project_root(cwd) if cwd else None)
         kind = SourceKind(agent)
+        if (event == "pre_compact" and agent == "gemini"
+                and arg.opt_text(args, "trigger") != "manual"):
+            # Gemini (0.61) fires PreCompress at every turn, before it looks whether the
+            # history needs compressing at all (its ChatCompressionService), and its chat
+            # file keeps every message through a compression: a turn's save waits as a
+            # Stop's does, and a later turn moves it. `/compress` (manual) saves now.
+            event = "stop"
         if transcript is not None and self._admitted(transcript, kind, args):
             await self._runtime.follow(transcript, kind,
                                        read_to_end=event in ("pre_compact", "end"))

@@ -456,6 +456,52 @@ def test_codex_post_compact_and_session_end_save_the_session_now(daemon: Daemon)
     assert status == "ended"
 
 
+def test_gemini_precompress_at_every_turn_saves_later_and_compress_saves_now(
+        daemon: Daemon) -> None:
+    """Gemini fires PreCompress (trigger "auto") at every turn, compression or not: that
+    save waits like a Stop's (issue 32, "also seen"), and is not lost; `/compress`
+    (trigger "manual") saves at once."""
+    config = write_config(daemon.config, daemon.state, {"claude": daemon.claude_root},
+                          sync_delay="1h", sync_max_lag="1h", poll_interval="30s",
+                          agents={"stop_sync_delay": "3s"})
+    assert config == daemon.config
+    daemon.start()
+    gemini_home = daemon.tmp / "gemini-home"
+    chats = gemini_home / ".gemini" / "tmp" / "payments" / "chats"
+    chats.mkdir(parents=True)
+    env = {"GEMINI_CLI_HOME": str(gemini_home)}
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+    def chat(session: str, text: str) -> Path:
+        path = chats / f"session-2026-11-26T10-00-{session}.jsonl"
+        lines = [{"sessionId": session, "projectHash": "p" * 64, "startTime": stamp,
+                  "lastUpdated": stamp, "kind": "main"},
+                 {"id": f"{session}-u", "timestamp": stamp, "type": "user",
+                  "content": [{"text": text}]},
+                 {"id": f"{session}-a", "timestamp": stamp, "type": "gemini",
+                  "content": "Noted.", "model": "gemini-3-flash-preview"}]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        return path
+
+    def found(query: str) -> bool:
+        results = daemon.api("recall", {"query": query}).json()["results"]
+        return any(query.split()[0] in r["content"] for r in results)
+
+    def precompress(session: str, path: Path, trigger: str) -> None:
+        done = daemon.hook("gemini", "PreCompress", {
+            "session_id": session, "transcript_path": str(path), "cwd": PROJECT,
+            "hook_event_name": "PreCompress", "timestamp": stamp, "trigger": trigger},
+            timeout=20, env=env)
+        assert (done.returncode, done.stdout) == (0, "")
+
+    precompress("g-turn", chat("g-turn", "ledger owns invoice numbering"), "auto")
+    assert not found("ledger owns invoice numbering")
+    wait_for(lambda: found("ledger owns invoice numbering"), timeout=30,
+             what="the turn's save, a few seconds later")
+    precompress("g-manual", chat("g-manual", "settlement runs nightly at two"), "manual")
+    assert found("settlement runs nightly at two")
+
+
 def test_hook_entry_point_imports_little() -> None:
     """`memoryd hook` loads neither the CLI, the stores nor their libraries."""
     code = ("import sys\nfrom daemon.hooks import fast\n"
