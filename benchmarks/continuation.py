@@ -3,8 +3,10 @@
     python -m benchmarks.continuation [--baseline REV] [--keep]
 
 For every session after the first in each multi-session project of the real
-transcripts in `../shared/fixtures/transcripts/` (read in place; origins and licences
-in benchmarks/README.md), as memoryd is installed by default:
+transcripts in `../shared/fixtures/transcripts/` (read in place) and in
+`benchmarks/data/continuation/` (public real sessions whose earlier sessions leave
+todo items unfinished, kept gzipped; origins and licences in its SOURCES.md and
+benchmarks/README.md), as memoryd is installed by default:
 
 1. The project is a real git repository made in the benchmark's temp dir, with a
    linked worktree (`git worktree add`): the project's sessions alternate between
@@ -33,6 +35,7 @@ before session digests) side by side (issue 31.5):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -55,6 +58,8 @@ import yaml
 from benchmarks._common import REPO, machine, median, percentile
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "transcripts"
+#: Public real sessions that the fixtures lack: projects whose sessions leave todos open.
+DATA = REPO / "benchmarks" / "data" / "continuation"
 DEFAULT_BASELINE = "8bfaf18"
 #: Runs of this many characters or more copied from tool traffic count as noise.
 NOISE_RUN = 30
@@ -152,7 +157,10 @@ def _when(text: Any) -> datetime | None:
 
 def _load(path: Path) -> Session | None:
     lines: list[dict[str, Any]] = []
-    for raw in path.read_bytes().splitlines():
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    for raw in data.splitlines():
         try:
             record = json.loads(raw)
         except ValueError:
@@ -171,7 +179,9 @@ def _load(path: Path) -> Session | None:
 def projects() -> dict[str, list[Session]]:
     """The multi-session projects among the fixtures: sessions grouped by the shortest
     working directory among them (a sub-directory's sessions join their project)."""
-    sessions = [s for p in sorted((FIXTURES / "claude").glob("*.jsonl"))
+    files = [*sorted((FIXTURES / "claude").glob("*.jsonl")),
+             *sorted(DATA.glob("*/*.jsonl.gz"))]
+    sessions = [s for p in files
                 if "__subagents__" not in p.name and (s := _load(p)) is not None]
     # Artificial test data (`/tmp`) is not a project.
     sessions = [s for s in sessions if s.root not in ("/tmp", "/tmp/project")]
