@@ -305,6 +305,16 @@ def check_api(settings: Settings) -> Check:
     return Check("local API", "ok", f"{path} answers (0600)")
 
 
+def check_hook_client(search_path: str | None = None) -> Check:
+    """Whether hooks answer through curl (hooks/memoryd-hook.sh) or start Python each time;
+    `search_path` is the PATH to look in (the process's own by default)."""
+    if shutil.which("curl", path=search_path) is None:
+        return Check("hook client", "warn",
+                     "no curl: every hook starts Python (about 0.1 s each, two or three"
+                     " before an agent's first request)", "install curl")
+    return Check("hook client", "ok", "curl found: hooks answer without starting Python")
+
+
 RECOVERY = {
     "daemon database": "stop memoryd, move {path} aside, run `memoryd ingest --once`: the"
                        " transcripts are read again from the start (README: Recovery)",
@@ -342,5 +352,5 @@ async def run_checks(settings: Settings, clock: Clock,
     checks.append(await check_embeddings(settings, clock))
     checks.append(await check_retention(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
-                   check_api(settings)])
+                   check_api(settings), check_hook_client()])
     return checks

@@ -74,3 +74,20 @@ def test_embeddings_check_names_the_local_runtime(tmp_path: Path, runtime: str) 
         pytest.skip("onnxruntime and onnx are not installed")
     else:
         assert line.startswith("ok") and f"all-MiniLM-L6-v2 in {runtime}" in line
+
+
+def test_doctor_says_whether_hooks_answer_through_curl(tmp_path: Path) -> None:
+    """With curl on PATH the hook client check is ok; without it, a warning that names the
+    cost and the fix."""
+    config = write_config(tmp_path / "c.yaml", tmp_path / "state", {"claude": tmp_path / "none"})
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = daemon_env(tmp_path) | {"HOME": str(tmp_path / "home"), "PATH": str(bare)}
+    without = subprocess.run(memoryd_command("--config", str(config), "doctor"), env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert "warn  hook client: no curl: every hook starts Python" in without.stdout
+    assert "install curl" in without.stdout
+    (bare / "curl").symlink_to("/bin/true")
+    found = subprocess.run(memoryd_command("--config", str(config), "doctor"), env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert "ok    hook client: curl found" in found.stdout
