@@ -29,7 +29,9 @@ before session digests) side by side (issue 31.5):
 - block size p50 / p95 in characters (target p50 <= 6,000);
 - noise share: the block's characters copied verbatim from earlier sessions' tool
   inputs, file contents or tool output (runs of 30 characters or more; file paths
-  excepted), over all of the blocks' characters (target <= 5 %).
+  excepted), over all of the blocks' characters (target <= 5 %); and beside it the
+  share outside what a digest is asked to quote from tool traffic (commands run, their
+  results' first lines, todo items): the measure counts those too.
 """
 
 from __future__ import annotations
@@ -115,6 +117,24 @@ class Session:
             for block in _blocks(record):
                 if block.get("type") == "text" and isinstance(block.get("text"), str):
                     yield block["text"]
+
+    def quoted(self) -> Iterator[str]:
+        """What a digest is asked to quote from tool traffic (issue 31.1): the commands
+        run, their results' first lines (a failure's error, a commit's message) and the
+        todo items."""
+        for record in self.lines:
+            for block in _blocks(record):
+                if block.get("type") == "tool_use":
+                    args = block.get("input") or {}
+                    if isinstance(args.get("command"), str):
+                        yield args["command"]
+                    for todo in args.get("todos") or []:
+                        if isinstance(todo, dict) and isinstance(todo.get("content"), str):
+                            yield todo["content"]
+                elif block.get("type") == "tool_result":
+                    for text in _strings(block.get("content")):
+                        first = next((line for line in text.splitlines() if line.strip()), "")
+                        yield first
 
     def tool_traffic(self) -> Iterator[str]:
         """Every tool input's strings and every tool result's text."""
@@ -238,6 +258,7 @@ class Measured:
     open_named: int = 0
     sizes: list[int] = field(default_factory=list)
     noise_chars: int = 0
+    beyond_chars: int = 0  # noise outside what a digest is asked to quote
     chars: int = 0
     stable: int = 0
     targets: int = 0
@@ -252,23 +273,29 @@ def _grams(texts: list[str]) -> set[str]:
     return grams
 
 
-def _noise(block: str, traffic: list[str], words: list[str], show: bool = False) -> int:
+def _noise(block: str, traffic: list[str], words: list[str], quoted: list[str],
+           show: bool = False) -> tuple[int, int]:
     """Characters of `block` inside a run of >= NOISE_RUN characters found verbatim in the
     tool traffic (whitespace runs as one space, file paths and ids excepted) and not in
     the person's or the agent's own words (a request the agent also passed to a
-    subagent is the person's words, not tool output)."""
+    subagent is the person's words, not tool output); and of those, the ones not inside
+    what a digest is asked to quote (`Session.quoted`)."""
     grams = _grams(traffic) - _grams(words)
+    asked = _grams(quoted)
     masked = _PATH.sub(lambda m: "\0" * len(m.group(0)), block)
     covered = [False] * len(block)
+    beyond = [False] * len(block)
     for i in range(0, max(0, len(masked) - NOISE_RUN + 1)):
-        if masked[i:i + NOISE_RUN] in grams:
+        run = masked[i:i + NOISE_RUN]
+        if run in grams:
             for j in range(i, i + NOISE_RUN):
                 covered[j] = True
+                beyond[j] = beyond[j] or run not in asked
     if show:
-        runs = re.finditer(r"(?:x)+", "".join("x" if c else "." for c in covered))
-        for run in runs:
-            print(f"  noise: {block[run.start():run.end()]!r}")
-    return sum(covered)
+        runs = re.finditer(r"(?:x)+", "".join("x" if c else "." for c in beyond))
+        for found in runs:
+            print(f"  noise beyond the quotes: {block[found.start():found.end()]!r}")
+    return sum(covered), sum(beyond)
 
 
 def _env(home: Path, tree: Path) -> dict[str, str]:
@@ -392,7 +419,11 @@ def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Sessi
                        for t in s.tool_traffic()]
             words = [t.replace(s.root, str(places[s.id])) for s in earlier
                      for t in s.own_words()]
-            measured.noise_chars += _noise(block, traffic, words, show)
+            quoted = [t.replace(s.root, str(places[s.id])) for s in earlier
+                      for t in s.quoted()]
+            strict, beyond = _noise(block, traffic, words, quoted, show)
+            measured.noise_chars += strict
+            measured.beyond_chars += beyond
             measured.chars += len(block)
             if show:
                 print(f"--- {label}: {target.id} in {root} ({len(block)} characters)")
@@ -420,7 +451,8 @@ def _row(name: str, m: Measured) -> str:
     sizes = m.sizes or [0]
     return (f"| {name} | {share(m.known_named, m.known)} | {share(m.open_named, m.open)} | "
             f"{median(sizes):,.0f} / {percentile(sizes, 95):,.0f} | "
-            f"{100 * m.noise_chars / max(1, m.chars):.1f} % | {m.stable}/{m.targets} |")
+            f"{100 * m.noise_chars / max(1, m.chars):.1f} % | "
+            f"{100 * m.beyond_chars / max(1, m.chars):.1f} % | {m.stable}/{m.targets} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -443,8 +475,8 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(_row(f"today ({args.baseline})",
                              run_tree(base, "base", scratch, groups, args.show)))
         print("| block | known-file recall | open-item recall | size p50 / p95 | noise |"
-              " same when asked twice |")
-        print("|---|---|---|---|---|---|")
+              " noise beyond the quotes | same when asked twice |")
+        print("|---|---|---|---|---|---|---|")
         for row in rows:
             print(row)
     finally:

@@ -117,14 +117,18 @@ class Digest:
             lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
         if self.concluded:
             lines.append(f"Concluded: {self.concluded}")
+        # How the session was left is what a next session needs most: when the digest is
+        # too long, the parts above give way, never these (at most half of `limit`).
+        left: list[str] = []
         if self.interrupted:
-            lines.append("Ended mid-turn (interrupted or killed).")
+            left.append("Ended mid-turn (interrupted or killed).")
         if self.open_items:
-            lines.append("Open: " + "; ".join(self.open_items))
+            left.append("Open: " + "; ".join(self.open_items))
         if self.unanswered:
-            lines.append(f'Left unanswered: "{self.unanswered}"')
-        text = "\n".join(lines)
-        return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+            left.append(f'Left unanswered: "{self.unanswered}"')
+        ending = _cut("\n".join(left), limit // 2)
+        room = limit - (len(ending) + 1 if ending else 0)
+        return "\n".join(part for part in (_cut("\n".join(lines), room), ending) if part)
 
     def _heading(self) -> str:
         where = self.project or "no project"
@@ -158,6 +162,11 @@ def _own_words(message: Readable) -> str | None:
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None
     return text
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, an ellipsis where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _clip(text: str, limit: int) -> str:
@@ -199,6 +208,9 @@ _REMOVE = re.compile(
     r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:-[a-zA-Z]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
 
 
+_GIT_COMMIT = re.compile(r"^git\s+commit\b")
+
+
 def _parts(command: str) -> list[str]:
     return [p.strip() for p in re.split(r"&&|\|\||;|\n", command) if p.strip()]
 
@@ -209,8 +221,10 @@ def _matters(command: str) -> bool:
 
 def _shown(command: str) -> str:
     """The parts of a command line that matter (`cd x && mix test 2>&1 | tail` reads
-    `mix test 2>&1`), each clipped: what was run, not the whole script."""
+    `mix test 2>&1`), each clipped: what was run, not the whole script. A commit reads
+    `git commit`: its message is said once, under Committed."""
     parts = [p for p in _parts(command) if _MATTERS.match(p)] or _parts(command)[:1]
+    parts = ["git commit" if _GIT_COMMIT.match(p) else p for p in parts]
     return " && ".join(_clip(p, COMMAND_PART_CHARS) for p in parts[:3]) + (
         " && …" if len(parts) > 3 else "")
 
@@ -487,4 +501,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if message:
         digest.committed.append(redact(message))
     if _matters(command):
-        digest.ran.append(Command(redact(_shown(command)), _outcome(call)))
+        ran = Command(redact(_shown(command)), _outcome(call))
+        if ran in digest.ran:  # said once, where it last happened
+            digest.ran.remove(ran)
+        digest.ran.append(ran)

@@ -120,13 +120,27 @@ def test_commands_commits_todos_and_what_was_left() -> None:
     assert digest.edited == ["lib/term.ex"]
     assert [(c.command, c.outcome) for c in digest.ran] == [
         ("mix test", "failed: 2 tests, 1 failure"), ("mix test", "passed"),
-        ('git commit -m "Trace the terminal"', "passed")]
+        ("git commit", "passed")]  # its message is said once, under Committed
     assert digest.committed == ["Trace the terminal channel"]
     assert digest.open_items == ["document the exporter"]
     assert digest.concluded == "Tracing is in; tests pass."
     assert digest.unanswered == "now add metrics too" and not digest.interrupted
     text = digest.render()
     assert "Ran: mix test → failed: 2 tests, 1 failure; mix test → passed" in text
+
+
+def test_a_command_run_again_alike_is_said_once() -> None:
+    """`git add PLAN.md → passed` three times is one entry, where it last happened."""
+    t = [T0 + timedelta(minutes=i) for i in range(10)]
+    lines = []
+    for n, command in enumerate(["git add PLAN.md", "mix test", "git add PLAN.md",
+                                 "git add PLAN.md"]):
+        lines += [_tool(f"a{n}", t[2 * n], "Bash", f"b{n}", {"command": command}),
+                  _result(f"r{n}", t[2 * n + 1], f"b{n}", "")]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert [(c.command, c.outcome) for c in digest.ran] == [
+        ("mix test", "passed"), ("git add PLAN.md", "passed")]
 
 
 def test_a_session_killed_mid_tool_ends_mid_turn() -> None:
@@ -235,3 +249,33 @@ def test_the_branch_comes_from_claudes_records_and_codexs_session_meta() -> None
                                                      "commit_hash": "abc123"}}})
     assert claude.hints["git_branch"] == "fix/login"
     assert codex.hints["git_branch"] == "feature/cart"
+
+
+def test_a_long_digest_keeps_how_the_session_was_left() -> None:
+    """A session that asked, changed and ran much: the digest is cut to its size from the
+    parts above, and still ends with its open items, its unanswered request and whether
+    it ended mid-turn (a real 15-request session lost its open items this way)."""
+    from daemon.lifecycle.digest import Command, Digest
+
+    digest = Digest(
+        source="claude", session="s-long", project=PROJECT, turns=15,
+        asked=[f"request {i} " + "about the plan and its risks " * 5 for i in range(5)],
+        created=[f"docs/PLAN_{i}.md" for i in range(12)],
+        ran=[Command(f"git commit -m 'step {i} of the plan'", "passed") for i in range(6)],
+        committed=[f"Step {i}: enhance the implementation plan" for i in range(6)],
+        concluded="Everything is committed. " * 12, interrupted=True,
+        open_items=["Update implementation plan with pipeline monitoring",
+                    "Commit pipeline visualizer plan"],
+        unanswered="and the dashboard?")
+    text = digest.render()
+    assert len(text) <= DIGEST_CHARS
+    lines = text.splitlines()
+    assert lines[0].startswith("claude session s-long")
+    assert lines[-3:] == [
+        "Ended mid-turn (interrupted or killed).",
+        "Open: Update implementation plan with pipeline monitoring; Commit pipeline"
+        " visualizer plan",
+        'Left unanswered: "and the dashboard?"']
+    assert "…" in text  # the parts above gave way
+    short = Digest(source="claude", session="s", open_items=["one thing"]).render()
+    assert short.splitlines()[-1] == "Open: one thing" and "…" not in short
