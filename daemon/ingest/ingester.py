@@ -44,6 +44,9 @@ ProgressCallback = Callable[[int], None]
 #: idle daemon stat'ed each of 10,000 files every poll: 5 % of a core); every file still
 #: gets a turn this often, for a notification dropped or coalesced away.
 FULL_SWEEP = 30.0
+#: Seconds after a watch starts during which `catch_up` walks the roots, not only the
+#: files notifications named.
+WATCH_SETTLE = 5.0
 
 
 @dataclass(slots=True)
@@ -78,6 +81,7 @@ class Ingester:
         self._watched: tuple[str, ...] = ()  # roots notifications cover, each with a "/"
         self._swept_at = float("-inf")  # monotonic time of the last pass over every file
         self._sweep_requested = False  # the next pass turns every file (`catch_up`)
+        self._watched_since = float("-inf")  # monotonic time the watch last (re)started
         self._unwatched: list[Tracked] | None = None  # `_not_covered`, until the next scan
 
     def busy(self, within: float = 1.0) -> bool:
@@ -106,6 +110,7 @@ class Ingester:
         """Which roots file notifications now cover (none: every pass turns every file)."""
         self._watched = tuple(os.path.join(os.path.abspath(root), "") for root in roots)
         self._unwatched = None
+        self._watched_since = self._clock.monotonic()
         if not self._watched:
             self._swept_at = float("-inf")
 
@@ -154,7 +159,11 @@ class Ingester:
     async def catch_up(self) -> None:
         """Wait until a pass that started after this call has read every file to its end."""
         target = self._passes_started + 1
-        if self._watched:
+        # The watcher says it covers the roots before its notifications flow (watchfiles
+        # sets its watches up later, on its own thread): a transcript created meanwhile is
+        # never named, so until the watch has settled a catch-up walks the roots.
+        settled = self._clock.monotonic() - self._watched_since >= WATCH_SETTLE
+        if self._watched and settled:
             # Notifications have told of every new file (a hinted unknown path asks for a
             # scan itself): a pass over every known file reads what they hold, without
             # walking the roots (0.2 s at 10,000 transcripts, at every session's start).

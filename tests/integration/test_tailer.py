@@ -515,3 +515,26 @@ async def test_new_store_uses_larger_pages_and_an_older_store_keeps_its_own(
         with old.db() as db:
             assert db.execute("PRAGMA page_size").fetchone()[0] == 4096
         assert [r[2] for r in old.rows(path)] == ["hi", "z" * 20_000]
+
+
+async def test_a_transcript_made_while_the_watch_starts_is_read_by_a_catch_up(
+        harness: Harness) -> None:
+    """The watcher says it covers the roots before its notifications flow; a session that
+    writes its transcript in between (an agent started with the daemon, then killed) is
+    never named by a notification. A catch-up in the watch's first seconds (the next
+    session's start hook) walks the roots and reads it."""
+    import asyncio
+
+    ingester, stop = harness.ingester, asyncio.Event()
+    running = asyncio.create_task(ingester.run(stop))
+    try:
+        await asyncio.wait_for(ingester.catch_up(), 30)
+        ingester.watching([harness.root])
+        killed = harness.project / "killed.jsonl"
+        killed.write_bytes(line("k1", "Decision: refunds go through the ledger service"))
+        await asyncio.wait_for(ingester.catch_up(), 30)
+        assert [r[0] for r in harness.rows(killed)] == ["k1"]
+    finally:
+        stop.set()
+        ingester.wake.set()
+        await asyncio.wait_for(running, 30)
