@@ -17,6 +17,8 @@ from daemon.errors import ApiError, MemorydError
 from daemon.lifecycle.recovery import SyncReport
 from daemon.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
 from daemon.memory.models import Memory, visible_to
+from daemon.memory.recall import sessions
+from daemon.memory.recall.gate import above_floor
 from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
 from daemon.store import holds, links
 from daemon.store.injections import Injection, record_injection
@@ -87,7 +89,8 @@ class OpsBase:
                       order: RecallOrder = "score") -> list[RecallResult]:
         now = self.clock.now()
         kinds = types if types is not None else arg.types(args)
-        reranking = self._reranker is not None and order == "score" and bool(query.strip())
+        ranked = order == "score" and bool(query.strip())
+        reranking = self._reranker is not None and ranked
         wanted = max(limit, self.settings.memory.rerank.candidates) if reranking else limit
         results = await self._backend.recall(
             query, project=await self._linked(args), all_projects=arg.flag(args, "all_projects"),
@@ -98,7 +101,13 @@ class OpsBase:
                 query, [r.excerpt or r.content for r in results])
             if scores is not None:
                 results = [results[i] for i in reorder(scores, len(results))]
-        return results[:limit]
+        if not ranked:
+            return results[:limit]
+        # Backends answer one memory per session already; a chain's layers merged may not.
+        results = sessions.one_per_session(results, limit)
+        best = max((r.relevance for r in results), default=0.0)
+        return [r for r in results if above_floor(query, r.excerpt or r.content, r.relevance,
+                                                  r.similarity, best)]
 
     async def _linked(self, args: Mapping[str, Any]) -> str | None:
         """The request's project, by its new path when it was linked to one."""

@@ -171,4 +171,7 @@ def result_to_record(result: RecallResult) -> dict[str, Any]:
         "provenance": provenance_to_record(result.provenance),
         **({"layer": result.layer} if result.layer else {}),
         **({"private_to": result.private_to} if result.private_to else {}),
+        **({"session_matches": result.session_matches} if result.session_matches > 1 else {}),
+        **({"similarity": round(result.similarity, 6)} if result.similarity is not None
+           else {}),
     }

@@ -526,8 +526,50 @@ async def test_a_longer_save_of_a_tail_supersedes_the_shorter_one(backend: Memor
         await backend.save_conversation_segment(item)
     again = await backend.save_conversation_segment(longer)
     assert not again.created
-    live = {r.memory_id for r in await backend.recall("alpha beta gamma", limit=10)}
+    # In time order: ranked by words, one session's segments would count once.
+    live = {r.memory_id for r in await backend.recall("alpha beta gamma", limit=10,
+                                                      order="recent")}
     assert live == {longer.id, other.id, before.id}
+
+
+async def test_ranked_recall_gives_a_session_once(backend: MemoryBackend) -> None:
+    """Ranked by words, a session's segments and digest come back as its best one, which
+    counts them; other sessions follow in rank order, and facts each stand alone even
+    when said in the same session (37.1)."""
+    from daemon.memory import DIGEST_KIND
+
+    for first in (0, 4, 8):
+        await backend.save_conversation_segment(segment(
+            f"the nginx reload broke staging, try {first}", first=first, last=first + 3))
+    weaker = segment("staging nginx", session_id=2)
+    await backend.save_conversation_segment(weaker)
+    try:
+        await backend.save_session_summary(SessionSummary(
+            source="claude", session_id=1, session_external_id="sess-1", project="/work/app",
+            kind=DIGEST_KIND, content="asked why the nginx reload broke staging",
+            first_index=0, last_index=11))
+        digests = 1
+    except BackendError:
+        digests = 0  # a backend that keeps conversation only
+    said = [await backend.remember(f"nginx reload on staging needs sudo {i}",
+                                   project="/work/app",
+                                   provenance=Provenance(session_id=1,
+                                                         session_external_id="sess-1",
+                                                         source="claude"))
+            for i in range(2)]
+    found = await backend.recall("nginx reload broke staging", project="/work/app", limit=10)
+    sessions = [(r.provenance.session_external_id, r.type) for r in found
+                if r.type is not MemoryType.FACT]
+    assert sessions[:2] == [("sess-1", sessions[0][1]), ("sess-2", MemoryType.CONVERSATION)]
+    assert len(sessions) == 2
+    matches = {r.provenance.session_external_id: r.session_matches for r in found
+               if r.type is not MemoryType.FACT}
+    assert matches == {"sess-1": 3 + digests, "sess-2": 1}
+    assert {r.memory_id for r in found if r.type is MemoryType.FACT} == {m.id for m in said}
+    # Listing by time is not ranked by words: every segment is there.
+    listed = await backend.recall("nginx", project="/work/app", limit=10, order="recent",
+                                  types=[MemoryType.CONVERSATION])
+    assert len(listed) == 4
 
 
 async def test_forgetting_a_session_sticks(backend: MemoryBackend) -> None:

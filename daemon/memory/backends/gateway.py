@@ -72,6 +72,7 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.protocol import Capability, RecallOrder
+from daemon.memory.recall import sessions
 from daemon.memory.records import to_utc_text
 
 log = structlog.get_logger("memoryd.memory.gateway")
@@ -323,7 +324,7 @@ class GatewayMemoryBackend:
                 created_at=now, tags=tuple(t for t in (reduced["source_scope"],
                                                        reduced["resource_uri"]) if t),
                 layer=BACKEND_NAME))
-        return results[:limit]
+        return sessions.one_per_session(results, limit)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         # memoryd's own session: agents reuse their ids (forks, resumed histories), and a

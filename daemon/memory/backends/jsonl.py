@@ -62,7 +62,7 @@ from daemon.memory.models import (
 from daemon.memory.policy import ForgetScope, is_forgotten
 from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder
-from daemon.memory.recall import gate, ranking
+from daemon.memory.recall import gate, ranking, sessions
 from daemon.memory.recall.words import terms
 from daemon.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
 
@@ -314,11 +314,17 @@ class JsonlMemoryBackend:
                                        s[3].created_at), reverse=True)
         else:
             scored.sort(key=lambda s: (s[0], -s[1], s[2]))
+        picked = [(p, 1) for p in range(min(limit, len(scored)))]
+        if words and order == "score":  # a session counts once (`recall/sessions.py`)
+            picked = sessions.first_of_each([sessions.key_of(
+                m.type, m.provenance.source, m.provenance.session_external_id,
+                m.provenance.session_id, m.project) for _, _, _, m, _ in scored], limit)
         return [RecallResult(
             memory_id=m.id, type=m.type, content=m.content, score=score,
             provenance=m.provenance, created_at=m.created_at, project=m.project,
-            importance=m.importance, tags=m.tags, relevance=relevance, private_to=m.private_to)
-            for _, score, _, m, relevance in scored[:limit]]
+            importance=m.importance, tags=m.tags, relevance=relevance, private_to=m.private_to,
+            session_matches=count)
+            for (_, score, _, m, relevance), count in ((scored[p], c) for p, c in picked)]
 
     async def record_use(self, memory_ids: Sequence[str]) -> None:
         ids = [i for i in dict.fromkeys(memory_ids) if i in self._memories]

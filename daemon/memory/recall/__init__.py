@@ -6,5 +6,6 @@
     fusion.py   keyword and vector scores fused per chunk
     ranking.py  relevance weighed with importance and age
     rerank.py   an optional cross-encoder's order
+    sessions.py a session's best evidence once, not each of its memories
     context.py  the `<memory_context>` block, with its one escaping step
 """

@@ -62,3 +62,24 @@ def coverage(prompt: str, text: str) -> float:
     n = len(wanted)
     expected = n if n <= SHORT else SHORT + (n - SHORT) / 4
     return min(1.0, matched / expected)
+
+
+#: The relevance floor of recall (CLI, MCP, API): a result is returned only when it
+#: mentions at least MIN_COVERAGE of the query's content words or is close to it in
+#: meaning (cosine >= MIN_SIMILARITY, all-MiniLM-L6-v2's scale), and its relevance is at
+#: least RELATIVE_FLOOR of the best result's. Calibrated in benchmarks/README.md (issue
+#: 37): on LoCoMo and LongMemEval-dev it drops no result that holds evidence in the top
+#: 10, while a query that matches only stray words or nothing at all gets nothing.
+MIN_COVERAGE = 0.2
+MIN_SIMILARITY = 0.3
+RELATIVE_FLOOR = 0.5
+
+
+def above_floor(query: str, text: str, relevance: float, similarity: float | None,
+                best_relevance: float) -> bool:
+    """Whether a recalled text is worth returning for `query` (see MIN_COVERAGE)."""
+    if relevance < RELATIVE_FLOOR * best_relevance:
+        return False
+    if similarity is not None and similarity >= MIN_SIMILARITY:
+        return True
+    return coverage(query, text) >= MIN_COVERAGE

@@ -70,7 +70,7 @@ from daemon.memory.policy import ForgetScope, began
 from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.recall import fusion as fusion_
-from daemon.memory.recall import ranking
+from daemon.memory.recall import ranking, sessions
 from daemon.memory.recall.chunks import chunk_memory
 from daemon.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, Fusion
 from daemon.memory.recall.words import terms
@@ -512,7 +512,8 @@ class PostgresMemoryBackend:
         return [self._result(row, float(row["weight"])) for row in rows]
 
     def _result(self, row: Mapping[str, Any], score: float, *, relevance: float = 1.0,
-                chunks: Sequence[Mapping[str, Any]] = ()) -> RecallResult:
+                chunks: Sequence[Mapping[str, Any]] = (),
+                similarity: float | None = None, session_matches: int = 1) -> RecallResult:
         provenance = self._provenance(row)
         excerpt = None
         if chunks:
@@ -533,7 +534,8 @@ class PostgresMemoryBackend:
             score=score, provenance=provenance, created_at=row["created_at"],
             project=row["project"], importance=float(row["importance"]),
             tags=tuple(row["tags"] or ()), excerpt=excerpt, relevance=relevance,
-            private_to=row["private_to"])
+            private_to=row["private_to"], similarity=similarity,
+            session_matches=session_matches)
 
     async def _hybrid(self, query: str, words: list[str], filters: _Filters, limit: int
                       ) -> list[RecallResult]:
@@ -609,7 +611,8 @@ class PostgresMemoryBackend:
                             vector_weight=self._vector_weight,
                             paraphrase_vector_weight=self._paraphrase_vector_weight,
                             found=covered)
-        keep = fusion_.worth_weighting(best, limit)
+        # A session counts once (`recall/sessions.py`): enough memories for `limit` sessions.
+        keep = fusion_.worth_weighting(best, sessions.pool(limit))
         rows = await self._read(
             f"SELECT m.*, {_AGE_DAYS} AS age FROM memories m WHERE m.seq = ANY(%(seqs)s)",
             {"now": filters.params["now"], "seqs": list(keep)})
@@ -618,6 +621,11 @@ class PostgresMemoryBackend:
               -ranking.blend(keep[r["seq"]][0].fused, float(r["importance"]), r["type"],
                              float(r["age"]), r["access_count"] > 0), r["id"], r)
              for r in rows), key=lambda t: t[:3])
+        firsts = sessions.first_of_each([sessions.key_of(
+            r["type"], r["source"], r["session_external_id"], r["session_id"], r["project"])
+            for *_, r in ranked], len(ranked))
+        matches = {ranked[p][3]["seq"]: count for p, count in firsts}
+        ranked = [ranked[p] for p, _ in firsts]
         heads = [keep[r["seq"]][0].chunk for *_, r in ranked[:limit * 3]]
         duplicates = await self._close_pairs(heads) if vectors_on else set()
         excerpt_seqs = [c.chunk for *_, r in ranked[:limit * 3]
@@ -636,8 +644,11 @@ class PostgresMemoryBackend:
             kept_heads.append(head)
             chunks = [chunk_rows[c.chunk] for c in keep[row["seq"]][:EXCERPT_CHUNKS]
                       if c.chunk in chunk_rows]
+            cosines = [c.vector for c in keep[row["seq"]] if c.has_vector]
             results.append(self._result(row, -negative, relevance=keep[row["seq"]][0].fused,
-                                        chunks=chunks))
+                                        chunks=chunks, session_matches=matches[row["seq"]],
+                                        similarity=max(cosines) if cosines and vectors_on
+                                        else None))
         return results
 
     async def _few_chunks(self, filters: _Filters, params: Mapping[str, Any]) -> bool:

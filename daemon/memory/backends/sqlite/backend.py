@@ -577,6 +577,8 @@ class SQLiteMemoryBackend:
                 excerpt=None if excerpt == row["content"] else excerpt,
                 relevance=hit.relevance,
                 private_to=row["private_to"],
+                similarity=hit.similarity,
+                session_matches=hit.session_matches,
             ))
         return results
 

@@ -22,7 +22,8 @@ goes through `recall.py` unchanged):
    best chunks' text as `excerpt` and their messages as provenance.
 6. Importance and recency: `ranking.blend(relevance, importance, type, age)`
    = relevance * (0.5 + 0.5 * importance * decay), tier first with
-   `all_projects`.
+   `all_projects`; then one memory per session, its best
+   (`daemon/memory/recall/sessions.py`), before whole rows are read.
 7. Near-duplicates dropped: a result whose best chunk has cosine >= 0.97 with a
    better result's best chunk (or, without vectors, >= 0.9 word overlap).
 """
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.memory.backends.sqlite import fts
 from daemon.memory.backends.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
-from daemon.memory.recall import ranking
+from daemon.memory.recall import ranking, sessions
 from daemon.memory.recall.fusion import (
     PARAPHRASE_VECTOR_WEIGHT,
     VECTOR_WEIGHT,
@@ -75,6 +76,8 @@ class Hit:
     score: float
     chunks: list[sqlite3.Row] = field(default_factory=list)
     relevance: float = 1.0  # the best chunk's fused relevance
+    similarity: float | None = None  # the best cosine among its chunks (None: no vectors)
+    session_matches: int = 1  # memories of its session it stands for (`recall/sessions.py`)
 
     @property
     def excerpt(self) -> str:
@@ -187,21 +190,31 @@ async def hybrid_rows(
     best = fuse(candidates.values(), fusion, vectors_on=vectors_on,
                 vector_weight=vector_weight,
                 paraphrase_vector_weight=paraphrase_vector_weight, found=covered)
-    keep = worth_weighting(best, limit)
+    # A session counts once (`recall/sessions.py`): enough memories to hold `limit`
+    # sessions are weighed.
+    keep = worth_weighting(best, sessions.pool(limit))
     # Scored on a few columns first; whole rows and chunk texts are read only for as
     # many memories, best first, as the results (after near-duplicates) need.
-    weights = await fetch(
+    weights = {w["seq"]: w for w in await fetch(
         f"SELECT m.seq AS seq, m.id AS id, m.importance AS importance, m.type AS type,"
+        f" m.source AS source, m.session_external_id AS external_id,"
+        f" m.session_id AS session_id, m.project AS project,"
         f" {AGE_DAYS} AS age, {USED} AS used"
         f" FROM memories m WHERE m.seq IN ({_seq_list(keep)})",
         {"now": filters.params["now"]},
-    )
-    ranked = sorted(
+    )}
+    by_score = sorted(
         (tiers.get(w["seq"], 0),
          -ranking.blend(keep[w["seq"]][0].fused, w["importance"], w["type"], w["age"],
                         bool(w["used"])),
          w["id"], w["seq"])
-        for w in weights)
+        for w in weights.values())
+    firsts = sessions.first_of_each(
+        [sessions.key_of(w["type"], w["source"], w["external_id"], w["session_id"],
+                         w["project"]) for w in (weights[r[3]] for r in by_score)],
+        len(by_score))
+    ranked = [by_score[position] for position, _ in firsts]
+    matches = {by_score[position][3]: count for position, count in firsts}
     hits: list[Hit] = []
     kept: list[Hit] = []
     batch = max(limit * 2, 10)
@@ -219,7 +232,8 @@ async def hybrid_rows(
             chunks = keep[seq]
             top = [chunk_rows[c.chunk] for c in chunks[:EXCERPT_CHUNKS] if c.chunk in chunk_rows
                    and c.fused >= 0.8 * chunks[0].fused]
-            hits.append(Hit(rows[seq], -negative_score, top, chunks[0].fused))
+            hits.append(Hit(rows[seq], -negative_score, top, chunks[0].fused,
+                            _similarity(chunks) if vectors_on else None, matches[seq]))
         kept = _dedup(hits, best, index, limit)
         if len(kept) >= limit:
             break
@@ -233,6 +247,11 @@ async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate
     rows = await fetch(
         f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.chunk for c in top)})", {})
     return words_found(query, (row["content"] for row in rows))
+
+
+def _similarity(chunks: Iterable[Candidate]) -> float | None:
+    embedded = [c.vector for c in chunks if c.has_vector]
+    return max(embedded) if embedded else None
 
 
 def _seq_list(seqs: Iterable[int]) -> str:
