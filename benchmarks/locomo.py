@@ -20,6 +20,8 @@ with chunked recall only the matched chunks' messages):
   results at the top as there are memories holding evidence (at most 5);
 - ctx@1000: an evidence turn is in the results that fit in a 1,000-token
   context block (4 characters a token; each result's excerpt, else its content);
+- 10 turns: an evidence turn is among the first 10 turns the results cover, in rank
+  order (the figure peers publish: recall over 10 retrieved turns);
 - p50/p95: wall time of one recall call, query embedding included.
 
 Mode `cli` is the path users take, and the one the README reports: every
@@ -76,6 +78,7 @@ DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 MODES = ("cli", "none", "local", "hybrid", "hybrid-rrf")
 CONTEXT_TOKENS = 1000
+COVERAGE_TURNS = 10
 
 
 def _date(text: str) -> datetime:
@@ -120,6 +123,7 @@ class Scores:
     hits10: list[float] = field(default_factory=list)
     ndcg5: list[float] = field(default_factory=list)
     ctx: list[float] = field(default_factory=list)
+    turns10: list[float] = field(default_factory=list)
     latency_ms: list[float] = field(default_factory=list)
 
     def row(self) -> dict[str, float]:
@@ -127,7 +131,8 @@ class Scores:
             return statistics.fmean(v) if v else float("nan")
         return {"n": len(self.hits10), "recall@5": mean(self.hits5),
                 "recall@10": mean(self.hits10), "ndcg@5": mean(self.ndcg5),
-                "ctx@1000": mean(self.ctx), "p50_ms": percentile(self.latency_ms, 50),
+                "ctx@1000": mean(self.ctx), "turns@10": mean(self.turns10),
+                "p50_ms": percentile(self.latency_ms, 50),
                 "p95_ms": percentile(self.latency_ms, 95)}
 
 
@@ -164,6 +169,14 @@ def score_question(results: list[Found], evidence: set[str], relevant: int,
         found = found or flag
         budget -= len(text)
     into.ctx.append(float(found))
+    # Peers publish recall over the 10 best turns: the results' turns, in rank order, up
+    # to COVERAGE_TURNS of them.
+    turns: dict[str, None] = {}
+    for result in results:
+        for uuid in result.message_uuids:
+            if len(turns) < COVERAGE_TURNS:
+                turns.setdefault(uuid, None)
+    into.turns10.append(float(not evidence.isdisjoint(turns)))
 
 
 async def build(data: list[dict[str, Any]], work: Path, segment_max_chars: int) -> Path:
@@ -393,8 +406,8 @@ async def add_synthetic(path: Path, total: int, projects: list[str],
 
 
 def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
-    lines = ["| mode | category | n | recall@5 | recall@10 | nDCG@5 | ctx@1000 | p50 ms | p95 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mode | category | n | recall@5 | recall@10 | nDCG@5 | ctx@1000 | 10 turns"
+             " | p50 ms | p95 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode, per in results.items():
         for name in ["all", *CATEGORIES.values()]:
             if name not in per:
@@ -402,6 +415,7 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
             r = per[name]
             lines.append(f"| {mode} | {name} | {r['n']:.0f} | {r['recall@5']:.3f} | "
                          f"{r['recall@10']:.3f} | {r['ndcg@5']:.3f} | {r['ctx@1000']:.3f} | "
+                         f"{r['turns@10']:.3f} | "
                          f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} |")
     return "\n".join(lines)
 

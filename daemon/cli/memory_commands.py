@@ -97,7 +97,7 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
                 click.echo(json.dumps(results, ensure_ascii=True, sort_keys=True))
             return
         assert query is not None
-        _print_results(await one(query), as_json)
+        _print_results(await one(query), as_json, query)
 
     with_client(settings, _recall)
 
@@ -445,11 +445,13 @@ def import_memories(ctx: click.Context, path: Path) -> None:
     click.echo(f"imported {added} new memories, {len(records) - added} already present")
 
 
-def _print_results(results: list[dict[str, Any]], as_json: bool) -> None:
+def _print_results(results: list[dict[str, Any]], as_json: bool,
+                   query: str | None = None) -> None:
     if as_json:
         print_json(results)
         return
-    for line in render.result_lines(results, render.terminal_width(sys.stdout, os.environ)):
+    for line in render.result_lines(results, render.terminal_width(sys.stdout, os.environ),
+                                    query):
         click.echo(line)
 
 

@@ -248,7 +248,7 @@ def _recall(socket_path: str, user: str, args: list[str]) -> int:
         "query": query, "project": _project(options), "limit": limit,
         "all_projects": bool(options.get("--all-projects")), **_agent(options)})["results"]
     _print([render.json_text(found)] if options.get("--json") else render.result_lines(
-        found, render.terminal_width(sys.stdout, os.environ)))
+        found, render.terminal_width(sys.stdout, os.environ), query))
     return 0
 
 

@@ -70,10 +70,13 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def result_lines(results: list[dict[str, Any]], width: int | None = None) -> list[str]:
+def result_lines(results: list[dict[str, Any]], width: int | None = None,
+                 query: str | None = None) -> list[str]:
     """Recall results, best first, with where each came from (wrapped to `width`)."""
     if not results:
-        return ["no memories found"]
+        # One line: recall returns nothing rather than what merely shares a stray word.
+        return ["nothing in memory is relevant to this query" if query and query.strip()
+                else "no memories found"]
     lines = []
     for r in results:
         p = r["provenance"]

@@ -235,18 +235,19 @@ def test_transcript_reaches_recall_once_quiet(tmp_path: Path) -> None:
                                         for s in listed)
 
         wait_for(all_synced, timeout=30)
-        uuid = _uuid_of_message_containing(source, "smooth transitions")
         found = json.loads(run_cli(tmp_path, "--config", str(config), "recall",
                                    "smooth transitions between states", "--json",
                                    check=True).stdout)
-        hit = next(r for r in found if uuid in r["provenance"]["message_uuids"])
-        assert "smooth transitions" in hit["content"]
-        assert hit["type"] == "conversation"
+        # One session, once, with its best evidence: messages that say it.
+        [hit] = found
+        assert "smooth transition" in hit["excerpt"] and hit["type"] == "conversation"
         conn = sqlite3.connect(state / "memoryd.db")
-        index = conn.execute("SELECT message_index FROM session_messages WHERE uuid = ?",
-                             (uuid,)).fetchone()[0]
+        said = dict(conn.execute("SELECT uuid, message_index FROM session_messages"
+                                 " WHERE content LIKE '%smooth transition%'").fetchall())
         conn.close()
-        assert hit["provenance"]["first_index"] <= index <= hit["provenance"]["last_index"]
+        shown = [u for u in hit["provenance"]["message_uuids"] if u in said]
+        assert shown and all(hit["provenance"]["first_index"] <= said[u]
+                             <= hit["provenance"]["last_index"] for u in shown)
 
         lines = run_cli(tmp_path, "--config", str(config), "recall", "--json", "--stdin",
                         check=False)
@@ -432,7 +433,8 @@ def test_recall_by_type_finds_a_digest_with_the_agents_title(tmp_path: Path) -> 
     assert "Title: Fix the login redirect loop" in found[0]["content"]
     everything = json.loads(run_cli(tmp_path, "--config", str(config), "recall", "login",
                                     "--all-projects", "--json", check=True).stdout)
-    assert {r["type"] for r in everything} >= {"session_digest", "conversation"}
+    # Ranked by words, the session comes back once, counting its digest and segment.
+    assert len(everything) == 1 and everything[0]["session_matches"] >= 2
 
 
 def test_a_last_line_without_its_newline_is_named_as_held_back(tmp_path: Path) -> None:

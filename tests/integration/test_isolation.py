@@ -200,7 +200,7 @@ async def test_the_mcp_server_of_one_agent_never_serves_another_agents_memory(
 
         assert "quorum" in text(await as_claude.call_tool("recall", {"query": "vault quorum"}))
         assert text(await as_codex.call_tool("recall", {"query": "vault quorum"})) == (
-            "No memory matches.")
+            "Nothing in memory is relevant to this query.")
         shown = await as_codex.call_tool("get_memory", {"memory_id": private})
         assert shown.is_error and "quorum" not in text(shown)
         fixed = await as_codex.call_tool("correct_memory", {"memory_id": private,

@@ -57,7 +57,7 @@ async def test_every_tool_works_in_process(settings: object) -> None:
         gone = await client.call_tool("forget_memory", {"memory_id": new_id})
         assert _text(gone) == "Forgotten."
         none = await client.call_tool("recall", {"query": "card payments retries"})
-        assert _text(none) == "No memory matches."
+        assert _text(none) == "Nothing in memory is relevant to this query."
     # What the tools gave the agent is on record.
     db = settings.database_path  # type: ignore[attr-defined]
     with sqlite3.connect(db) as conn:
@@ -191,7 +191,8 @@ def test_stdio_server_without_a_daemon_ends_quietly_when_the_client_goes(
     assert done.returncode == 0, done.stderr
     answers = {a["id"]: a for a in map(json.loads, done.stdout.splitlines())}
     assert answers[1]["result"]["serverInfo"]["name"] == "memoryd"
-    assert answers[2]["result"]["content"][0]["text"] == "No memory matches."
+    assert answers[2]["result"]["content"][0]["text"] == (
+        "Nothing in memory is relevant to this query.")
     assert answers[3]["result"]["isError"] is False
     assert "Traceback" not in done.stderr and "RuntimeError" not in done.stderr
 

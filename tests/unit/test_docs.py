@@ -51,3 +51,11 @@ def test_ci_runs_the_readme_test_command() -> None:
     blocks = re.findall(r"```sh\n(.+?)\n```", readme)
     assert len(blocks) >= 2
     assert blocks[1] in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_recall_floor_default_is_the_gates() -> None:
+    """The setting's default is the floor the benchmarks calibrated."""
+    from daemon.config import EmbeddingSettings
+    from daemon.memory.recall.gate import MIN_SIMILARITY
+
+    assert EmbeddingSettings().min_similarity == MIN_SIMILARITY

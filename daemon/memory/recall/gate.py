@@ -65,21 +65,21 @@ def coverage(prompt: str, text: str) -> float:
 
 
 #: The relevance floor of recall (CLI, MCP, API): a result is returned only when it
-#: mentions at least MIN_COVERAGE of the query's content words or is close to it in
-#: meaning (cosine >= MIN_SIMILARITY, all-MiniLM-L6-v2's scale), and its relevance is at
-#: least RELATIVE_FLOOR of the best result's. Calibrated in benchmarks/README.md (issue
-#: 37): on LoCoMo and LongMemEval-dev it drops no result that holds evidence in the top
-#: 10, while a query that matches only stray words or nothing at all gets nothing.
+#: mentions at least MIN_COVERAGE of the query's content words, or is close to it in
+#: meaning (cosine >= `memory.embeddings.min_similarity`, MIN_SIMILARITY by default, on
+#: all-MiniLM-L6-v2's scale). What it drops is the
+#: vector channel's leftovers, which hybrid recall ranks low but returns: memories that
+#: share no word with the query and little meaning. Calibrated in benchmarks/README.md
+#: (issue 37): on LoCoMo and LongMemEval-dev it drops no result holding evidence in the
+#: top 10. No floor relative to the best result: BM25 scores a long text that holds every
+#: query word at a fraction of a short one's.
 MIN_COVERAGE = 0.2
 MIN_SIMILARITY = 0.3
-RELATIVE_FLOOR = 0.5
 
 
-def above_floor(query: str, text: str, relevance: float, similarity: float | None,
-                best_relevance: float) -> bool:
+def above_floor(query: str, text: str, similarity: float | None,
+                min_similarity: float = MIN_SIMILARITY) -> bool:
     """Whether a recalled text is worth returning for `query` (see MIN_COVERAGE)."""
-    if relevance < RELATIVE_FLOOR * best_relevance:
-        return False
-    if similarity is not None and similarity >= MIN_SIMILARITY:
+    if similarity is not None and similarity >= min_similarity:
         return True
     return coverage(query, text) >= MIN_COVERAGE

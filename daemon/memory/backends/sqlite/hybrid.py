@@ -81,13 +81,18 @@ class Hit:
 
     @property
     def excerpt(self) -> str:
-        return "\n…\n".join(c["content"] for c in sorted(self.chunks, key=lambda c: c["ordinal"]))
+        return "\n…\n".join(c["content"] for c in self._in_order())
+
+    def _in_order(self) -> list[sqlite3.Row]:
+        """The chunks in the conversation's order (they may come from two segments)."""
+        return sorted(self.chunks, key=lambda c: (c["first_index"] is None, c["first_index"] or 0,
+                                                  c["memory_seq"], c["ordinal"]))
 
     def provenance_range(self) -> tuple[int | None, int | None, tuple[str, ...]]:
         firsts = [c["first_index"] for c in self.chunks if c["first_index"] is not None]
         lasts = [c["last_index"] for c in self.chunks if c["last_index"] is not None]
         uuids: dict[str, None] = {}
-        for c in sorted(self.chunks, key=lambda c: c["ordinal"]):
+        for c in self._in_order():
             uuids.update(dict.fromkeys(json.loads(c["message_uuids"])))
         return (min(firsts) if firsts else None, max(lasts) if lasts else None,
                 tuple(uuids))
@@ -209,12 +214,20 @@ async def hybrid_rows(
                         bool(w["used"])),
          w["id"], w["seq"])
         for w in weights.values())
-    firsts = sessions.first_of_each(
-        [sessions.key_of(w["type"], w["source"], w["external_id"], w["session_id"],
-                         w["project"]) for w in (weights[r[3]] for r in by_score)],
-        len(by_score))
+    keys = [sessions.key_of(w["type"], w["source"], w["external_id"], w["session_id"],
+                            w["project"]) for w in (weights[r[3]] for r in by_score)]
+    firsts = sessions.first_of_each(keys, len(by_score))
     ranked = [by_score[position] for position, _ in firsts]
     matches = {by_score[position][3]: count for position, count in firsts}
+    # The session's best evidence: its best chunks in memories of the first one's type
+    # (one segment's tail, the next segment's head), not only the first memory's.
+    evidence: dict[int, list[Candidate]] = {}
+    leader: dict[object, int] = {}
+    for (*_, seq), key in zip(by_score, keys, strict=True):
+        lead = leader.setdefault((key, weights[seq]["type"]) if key else seq, seq)
+        evidence.setdefault(lead, []).extend(keep[seq])
+    for chunks in evidence.values():
+        chunks.sort(key=lambda c: -c.fused)
     hits: list[Hit] = []
     kept: list[Hit] = []
     batch = max(limit * 2, 10)
@@ -225,11 +238,12 @@ async def hybrid_rows(
             {})}
         chunk_rows = {r["seq"]: r for r in await fetch(
             "SELECT * FROM memory_chunks WHERE seq IN"
-            f" ({_seq_list(c.chunk for p in part for c in keep[p[3]][:EXCERPT_CHUNKS])})", {})}
+            f" ({_seq_list(c.chunk for p in part for c in evidence[p[3]][:EXCERPT_CHUNKS])})",
+            {})}
         for _, negative_score, _, seq in part:
             if seq not in rows:
                 continue  # forgotten since the first read
-            chunks = keep[seq]
+            chunks = evidence[seq]
             top = [chunk_rows[c.chunk] for c in chunks[:EXCERPT_CHUNKS] if c.chunk in chunk_rows
                    and c.fused >= 0.8 * chunks[0].fused]
             hits.append(Hit(rows[seq], -negative_score, top, chunks[0].fused,

@@ -1,0 +1,132 @@
+"""Recall as a new user meets it (issue 37): one result a session, nothing below the floor.
+
+A real daemon embeds through the `openai` provider against a real HTTP server on
+127.0.0.1 whose vectors are bags of words (each word hashed to a dimension), so texts
+that share no word are orthogonal, as unrelated texts are under a real model, and the
+vector channel still hands recall its best candidates whatever they say.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import JsonHandler, wait_for
+from test_agents import PROJECT, Daemon, claude_line, quick_daemon
+
+DIMENSIONS = 384
+
+
+def bag_of_words(text: str) -> list[float]:
+    vector = [0.0] * DIMENSIONS
+    for word in re.findall(r"[a-z]{3,}", text.lower()):
+        slot = int.from_bytes(hashlib.sha256(word.encode()).digest()[:4], "big") % DIMENSIONS
+        vector[slot] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / norm for v in vector]
+
+
+class WordEmbeddings(JsonHandler):
+    def do_POST(self) -> None:
+        body = self.read_json()
+        self.send_json({"data": [{"index": i, "embedding": bag_of_words(text)}
+                                 for i, text in enumerate(body["input"])]})
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), WordEmbeddings)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    embeddings = {"provider": "openai", "openai": {
+        "base_url": f"http://127.0.0.1:{httpd.server_address[1]}/v1",
+        "dimensions": DIMENSIONS, "api_key_env": "EMBED_TEST_KEY"}}
+    try:
+        with quick_daemon(tmp_path, memory={"embeddings": embeddings}) as found:
+            found.env["EMBED_TEST_KEY"] = "sk-test-never-shown"
+            found.start()
+            yield found
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def recall(daemon: Daemon, query: str, *extra: str) -> list[dict[str, Any]]:
+    done = daemon.cli("recall", query, "--json", *extra)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def embedded(daemon: Daemon) -> bool:
+    memory = json.loads(daemon.cli("status", "--json").stdout)["memory"]
+    return memory["embedder"] is not None and memory["chunks_waiting_for_vector"] == 0
+
+
+def test_a_new_users_recall_returns_the_fact_and_nothing_unrelated(daemon: Daemon) -> None:
+    """`recall "deploy order staging"` gives the fact, not nine unrelated memories scored
+    down to 0.005 (the vector channel's leftovers); a project with no memory of the
+    subject gets nothing, said in one line."""
+    fact = json.loads(daemon.cli("remember", "deploy order: staging first, then production",
+                                 "--project", "/work/shop", "--json").stdout)
+    for text in ("the office plant needs water on Fridays", "lunch is at noon in the big room",
+                 "the printer on floor two is broken"):
+        daemon.cli("remember", text, "--project", "/work/shop")
+    for text in ("user: Hello assistant: Hi!", "rotate the on-call schedule every Monday"):
+        daemon.cli("remember", text)  # global: recalled from every project
+    wait_for(lambda: embedded(daemon), timeout=60, what="every memory embedded")
+    found = recall(daemon, "deploy order staging", "--project", "/work/shop")
+    assert [r["memory_id"] for r in found] == [fact["id"]]
+    assert found[0]["similarity"] > 0.5
+    assert recall(daemon, "kubernetes autoscaler thresholds", "--project", "/work/shop") == []
+    said = daemon.cli("recall", "kubernetes autoscaler thresholds", "--project", "/work/shop")
+    assert said.returncode == 0
+    assert said.stdout == "nothing in memory is relevant to this query\n"
+    # A project with no memory of its own: the global ones are candidates, none relevant.
+    assert recall(daemon, "deploy order staging", "--project", "/work/empty") == []
+    assert [r["content"] for r in recall(daemon, "on-call schedule", "--project",
+                                         "/work/empty")] == [
+        "rotate the on-call schedule every Monday"]
+
+
+def test_a_long_session_comes_back_once(daemon: Daemon) -> None:
+    """A session saved as several segments and a digest is one result, its best, counting
+    the others; the next session is the second result instead of the first one's tail."""
+    start = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+    folder = daemon.claude_root / PROJECT.replace("/", "-")
+    folder.mkdir(parents=True)
+    long_lines = []
+    for i in range(60):
+        role = "user" if i % 2 == 0 else "assistant"
+        long_lines.append(claude_line(
+            "s-long", f"l{i}", role,
+            f"the nginx reload on staging failed again, attempt {i} " + "padding " * 60,
+            start + timedelta(seconds=30 * i)))
+    (folder / "s-long.jsonl").write_text("".join(long_lines))
+    (folder / "s-short.jsonl").write_text("".join([
+        claude_line("s-short", "s0", "user", "why does the nginx reload need sudo",
+                    start + timedelta(hours=2)),
+        claude_line("s-short", "s1", "assistant", "the nginx reload needs root for port 80",
+                    start + timedelta(hours=2, seconds=30))]))
+    done = daemon.cli("sync")
+    assert done.returncode == 0, done.stderr
+
+    def saved() -> bool:
+        rows = recall(daemon, "nginx reload", "--project", PROJECT, "--type",
+                      "conversation", "--limit", "50")
+        return {r["provenance"]["session_external_id"] for r in rows} == {"s-long", "s-short"}
+
+    wait_for(saved, timeout=60, what="both sessions saved")
+    wait_for(lambda: embedded(daemon), timeout=60, what="every memory embedded")
+    found = recall(daemon, "nginx reload staging", "--project", PROJECT)
+    sessions = [r["provenance"]["session_external_id"] for r in found]
+    assert sorted(sessions) == ["s-long", "s-short"]
+    long_one = found[sessions.index("s-long")]
+    assert long_one["session_matches"] >= 3  # its segments and its digest
