@@ -116,8 +116,15 @@ def recall_cli(config: Path, project: str, queries: list[str], limit: int = 10,
 
 
 def sessions_of(result: dict[str, Any]) -> set[str]:
-    return {uuid.split(":")[1] for uuid in result["provenance"]["message_uuids"]
-            if uuid.startswith("lme:")}
+    """The haystack sessions a result comes from: its messages', or the session it names
+    (a digest covers its whole session and lists no message)."""
+    found = {uuid.split(":")[1] for uuid in result["provenance"]["message_uuids"]
+             if uuid.startswith("lme:")}
+    named = result["provenance"].get("session_external_id") or ""
+    question = (result.get("project") or "").removeprefix("/lme/")
+    if question and named.startswith(question + "-"):
+        found.add(named[len(question) + 1:])
+    return found
 
 
 def evaluate(config: Path, data: list[dict[str, Any]], passes: int = 2) -> list[dict[str, Any]]:

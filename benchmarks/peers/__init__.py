@@ -1,0 +1,1 @@
+"""Peers run beside memoryd on the same data (`python -m benchmarks.peers`)."""
