@@ -60,6 +60,8 @@ def _line(result: dict[str, Any]) -> str:
     if prov.get("session_external_id") or prov.get("session_id"):
         source = escape(f"{prov.get('source') or 'agent'} session "
                         f"{prov.get('session_external_id') or prov.get('session_id')}")
+        if result.get("session_matches", 1) > 1:
+            source += f", best of {result['session_matches']} matches in it"
     text = escape(str(result.get("excerpt") or result.get("content") or ""))
     if len(text) > 1500:
         text = text[:1500] + "…"
