@@ -4,9 +4,12 @@ People ask about sessions ("how did we add tracing", "what did I say about my si
 and a session is saved as several memories: its conversation segments and its digest.
 Ranked by memory, one long session's segments and digest fill the result list; the
 questions' answers are in other sessions below them (LongMemEval-dev: the first 10
-memories covered about 6.5 distinct sessions). So ranked recall asks the backend for
-more memories than it returns (POOL times the limit) and keeps the best memory of each
-session, in rank order; the others of its session are counted in `session_matches`.
+memories covered about 6.5 distinct sessions). So ranked recall weighs more memories
+than it returns (`pool`: POOL times the limit) and keeps the best memory of each session,
+in rank order; the others of its session are counted in `session_matches`. SQLite and
+PostgreSQL do it on a few columns before they read whole rows (`first_of_each`), JSONL
+and the gateway on their list, and the API once more after a chain's layers merge
+(`one_per_session`).
 
 Only what was saved automatically from a session groups this way (conversation
 segments, digests, summaries): facts, corrections and project context are each their own
@@ -20,8 +23,8 @@ from dataclasses import replace
 
 from daemon.memory.models import MemoryType, RecallResult
 
-#: Ranked recall asks the backend for POOL times the results it returns (at least
-#: MIN_POOL), so that enough distinct sessions are among them.
+#: Ranked recall weighs POOL times the results it returns (at least MIN_POOL), so that
+#: enough distinct sessions are among them.
 POOL = 3
 MIN_POOL = 20
 
@@ -32,7 +35,7 @@ SessionKey = tuple[str | None, str | int | None, str | None]
 
 
 def pool(limit: int) -> int:
-    """How many memories to ask the backend for, to return `limit` sessions."""
+    """How many memories to weigh, to return `limit` sessions."""
     return max(limit * POOL, MIN_POOL)
 
 
