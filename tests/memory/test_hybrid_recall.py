@@ -118,6 +118,46 @@ async def test_embed_pending_drains_the_queue_once(tmp_path: Path, clock: FakeCl
         assert await backend.pending_embeddings() == 0
 
 
+async def test_caught_up_queue_looks_only_past_its_mark(tmp_path: Path,
+                                                      clock: FakeClock) -> None:
+    """Once every chunk has a vector, the background job looks only at newer chunks (a
+    check of every chunk is a scan of the store); a vector missing below the mark is
+    found by the full check every FULL_VECTOR_CHECK seconds, and new chunks at once."""
+    from daemon.memory.backends.sqlite import backend as sqlite_module
+
+    async with await open_hybrid(tmp_path, clock) as backend:
+        for i in range(3):
+            await backend.remember(f"fact number {i} about the database")
+        assert await backend.embed_pending() == 3
+        assert await backend.embed_pending() == 0
+        conn = sqlite3.connect(tmp_path / "memory.db")
+        with conn:
+            conn.execute("DELETE FROM chunk_vectors WHERE chunk_seq = (SELECT MIN(chunk_seq)"
+                         " FROM chunk_vectors)")
+        conn.close()
+        assert await backend.pending_embeddings() == 1
+        assert await backend.embed_pending() == 0  # below the mark: not looked at
+        await backend.remember("a newer fact about the cache")
+        assert await backend.embed_pending() == 1  # the new chunk, at once
+        clock.advance(sqlite_module.FULL_VECTOR_CHECK)
+        assert await backend.embed_pending() == 1  # the gap, at the full check
+        assert await backend.pending_embeddings() == 0
+
+
+async def test_a_reused_seq_above_the_mark_is_embedded(tmp_path: Path, clock: FakeClock) -> None:
+    """SQLite gives the highest seq again once the newest chunks are deleted; the mark
+    comes down with them, so a chunk that takes the seq back still gets its vector."""
+    async with await open_hybrid(tmp_path, clock) as backend:
+        await backend.remember("the first fact about the database")
+        last = await backend.remember("the second fact about the queue")
+        assert await backend.embed_pending() == 2
+        assert await backend.forget(last.id, hard=True)
+        assert await backend.embed_pending() == 0
+        await backend.remember("a third fact about the scheduler")
+        assert await backend.embed_pending() == 1
+        assert await backend.pending_embeddings() == 0
+
+
 async def test_vectors_survive_reopening(tmp_path: Path, clock: FakeClock) -> None:
     """Stored vectors are read back into the index when the store is opened again."""
     async with await open_hybrid(tmp_path, clock) as backend:

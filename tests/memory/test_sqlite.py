@@ -276,3 +276,52 @@ async def test_the_chunk_index_merges_eight_segments_at_a_time(
     with sqlite3.connect(tmp_path / "state" / "memory.db") as raw:
         assert raw.execute("SELECT v FROM memory_chunks_fts_config WHERE k = 'automerge'"
                            ).fetchone() == (8,)
+
+
+async def test_keyword_recall_reaches_past_matches_the_filters_refuse(
+        opened: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FTS5 ranks a few of its best matches before the filters are applied; when those
+    are all refused (another agent's private memories), recall still finds the allowed
+    match ranked below them."""
+    from daemon.memory.backends.sqlite import hybrid
+
+    # For limit 1: a pool of 10, FTS5's best 10 matches (12 private ones) read first.
+    monkeypatch.setattr(hybrid, "CANDIDATES", 1)
+    monkeypatch.setattr(hybrid, "KEYWORD_OVERFETCH", 1)
+    for i in range(12):
+        await opened.remember(f"deploy order staging deploy order staging note {i}",
+                              project="/work/app", private_to="codex")
+    shared = await opened.remember("the deploy notes mention a long list of other things",
+                                   project="/work/app")
+    found = await opened.recall("deploy order staging", project="/work/app", limit=1)
+    assert [r.memory_id for r in found] == [shared.id]
+    mine = await opened.recall("deploy order staging", project="/work/app", limit=1,
+                               agent="codex")
+    assert mine and mine[0].memory_id != shared.id
+
+
+async def test_live_memory_index_covers_the_recall_filter(opened: SQLiteMemoryBackend,
+                                                          tmp_path: Path) -> None:
+    """The list of memories a recall allows is read from the live-memory index, which
+    holds every column the filter reads (project, private_to): no row of `memories` is
+    read for it (before, private_to was read from each of a project's rows)."""
+    from datetime import UTC, datetime
+
+    from daemon.memory.backends.sqlite import hybrid, recall
+
+    await opened.remember("anything", project="/work/app")
+    conn = sqlite3.connect(tmp_path / "state" / "memory.db")
+    try:
+        columns = [row[2] for row in conn.execute("PRAGMA index_info(memories_live_by_project)")]
+        assert columns == ["project", "private_to"]
+        for agent in (None, "codex"):
+            plan = recall.plan("", now=datetime.now(UTC), project="/work/app", since=None,
+                               until=None, types=None, all_projects=False, agent=agent)
+            assert plan is not None
+            steps = [row[3] for row in conn.execute(
+                "EXPLAIN QUERY PLAN " + hybrid._allowed_sql(plan), plan.params)]
+            searches = [s for s in steps if s.startswith("SEARCH m")]
+            assert len(searches) == 2, steps
+            assert all("INDEX memories_live_by_project" in s for s in searches), steps
+    finally:
+        conn.close()

@@ -55,6 +55,8 @@ if TYPE_CHECKING:  # NumPy is imported only when there are vectors
     from daemon.memory.backends.sqlite.vector_index import Floats, VectorIndex
 
 CANDIDATES = 200
+#: How many of FTS5's best matches are read to find the best `pool` that the filters allow.
+KEYWORD_OVERFETCH = 2
 EXCERPT_CHUNKS = 2
 DUPLICATE_COSINE = 0.97
 DUPLICATE_OVERLAP = 0.9
@@ -147,15 +149,8 @@ async def hybrid_rows(
     async def keyword_channel() -> None:
         if match is None:
             return
-        rows = await fetch(
-            f"SELECT c.seq AS seq, c.memory_seq AS memory_seq,"
-            f" bm25(memory_chunks_fts, 1.0, 0.0) AS bm, {filters.tier} AS tier"
-            " FROM memory_chunks_fts JOIN memory_chunks c ON c.seq = memory_chunks_fts.rowid"
-            f" JOIN memories m ON m.seq = c.memory_seq"
-            f" WHERE memory_chunks_fts MATCH {match_sql} AND {filters.where}"
-            " ORDER BY tier, bm LIMIT :pool",
-            {**filters.params, "match": match, "pool": pool},
-        )
+        rows = await _keyword_rows(fetch, filters, match_sql,
+                                   {**filters.params, "match": match, "pool": pool})
         for rank, row in enumerate(rows, 1):
             candidates[row["seq"]] = Candidate(row["seq"], row["memory_seq"],
                                             keyword=ranking.relevance(row["bm"]),
@@ -252,6 +247,40 @@ async def hybrid_rows(
         if len(kept) >= limit:
             break
     return kept
+
+
+async def _keyword_rows(fetch: Fetch, filters: RecallPlan, match_sql: str,
+                        params: dict[str, Any]) -> list[sqlite3.Row]:
+    """The best `:pool` chunks by BM25 that the filters allow, best first.
+
+    When every allowed memory is of one tier (recall in one project), FTS5 first
+    ranks its matches alone, and only its best KEYWORD_OVERFETCH x pool are joined
+    to their memories and checked against the filters: reading a memory's row for
+    each of thousands of matches cost as much as ranking them (at 100,000
+    memories, 27 -> 19 ms). Only when there were more matches than that and the
+    filters left fewer than `:pool` of them does the statement run over them all.
+    """
+    if filters.tier == "0":
+        ranked = params["pool"] * KEYWORD_OVERFETCH
+        rows = await fetch(
+            "SELECT c.seq AS seq, c.memory_seq AS memory_seq, f.bm AS bm, 0 AS tier,"
+            f" (m.seq IS NOT NULL AND ({filters.where})) AS allowed"
+            " FROM (SELECT rowid, bm25(memory_chunks_fts, 1.0, 0.0) AS bm"
+            f" FROM memory_chunks_fts WHERE memory_chunks_fts MATCH {match_sql}"
+            " ORDER BY bm LIMIT :ranked) f"
+            " LEFT JOIN memory_chunks c ON c.seq = f.rowid"
+            " LEFT JOIN memories m ON m.seq = c.memory_seq ORDER BY f.bm",
+            {**params, "ranked": ranked})
+        allowed = [row for row in rows if row["allowed"]]
+        if len(rows) < ranked or len(allowed) >= params["pool"]:
+            return allowed[:params["pool"]]
+    return await fetch(
+        f"SELECT c.seq AS seq, c.memory_seq AS memory_seq,"
+        f" bm25(memory_chunks_fts, 1.0, 0.0) AS bm, {filters.tier} AS tier"
+        " FROM memory_chunks_fts JOIN memory_chunks c ON c.seq = memory_chunks_fts.rowid"
+        " JOIN memories m ON m.seq = c.memory_seq"
+        f" WHERE memory_chunks_fts MATCH {match_sql} AND {filters.where}"
+        " ORDER BY tier, bm LIMIT :pool", params)
 
 
 async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate]) -> bool:

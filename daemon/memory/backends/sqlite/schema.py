@@ -336,6 +336,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         END;
         """,
     ),
+    (
+        11,
+        "the live-memory index holds private_to, so recall's filter reads no memory row",
+        # Every recall filters on private_to (another agent's private memories never
+        # come back); outside the index, the vector channel's list of allowed memories
+        # read each of a project's rows for it (at 100,000 memories: 1.5 -> 11 ms).
+        """
+        DROP INDEX memories_live_by_project;
+        CREATE INDEX memories_live_by_project ON memories (project, private_to)
+            WHERE deleted_at IS NULL AND superseded_by IS NULL;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
