@@ -1,7 +1,8 @@
 """Vectors in the background: how fast the daemon embeds a backlog, and what it costs
 ingest and recall meanwhile.
 
-    python -m benchmarks.vectors [--ingest-mb 100] [--queries 100]
+    python -m benchmarks.vectors [--ingest-mb 100] [--queries 100] [--peer-workdir DIR]
+                                 [--no-peer] [--keep]
 
 1. LoCoMo's conversations as Claude transcripts (as `benchmarks.locomo` writes them),
    stored and saved by `memoryd ingest --once` and `memoryd sync`: every chunk waits
@@ -17,6 +18,12 @@ ingest and recall meanwhile.
      (another seed each time) copied into the watched root, twice in each phase; MB/s
      from the copy to every message committed.
    The ratios during / after are the cost of embedding to the daemon's own work.
+4. The model's speed in tokens a second on the backlog's texts: the daemon's pace over
+   the first quarter of the backlog (before step 3 asks anything of it), memoryd's model
+   alone in this process (32 texts a call, as the daemon calls it), and
+   sentence-transformers on the same weights and texts in the peers' virtual environment
+   (`benchmarks.peers`; made on first use, offline under `unshare -n`, needs root;
+   `--no-peer` skips it). Issue 37's target: the daemon at >= 1.5x sentence-transformers.
 """
 
 from __future__ import annotations
@@ -46,6 +53,10 @@ from benchmarks._common import (
     write_config,
 )
 from benchmarks.locomo import DATA, write_transcripts
+
+#: The share of the backlog embedded before anything else is asked of the daemon.
+QUIET_SHARE = 0.25
+PEERS_WORKDIR = Path.home() / ".cache" / "memoryd-peers"
 
 
 def cli(config: Path, env: dict[str, str], *args: str) -> str:
@@ -96,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-mb", type=float, default=100.0)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--peer-workdir", type=Path, default=PEERS_WORKDIR,
+                        help="the peers' virtual environment (benchmarks.peers; made on first"
+                             " use, about 1.9 GB) where sentence-transformers runs")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="skip sentence-transformers")
     args = parser.parse_args(argv)
     print(f"machine: {machine()}")
     work = Path(tempfile.mkdtemp(prefix="memoryd-bench-vectors-"))
@@ -140,9 +156,17 @@ def main(argv: list[str] | None = None) -> int:
                          memory.get("embedding_done_in_seconds")))
             return left
 
-        while look() >= waiting:
-            time.sleep(0.5)
-        first = seen[-1][0]
+        # The model's pace with nothing else to do, over the first quarter of the backlog:
+        # watched in the database, not with `memoryd status` processes, which would take
+        # the cores the background threads yield.
+        memory_db = state / "memory.db"
+        while (done := vectors_stored(memory_db)) == 0:
+            time.sleep(0.1)
+        first = time.perf_counter() - began
+        quiet_from = (first, done)
+        while (done := vectors_stored(memory_db)) < waiting * QUIET_SHARE:
+            time.sleep(0.25)
+        quiet_to = (time.perf_counter() - began, done)
         during = [recall_pass(socket, questions) for _ in range(2)]
         ingest_during = [ingest_rate(root, state / "memoryd.db", corpus)
                          for corpus in corpora[:2]]
@@ -155,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         after = [recall_pass(socket, questions) for _ in range(2)]
         ingest_after = [ingest_rate(root, state / "memoryd.db", corpus)
                         for corpus in corpora[2:]]
+        proc.terminate()
+        proc.wait(60)
+        proc = None
+        speeds = model_speeds(work, state, waiting, quiet_from, quiet_to,
+                              None if args.no_peer else args.peer_workdir)
     finally:
         if proc is not None:
             proc.terminate()
@@ -185,7 +214,70 @@ def main(argv: list[str] | None = None) -> int:
               + " and ".join(f"{r:.1f}" for r in rates) + " MB/s")
     ratio = statistics.mean(ingest_after) / statistics.mean(ingest_during)
     print(f"ingest time while embedding / after (mean MB/s): {ratio:.2f} (target <= 1.10)")
+    print("\n".join(speeds))
     return 0
+
+
+def vectors_stored(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM chunk_vectors").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def model_speeds(work: Path, state: Path, backlog: int, start: tuple[float, int],
+                 end: tuple[float, int], peer: Path | None) -> list[str]:
+    """Tokens a second on the backlog's texts: the daemon's quiet pace, memoryd's model
+    alone in this process, and sentence-transformers on the same weights and texts."""
+    import numpy as np
+
+    from daemon.memory.embeddings import local
+
+    conn = sqlite3.connect(f"file:{state / 'memory.db'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT c.content, v.vector FROM memory_chunks c JOIN chunk_vectors v"
+                            " ON v.chunk_seq = c.seq ORDER BY c.seq").fetchall()
+    finally:
+        conn.close()
+    texts = [r[0] for r in rows][:backlog]
+    stored = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows][:backlog])
+    model = local.LocalEmbedder.load(models=state / "models")
+    try:
+        tokens = [len(e.ids) for e in model._tokenizer.encode_batch(texts)]
+        # The daemon embeds in seq order: after `n` chunks, the first `n` are done.
+        done = np.concatenate([[0], np.cumsum(tokens)])
+        (t0, done0), (t1, done1) = start, end
+        daemon_rate = (done[done1] - done[done0]) / max(t1 - t0, 1e-9)
+        model.embed(texts[:32])
+        began = time.perf_counter()
+        for at in range(0, len(texts), 32):  # as the daemon calls it, 32 texts at a time
+            model.embed(texts[at:at + 32])
+        alone = sum(tokens) / (time.perf_counter() - began)
+    finally:
+        model.close()
+    lines = [f"\nthe model's speed on the backlog's {len(texts)} chunks ({sum(tokens)} tokens,"
+             f" {model.runtime}):",
+             f"  the daemon, before the measurements above (chunks {done0}..{done1}"
+             f" of {backlog}, {t1 - t0:.1f} s): {daemon_rate:,.0f} tokens/s",
+             f"  memoryd's model alone, 32 texts a call: {alone:,.0f} tokens/s"]
+    if peer is None:
+        return lines
+    from benchmarks.peers.__main__ import sentence_transformers_speed
+
+    path = work / "backlog.json"
+    path.write_text(json.dumps(texts))
+    st = sentence_transformers_speed(peer.resolve(), path)
+    theirs = np.load(path.with_suffix(".st.npy"))
+    rate = st["tokens"] / st["seconds"]
+    lines += [f"  sentence-transformers {st['sentence_transformers']} (torch {st['torch']},"
+              f" {st['threads']} threads, batch 32), same weights and texts: {rate:,.0f} tokens/s"
+              f" ({st['tokens']} tokens)",
+              f"  the daemon / sentence-transformers: {daemon_rate / rate:.2f}x; the model alone:"
+              f" {alone / rate:.2f}x (target >= 1.5)",
+              f"  the daemon's stored vectors against sentence-transformers': lowest cosine"
+              f" {float((theirs * stored).sum(axis=1).min()):.6f}"]
+    return lines
 
 
 if __name__ == "__main__":

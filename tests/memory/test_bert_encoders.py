@@ -62,12 +62,16 @@ def batch(*lengths: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-def test_onnx_graph_computes_what_numpy_does() -> None:
-    """Same weights, same tokens: the hidden states agree to float rounding."""
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_onnx_graph_computes_what_numpy_does(fused: bool) -> None:
+    """Same weights, same tokens: the hidden states agree to float rounding, with ONNX
+    Runtime's fused attention and GELU kernels as with the plain graph."""
     weights = random_weights()
     ids, mask = batch(9, 17, 3)
     expected = NumpyEncoder(weights, CONFIG).encode(ids, mask)
-    got = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1).encode(ids, mask)
+    encoder = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, fused=fused)
+    assert encoder.runtime.endswith(" fused") == fused
+    got = encoder.encode(ids, mask)
     assert got.shape == expected.shape == (3, 17, CONFIG.hidden)
     real = mask.astype(bool)  # padded positions are never pooled, so only real ones must agree
     assert np.abs(got[real] - expected[real]).max() < 1e-4
@@ -111,9 +115,10 @@ def test_int8_graph_holds_no_float32_copy_of_the_big_tables() -> None:
     assert len(dense) == 6 * CONFIG.layers and all(a.dtype == np.int8 for a in dense)
 
 
-def test_padding_does_not_change_a_sequence() -> None:
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_padding_does_not_change_a_sequence(fused: bool) -> None:
     """A sequence's states are the same alone and padded in a batch with a longer one."""
-    encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1)
+    encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1, fused=fused)
     ids, mask = batch(5, 20)
     together = encoder.encode(ids, mask)
     alone = encoder.encode(ids[:1, :5], mask[:1, :5])
@@ -129,6 +134,22 @@ def test_auto_falls_back_to_numpy_when_onnx_cannot_load(monkeypatch: pytest.Monk
     assert [e["event"] for e in logs] == ["embeddings_runtime_fallback"]
     with pytest.raises(EmbeddingError, match="ONNX Runtime"):
         local.make_encoder(random_weights(), CONFIG, "onnx")
+
+
+def test_fused_kernels_missing_fall_back_to_the_plain_graph(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ONNX Runtime without the fused kernels (a graph it rejects): the plain graph,
+    said once in the log; it computes the same states."""
+    build = bert_onnx.build_model
+
+    def without_fused(*args: object, fused: bool = False, **kwargs: object) -> object:
+        return (b"not a model", {}) if fused else build(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bert_onnx, "build_model", without_fused)
+    with structlog.testing.capture_logs() as logs:
+        encoder = local.make_encoder(random_weights(), CONFIG, "auto", fused=True)
+    assert encoder.runtime.startswith("onnxruntime ") and not encoder.runtime.endswith("fused")
+    assert [e["event"] for e in logs] == ["embeddings_fused_kernels_unavailable"]
 
 
 def test_runtime_choice() -> None:

