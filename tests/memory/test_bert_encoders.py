@@ -7,6 +7,10 @@ model's two runtimes are compared in test_embeddings_local.py.
 
 from __future__ import annotations
 
+import json
+import struct
+from pathlib import Path
+
 import numpy as np
 import pytest
 import structlog
@@ -158,3 +162,71 @@ def test_runtime_choice() -> None:
     assert local.make_encoder(weights, CONFIG, "numpy").runtime == "numpy"
     assert local.make_encoder(weights, CONFIG, "auto").runtime.startswith("onnxruntime ")
     assert local.runtime_name() == "onnxruntime"
+
+
+def _write_model(directory: Path) -> list[str]:
+    """A tiny model directory as the weights package lays it out (one layer, the real
+    width of 384 that `LocalEmbedder` pools to), and the words its tokenizer knows."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    config = BertConfig(layers=1, heads=12, hidden=384, eps=1e-12)
+    rng = np.random.default_rng(11)
+    words = [f"w{i}" for i in range(40)]
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3,
+             **{w: i + 4 for i, w in enumerate(words)}}
+    h, inner = config.hidden, 4 * config.hidden
+    shapes = {"embeddings.word_embeddings.weight": (len(vocab), h),
+              "embeddings.position_embeddings.weight": (64, h),
+              "embeddings.token_type_embeddings.weight": (2, h),
+              "embeddings.LayerNorm.weight": (h,), "embeddings.LayerNorm.bias": (h,)}
+    p = "encoder.layer.0."
+    for name, (out, inp) in {"attention.self.query": (h, h), "attention.self.key": (h, h),
+                             "attention.self.value": (h, h), "attention.output.dense": (h, h),
+                             "intermediate.dense": (inner, h),
+                             "output.dense": (h, inner)}.items():
+        shapes[p + name + ".weight"], shapes[p + name + ".bias"] = (out, inp), (out,)
+    for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+        shapes[p + norm + ".weight"], shapes[p + norm + ".bias"] = (h,), (h,)
+    header: dict[str, object] = {}
+    blobs, offset = [], 0
+    for name, shape in shapes.items():
+        array = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if name.endswith("LayerNorm.weight"):
+            array += 1.0
+        blobs.append(array.tobytes())
+        header[name] = {"dtype": "F32", "shape": list(shape),
+                        "data_offsets": [offset, offset + len(blobs[-1])]}
+        offset += len(blobs[-1])
+    head = json.dumps(header).encode()
+    (directory / "model.safetensors").write_bytes(
+        struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    (directory / "config.json").write_text(json.dumps({
+        "num_hidden_layers": config.layers, "num_attention_heads": config.heads,
+        "hidden_size": config.hidden}))
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return words
+
+
+def test_background_batches_give_each_text_its_own_vector(tmp_path: Path) -> None:
+    """Texts of many lengths, embedded in runs of like length on the background threads
+    (padded, longest first, pooled on the caller's thread): each comes back in its place
+    with the vector it has alone through the NumPy encoder."""
+    words = _write_model(tmp_path)
+    rng = np.random.default_rng(5)
+    texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 40, 23)]
+    model = local.LocalEmbedder(tmp_path, "auto")
+    alone = local.LocalEmbedder(tmp_path, "numpy")
+    try:
+        assert model.yields_cores and model.runtime.endswith(" fused")
+        together = model.embed(texts)
+        assert together.shape == (len(texts), 384)
+        for text, vector in zip(texts, together, strict=True):
+            assert np.abs(vector - alone.embed([text])[0]).max() < 1e-4
+        assert np.abs(together[0] - together[1]).max() > 1e-3  # not one vector for all
+    finally:
+        model.close()
+        alone.close()
