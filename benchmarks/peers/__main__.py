@@ -180,6 +180,11 @@ def mempalace_locomo(work: Path, scripts: Path, mode: str) -> dict[str, Any]:
                              str(scripts / "locomo_bench.py"), str(LOCOMO), "--mode", mode,
                              "--granularity", "dialog", "--top-k", "10", "--out", str(out)],
                       work / "logs" / f"locomo_{mode}.log")
+    return {**score_locomo(out), "seconds": seconds}
+
+
+def score_locomo(out: Path) -> dict[str, Any]:
+    """MemPalace's per-question LoCoMo output scored as `mempalace_locomo` says."""
     hits: dict[str, list[float]] = defaultdict(list)
     shares: dict[str, list[float]] = defaultdict(list)
     for item in json.loads(out.read_text()):
@@ -192,7 +197,7 @@ def mempalace_locomo(work: Path, scripts: Path, mode: str) -> dict[str, Any]:
             shares[name].append(len(evidence & found) / len(evidence) if evidence else 0.0)
     return {"10 turns": {k: statistics.fmean(v) for k, v in hits.items()},
             "share": {k: statistics.fmean(v) for k, v in shares.items()},
-            "n": {k: len(v) for k, v in hits.items()}, "seconds": seconds}
+            "n": {k: len(v) for k, v in hits.items()}}
 
 
 def memoryd_locomo(workdir: Path | None) -> dict[str, Any]:
