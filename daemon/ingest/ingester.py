@@ -98,7 +98,7 @@ class Ingester:
         self._states = await load_states(self._conn)
         path = await database_file(self._conn)
         if path is not None:
-            self._tailer.checkpointer = Checkpointer(path)
+            self._tailer.checkpointer = Checkpointer(path, self._clock)
             await disable_autocheckpoint(self._conn)
 
     async def settle(self) -> None:

@@ -176,6 +176,8 @@ class Tailer:
     async def submit(self, prepared: Prepared) -> asyncio.Task[CommitResult]:
         """Start storing `prepared` on the store's thread; `finish` awaits it. The file
         moves on when, and only if, the commit succeeds, whoever waits for it."""
+        if self.checkpointer is not None:
+            await self.checkpointer.keep_bounded(self._conn)
         commit = await submit_batch(self._conn, prepared.batch, self._clock.now())
         commit.add_done_callback(lambda task: self._stored(prepared, task))
         return commit

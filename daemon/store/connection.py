@@ -19,6 +19,7 @@ from daemon.errors import (
 )
 from daemon.files import ensure_private_dir
 from daemon.sqlite import call_on_connection
+from daemon.store.wal import WAL_BOUND_BYTES
 
 
 def translate(exc: sqlite3.Error) -> StoreError:
@@ -53,7 +54,10 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
         # page_size takes effect only when the file is new (before WAL mode is set); an
         # older database keeps the page size it was made with. WAL with synchronous=NORMAL
         # is durable against process crashes, which is what exactly-once is about.
-        pragmas += [f"page_size = {PAGE_SIZE}", "journal_mode = WAL", "synchronous = NORMAL"]
+        # journal_size_limit: when the log starts over, a file a backfill grew is cut
+        # back to the bound rather than kept at its peak for as long as the daemon runs.
+        pragmas += [f"page_size = {PAGE_SIZE}", "journal_mode = WAL", "synchronous = NORMAL",
+                    f"journal_size_limit = {WAL_BOUND_BYTES}"]
     return await sqlite.connect(path, translate=translate, readonly=readonly,
                                 pragmas=[*pragmas, "foreign_keys = ON"])
 
