@@ -329,7 +329,10 @@ class ApiServer:
         server = self._runner.server
         assert server is not None
         gate = _Gate(server, connection_limit(), SILENT_TIMEOUT)
-        self._server = await asyncio.get_running_loop().create_unix_server(gate, sock=sock)
+        # The listen queue as deep as the connections served: with asyncio's default (100),
+        # a burst of 200 clients while the loop was busy had 48 refused at connect.
+        self._server = await asyncio.get_running_loop().create_unix_server(
+            gate, sock=sock, backlog=gate.limit)
         log.info("api_listening", socket=str(self.path), max_connections=gate.limit)
 
     async def stop(self) -> None:

@@ -681,6 +681,61 @@ def test_import_refuses_what_is_not_an_export_file(tmp_path: Path) -> None:
     assert "longer than" in done.stderr
 
 
+def test_a_burst_of_clients_waits_in_the_listen_queue_instead_of_being_refused(
+        tmp_path: Path) -> None:
+    """200 concurrent recalls while the daemon was busy: 48 were refused at connect
+    (asyncio's listen queue holds 100). Here the daemon is stopped (SIGSTOP: it accepts
+    nothing) while 300 clients connect at once; each is queued, and answered once the
+    daemon goes on."""
+    import resource
+    import socket as socket_
+
+    _root, state, config = _setup(tmp_path)
+    log = (tmp_path / "run.log").open("wb")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    descriptors = 1024 if hard == resource.RLIM_INFINITY else min(1024, hard)
+
+    def enough_descriptors() -> None:  # a connection limit of 512, whatever this shell has
+        resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors, hard))
+
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=enough_descriptors)
+    log.close()
+    clients: list[socket_.socket] = []
+    refused = 0
+    try:
+        wait_ready(state, proc.pid)
+        path = str(state / "memoryd.sock")
+        proc.send_signal(signal.SIGSTOP)
+        for _ in range(300):
+            conn = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
+            conn.setblocking(False)  # as a client with a timeout connects: no waiting
+            try:
+                conn.connect(path)
+            except BlockingIOError:
+                refused += 1
+                conn.close()
+                continue
+            clients.append(conn)
+        proc.send_signal(signal.SIGCONT)
+        request = b"GET /v1 HTTP/1.1\r\nHost: memoryd\r\nConnection: close\r\n\r\n"
+        answered = 0
+        for conn in clients[:20]:
+            conn.setblocking(True)
+            conn.settimeout(30)
+            conn.sendall(request)
+            answered += conn.recv(12).startswith(b"HTTP/1.1 200")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        for conn in clients:
+            conn.close()
+        text = _stop_daemon(tmp_path, proc)
+    assert refused == 0, f"{refused} of 300 refused at connect"
+    assert answered == 20
+    assert "Traceback" not in text, text[-3000:]
+
+
 def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> None:
     """Issue 29.8: thousands of idle connections made the API unresponsive and logged a
     traceback per refused accept. Here the daemon may open 128 descriptors and 400
