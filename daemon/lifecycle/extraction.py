@@ -57,6 +57,9 @@ _CUE = (
 _REQUEST = re.compile(rf"^{_LEAD}(?P<request>{_CUE}.*)$", re.IGNORECASE | re.DOTALL)
 # A word every cue holds: a message without one is passed over before any masking.
 _CUE_WORD = re.compile(r"remember|mind|forget|now\s+on|future", re.IGNORECASE)
+# The same test for ASCII text, ten times faster on a long message (most have no cue).
+_CUES = ("remember", "mind", "forget", "future")
+_NOW_ON = re.compile(r"now\s+on")
 # A sentence ends at . ! ? followed by a space or the end, or at a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -108,10 +111,18 @@ def _clip(text: str) -> str:
     return text[:cut if cut > MAX_CHARS // 2 else MAX_CHARS - 1].rstrip(" ,;:") + "…"
 
 
+def _has_cue(text: str) -> bool:
+    if not text.isascii():  # Unicode case folding: the regular expression decides
+        return _CUE_WORD.search(text) is not None
+    lowered = text.lower()
+    return any(cue in lowered for cue in _CUES) or (
+        "now" in lowered and _NOW_ON.search(lowered) is not None)
+
+
 def requests_in(message: StoredMessage) -> list[str]:
     """The texts of the "remember …" requests in one message, in order, each once."""
     typed = _typed_text(message)
-    if typed is None or _CUE_WORD.search(typed) is None:
+    if typed is None or not _has_cue(typed):
         return []
     found: dict[str, None] = {}
     for line in _prose_lines(redact(typed)):

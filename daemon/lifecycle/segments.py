@@ -29,7 +29,8 @@ from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{200,}")
+_BASE64_MIN = 200
+_BASE64_RUN = re.compile(rf"[A-Za-z0-9+/=]{{{_BASE64_MIN},}}")
 _WHITESPACE_RUNS = re.compile(r"\n{3,}")
 
 TOOL_RESULT_CHARS = 300
@@ -54,12 +55,19 @@ class SegmentPlan:
         return self.messages[-1].index
 
 
+def _without_base64(text: str) -> str:
+    # A run of base64 has no whitespace in it: text whose every word is shorter has
+    # none, and splitting is several times cheaper than the search.
+    if len(text) < _BASE64_MIN or all(len(word) < _BASE64_MIN for word in text.split()):
+        return text
+    return _BASE64_RUN.sub("[base64 omitted]", text)
+
+
 def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
-        return _BASE64_RUN.sub("[base64 omitted]", text)
+        return _without_base64(text)
     # Only what is kept is searched for base64 (tool output is often ten times the limit).
-    kept = _BASE64_RUN.sub("[base64 omitted]", text[:limit])
-    return kept + f" […{len(text) - limit} more characters]"
+    return _without_base64(text[:limit]) + f" […{len(text) - limit} more characters]"
 
 
 def render_message(message: StoredMessage, project: Roots = None) -> str:
