@@ -139,6 +139,35 @@ async def test_hybrid_recall_finds_a_paraphrase_through_pgvector() -> None:
         await backend.close()
 
 
+async def test_caught_up_embedding_looks_only_past_its_mark() -> None:
+    """As in SQLite: once every chunk has a vector, the background job reads only newer
+    chunks (with nothing to do, a look at every chunk scans the table every few
+    seconds); a vector missing below the mark is found at the full check."""
+    import psycopg
+
+    from daemon.memory import policy
+
+    dsn, clock = new_database(), FakeClock()
+    backend = await open_as(dsn, clock, embedder=FakeEmbedder())
+    try:
+        for i in range(3):
+            await backend.remember(f"fact number {i} about the database")
+        assert await backend.embed_pending() == 3
+        assert await backend.embed_pending() == 0
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE memory_chunks SET model = NULL, embedding = NULL"
+                         " WHERE seq = (SELECT MIN(seq) FROM memory_chunks)")
+        assert await backend.pending_embeddings() == 1
+        assert await backend.embed_pending() == 0  # below the mark: not looked at
+        await backend.remember("a newer fact about the cache")
+        assert await backend.embed_pending() == 1  # the new chunk, at once
+        clock.advance(policy.FULL_VECTOR_CHECK)
+        assert await backend.embed_pending() == 1  # the gap, at the full check
+        assert await backend.pending_embeddings() == 0
+    finally:
+        await backend.close()
+
+
 async def test_passwords_never_appear_in_errors_or_logs() -> None:
     """A refused connection names host, port and database, never the password."""
     secret = "s3cret-Passw0rd"

@@ -66,7 +66,7 @@ from daemon.memory.models import (
     SessionSummary,
     chain_order,
 )
-from daemon.memory.policy import ForgetScope, began
+from daemon.memory.policy import ForgetScope, VectorMark, began
 from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.recall import fusion as fusion_
@@ -210,6 +210,7 @@ class PostgresMemoryBackend:
         self._vector_weight = vector_weight
         self._paraphrase_vector_weight = paraphrase_vector_weight
         self._embed_lock = asyncio.Lock()
+        self._vectors = VectorMark()
         # Project -> (when counted, whether its chunks are few): counted once a minute.
         self._scope_sizes: dict[str, tuple[float, bool]] = {}
         self._new_pool: Callable[[], Awaitable[AsyncConnectionPool[Any]]] | None = None
@@ -709,13 +710,21 @@ class PostgresMemoryBackend:
             return 0
         async with self._embed_lock:
             mine, params = self._mine()
+            now = self._clock.monotonic()
+            after, full = self._vectors.start(now)
+            # The newest seq first: a chunk added after it is read has a higher one.
+            newest = (await self._read("SELECT COALESCE(MAX(seq), 0) AS seq"
+                                       " FROM memory_chunks", {}))[0]["seq"]
             rows = await self._read(
                 "SELECT c.seq, c.content FROM memory_chunks c JOIN memories m"
                 f" ON m.seq = c.memory_seq WHERE {mine} AND (c.model IS DISTINCT FROM %(model)s)"
                 " AND m.deleted_at IS NULL AND m.superseded_by IS NULL"
-                " ORDER BY c.seq LIMIT %(limit)s",
-                {**params, "model": embedder.name, "limit": limit})
+                " AND c.seq > %(after)s ORDER BY c.seq LIMIT %(limit)s",
+                {**params, "model": embedder.name, "limit": limit, "after": after})
+            # Up to here every live chunk has a vector once these are stored.
+            through = int(newest) if len(rows) < limit else int(rows[-1]["seq"])
             if not rows:
+                self._vectors.caught_up(through, full, now)
                 return 0
             vectors = await asyncio.to_thread(embedder.embed, [r["content"] for r in rows])
             async with self._write() as conn, conn.cursor() as cur:
@@ -723,6 +732,7 @@ class PostgresMemoryBackend:
                     "UPDATE memory_chunks SET model = %s, embedding = %s::vector WHERE seq = %s",
                     [(embedder.name, vector_literal(vectors[i]), r["seq"])
                      for i, r in enumerate(rows)])
+            self._vectors.caught_up(through, full, now)
         log.debug("memory_chunks_embedded", backend=BACKEND_NAME, count=len(rows),
                   model=embedder.name)
         return len(rows)

@@ -80,7 +80,7 @@ from daemon.memory.models import (
     SaveResult,
     SessionSummary,
 )
-from daemon.memory.policy import ForgetScope, began
+from daemon.memory.policy import ForgetScope, VectorMark, began
 from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.recall import ranking
@@ -106,13 +106,6 @@ IMPORT_BATCH_SIZE = 500
 INDEX_PAGE = 20_000
 #: How long a recall waits for the index to load before it goes by keywords alone.
 INDEX_WAIT = 2.0
-#: Seconds between checks of every chunk for a missing vector. In between, the
-#: background job looks only past the last chunk it saw embedded: with nothing to
-#: do, a check of every chunk is a scan of the store (157 ms at 100,000 memories on
-#: a 2-core machine, every 5 s), and a new chunk always gets a higher seq. What the
-#: full check still catches: a seq reused after the newest chunks were deleted, a
-#: memory made live again.
-FULL_VECTOR_CHECK = 600.0
 
 # Chunks of live memories with no vector from the current model.
 _PENDING_FROM = (
@@ -319,8 +312,7 @@ class SQLiteMemoryBackend:
         self._query_vectors_failing: str | None = None
         self._index_loading: asyncio.Future[VectorIndex] | None = None
         self._embed_lock = asyncio.Lock()
-        # Every live chunk up to this seq had a vector when last looked at, and when.
-        self._vectors_through, self._vectors_checked_at = 0, -FULL_VECTOR_CHECK
+        self._vectors = VectorMark()
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -677,8 +669,7 @@ class SQLiteMemoryBackend:
         async with self._embed_lock:
             index = await self._load_index()
             now = self._clock.monotonic()
-            full = now - self._vectors_checked_at >= FULL_VECTOR_CHECK
-            after = 0 if full else self._vectors_through
+            after, full = self._vectors.start(now)
             async with self._read() as conn:
                 # The newest seq first: a chunk added after it is read has a higher one.
                 newest = (await self._fetch_all(
@@ -691,7 +682,7 @@ class SQLiteMemoryBackend:
             # Up to here every live chunk has a vector once these are stored.
             through = int(newest) if len(rows) < limit else int(rows[-1][0])
             if not rows:
-                self._caught_up(through, full, now)
+                self._vectors.caught_up(through, full, now)
                 return 0
             vectors = await asyncio.to_thread(embedder.embed, [r[2] for r in rows])
             import numpy as np
@@ -704,16 +695,9 @@ class SQLiteMemoryBackend:
                      for i, r in enumerate(rows)])
             if index is not None:
                 index.add([r[0] for r in rows], [r[1] for r in rows], vectors)
-            self._caught_up(through, full, now)
+            self._vectors.caught_up(through, full, now)
         log.debug("memory_chunks_embedded", count=len(rows), model=embedder.name)
         return len(rows)
-
-    def _caught_up(self, through: int, full: bool, now: float) -> None:
-        # Lowered too, when the newest chunks were deleted: a seq SQLite gives again
-        # is then above the mark.
-        self._vectors_through = through
-        if full:
-            self._vectors_checked_at = now
 
     async def record_use(self, memory_ids: Sequence[str]) -> None:
         ids = list(dict.fromkeys(memory_ids))
