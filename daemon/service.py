@@ -48,7 +48,6 @@ from daemon.lifecycle.retention import Retention
 from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 from daemon.lock import hold_lock
 from daemon.memory import MemoryBackend
-from daemon.memory.backends.gateway import expire_calls as expire_gateway_calls
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.opening import open_memory_backend
@@ -485,7 +484,11 @@ class Service:
             before = clock.now() - timedelta(seconds=settings.audit_retention)
             async with self._sync_lock:
                 removed = await audit.expire(conn, before)
-            removed += await expire_gateway_calls(settings.gateway_ledger_path, before)
+            if await asyncio.to_thread(settings.gateway_ledger_path.exists):
+                # Only where a gateway was used: its module brings httpx (12 MB).
+                from daemon.memory.backends.gateway import expire_calls
+
+                removed += await expire_calls(settings.gateway_ledger_path, before)
             if removed:
                 log.info("audit_expired", events=removed, before=before.isoformat())
 

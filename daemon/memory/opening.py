@@ -25,7 +25,6 @@ from daemon.clock import Clock
 from daemon.config import BackendKind, Settings
 from daemon.errors import BackendError, EmbeddingError
 from daemon.files import ensure_private_dir
-from daemon.memory.backends.gateway import GatewayConfig, GatewayMemoryBackend
 from daemon.memory.backends.jsonl import JsonlMemoryBackend
 from daemon.memory.backends.sqlite import SQLiteMemoryBackend
 from daemon.memory.chain import ChainBackend, Layer
@@ -43,7 +42,9 @@ DECLARED: dict[str, frozenset[Capability]] = {
     "sqlite": _FULL,
     "postgres": _FULL,
     "jsonl": JsonlMemoryBackend.capabilities,
-    "gateway": GatewayMemoryBackend.capabilities,
+    # GatewayMemoryBackend.capabilities, written out: the gateway's module (and httpx)
+    # loads only when a gateway is configured (tests/unit check they agree).
+    "gateway": frozenset({Capability.RECALL}),
 }
 
 
@@ -112,6 +113,8 @@ def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedd
                                              owner=memory_user(settings))
 
     async def gateway() -> MemoryBackend:
+        from daemon.memory.backends.gateway import GatewayConfig, GatewayMemoryBackend
+
         gw = settings.memory.gateway
         ensure_private_dir(settings.state_dir)
         config = GatewayConfig(

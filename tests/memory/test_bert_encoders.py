@@ -66,15 +66,15 @@ def batch(*lengths: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-def test_onnx_graph_computes_what_numpy_does(fused: bool) -> None:
+@pytest.mark.parametrize("graph", ["plain", "fused"])
+def test_onnx_graph_computes_what_numpy_does(graph: bert_onnx.Graph) -> None:
     """Same weights, same tokens: the hidden states agree to float rounding, with ONNX
     Runtime's fused attention and GELU kernels as with the plain graph."""
     weights = random_weights()
     ids, mask = batch(9, 17, 3)
     expected = NumpyEncoder(weights, CONFIG).encode(ids, mask)
-    encoder = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, fused=fused)
-    assert encoder.runtime.endswith(" fused") == fused
+    encoder = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, graph=graph)
+    assert encoder.runtime.endswith(" fused") == (graph == "fused")
     got = encoder.encode(ids, mask)
     assert got.shape == expected.shape == (3, 17, CONFIG.hidden)
     real = mask.astype(bool)  # padded positions are never pooled, so only real ones must agree
@@ -89,7 +89,7 @@ def test_int8_graph_stays_close_to_float32() -> None:
     weights = random_weights()
     ids, mask = batch(12, 7)
     exact = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1).encode(ids, mask)
-    int8 = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, int8=True)
+    int8 = bert_onnx.OnnxEncoder(weights, CONFIG, threads=1, graph="int8")
     assert int8.runtime.endswith(" int8")
     approx = int8.encode(ids, mask)
     real = mask.astype(bool)
@@ -103,7 +103,7 @@ def test_int8_graph_holds_no_float32_copy_of_the_big_tables() -> None:
     """The int8 graph's word embeddings and dense weights are int8, with float32 scales per
     word and per output channel; only the small tables stay float32."""
     weights = random_weights()
-    _, arrays = bert_onnx.build_model(weights, CONFIG, int8=True)
+    _, arrays = bert_onnx.build_model(weights, CONFIG, "int8")
     assert "word" not in arrays
     assert arrays["word_q"].dtype == np.int8 and arrays["word_q"].shape == (VOCAB, CONFIG.hidden)
     assert arrays["word_scale"].shape == (VOCAB, 1)
@@ -119,10 +119,10 @@ def test_int8_graph_holds_no_float32_copy_of_the_big_tables() -> None:
     assert len(dense) == 6 * CONFIG.layers and all(a.dtype == np.int8 for a in dense)
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-def test_padding_does_not_change_a_sequence(fused: bool) -> None:
+@pytest.mark.parametrize("graph", ["plain", "fused"])
+def test_padding_does_not_change_a_sequence(graph: bert_onnx.Graph) -> None:
     """A sequence's states are the same alone and padded in a batch with a longer one."""
-    encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1, fused=fused)
+    encoder = bert_onnx.OnnxEncoder(random_weights(), CONFIG, threads=1, graph=graph)
     ids, mask = batch(5, 20)
     together = encoder.encode(ids, mask)
     alone = encoder.encode(ids[:1, :5], mask[:1, :5])
@@ -146,12 +146,13 @@ def test_fused_kernels_missing_fall_back_to_the_plain_graph(
     said once in the log; it computes the same states."""
     build = bert_onnx.build_model
 
-    def without_fused(*args: object, fused: bool = False, **kwargs: object) -> object:
-        return (b"not a model", {}) if fused else build(*args, **kwargs)  # type: ignore[arg-type]
+    def without_fused(weights: object, config: object, graph: str = "plain") -> object:
+        return (b"not a model", {}) if graph == "fused" else build(
+            weights, config, graph)  # type: ignore[arg-type]
 
     monkeypatch.setattr(bert_onnx, "build_model", without_fused)
     with structlog.testing.capture_logs() as logs:
-        encoder = local.make_encoder(random_weights(), CONFIG, "auto", fused=True)
+        encoder = local.make_encoder(random_weights(), CONFIG, "auto", "fused")
     assert encoder.runtime.startswith("onnxruntime ") and not encoder.runtime.endswith("fused")
     assert [e["event"] for e in logs] == ["embeddings_fused_kernels_unavailable"]
 

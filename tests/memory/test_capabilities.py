@@ -56,3 +56,41 @@ async def test_an_operation_the_backend_cannot_do_is_refused_not_pretended(
     finally:
         await conn.close()
         await backend.close()
+
+
+def test_a_gateways_declared_capabilities_are_its_own() -> None:
+    """`opening.DECLARED` writes the gateway's out so its module loads only when used."""
+    from daemon.memory.backends.gateway import GatewayMemoryBackend
+    from daemon.memory.opening import DECLARED
+
+    assert DECLARED["gateway"] == GatewayMemoryBackend.capabilities
+
+
+def test_the_daemon_with_default_settings_loads_no_http_client(tmp_path: Path) -> None:
+    """httpx (12 MB of the daemon's memory with what it pulls in) is for a gateway, an
+    OpenAI-compatible embedder or a reranker: the default daemon's modules and its opened
+    memory do without it."""
+    import subprocess
+    import sys
+
+    from helpers import daemon_env
+
+    config = write_config(tmp_path / "config.yaml", tmp_path / "state",
+                          {"claude": tmp_path / "claude"})
+    probe = (
+        "import asyncio, sys\n"
+        "import daemon.service, daemon.api.server, daemon.ingest.ingester\n"
+        "from daemon.clock import SystemClock\n"
+        "from daemon.config import load_settings\n"
+        "from daemon.memory.opening import open_memory_backend\n"
+        f"settings = load_settings({str(config)!r})\n"
+        "async def main():\n"
+        "    backend = await open_memory_backend(settings, SystemClock())\n"
+        "    await backend.recall('anything')\n"
+        "    await backend.close()\n"
+        "asyncio.run(main())\n"
+        "print('httpx' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, env=daemon_env(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False"

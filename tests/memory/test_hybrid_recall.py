@@ -123,7 +123,7 @@ async def test_caught_up_queue_looks_only_past_its_mark(tmp_path: Path,
     """Once every chunk has a vector, the background job looks only at newer chunks (a
     check of every chunk is a scan of the store); a vector missing below the mark is
     found by the full check every FULL_VECTOR_CHECK seconds, and new chunks at once."""
-    from daemon.memory.backends.sqlite import backend as sqlite_module
+    from daemon.memory import policy
 
     async with await open_hybrid(tmp_path, clock) as backend:
         for i in range(3):
@@ -139,7 +139,7 @@ async def test_caught_up_queue_looks_only_past_its_mark(tmp_path: Path,
         assert await backend.embed_pending() == 0  # below the mark: not looked at
         await backend.remember("a newer fact about the cache")
         assert await backend.embed_pending() == 1  # the new chunk, at once
-        clock.advance(sqlite_module.FULL_VECTOR_CHECK)
+        clock.advance(policy.FULL_VECTOR_CHECK)
         assert await backend.embed_pending() == 1  # the gap, at the full check
         assert await backend.pending_embeddings() == 0
 

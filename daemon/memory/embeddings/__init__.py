@@ -32,7 +32,6 @@ from daemon.memory.embeddings.base import (
     Vectors,
     normalise,
 )
-from daemon.memory.embeddings.openai import OpenAIEmbedder, OpenAIOptions
 
 log = structlog.get_logger("memoryd.memory.embeddings")
 
@@ -41,8 +40,6 @@ __all__ = [
     "EmbeddingError",
     "EmbeddingUnavailable",
     "LazyLocalEmbedder",
-    "OpenAIEmbedder",
-    "OpenAIOptions",
     "Vectors",
     "make_embedder",
     "normalise",
@@ -222,6 +219,9 @@ def make_embedder(settings: EmbeddingSettings, models: Path | None = None) -> Em
                 " (memory.embeddings.fetch_model), or the tokenizer is not installed",
                 provider="local")
         return LazyLocalEmbedder(settings.local_runtime, models, fetch=settings.fetch_model)
+    # Imported here: httpx loads only when an endpoint is configured (a smaller daemon).
+    from daemon.memory.embeddings.openai import OpenAIEmbedder, OpenAIOptions
+
     o = settings.openai
     return OpenAIEmbedder(OpenAIOptions(
         base_url=o.base_url, model=o.model, dimensions=o.dimensions,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from importlib.util import find_spec
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,9 @@ OPSET = 17
 # A daemon shares the machine: a few threads are enough for a query or a batch
 # of chunks, and idle threads must sleep, not spin, between calls.
 MAX_THREADS = 4
+#: Which graph: float32 as written; float32 through ONNX Runtime's own attention and
+#: GELU kernels; or int8 dense layers. One choice, so no caller can ask for two.
+Graph = Literal["plain", "fused", "int8"]
 
 
 def available() -> bool:
@@ -53,17 +56,17 @@ def _quantise_rows(table: npt.NDArray[Any], block: int = 2048,
     return quantised, scale
 
 
-def build_model(weights: Weights, config: BertConfig, *, int8: bool = False,
-                fused: bool = False) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
+def build_model(weights: Weights, config: BertConfig, graph: Graph = "plain",
+                ) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
     """The serialised ONNX graph (ids, positions and mask in, hidden states out), and
     the weight arrays it names, to be handed to the session as they are.
 
-    With `fused` (float32 only), each layer's attention is ONNX Runtime's own
+    With "fused", each layer's attention is ONNX Runtime's own
     `Attention` kernel (com.microsoft: Q, K and V in one product, the mask as 0/1 per
     token) and its GELU is `BiasGelu`, in the bias add: the same arithmetic in fewer,
     larger steps (vectors equal to float rounding, 5-10 % faster).
 
-    With `int8`, the dense layers' weights are quantised per output channel
+    With "int8", the dense layers' weights are quantised per output channel
     (symmetric, scale = max |w| / 127) and their inputs per call
     (DynamicQuantizeLinear), as ONNX Runtime's own dynamic quantisation does: the
     layers' weights shrink from 42 to 11 MB, which stays in a desktop's L3 cache.
@@ -71,6 +74,8 @@ def build_model(weights: Weights, config: BertConfig, *, int8: bool = False,
     its own few rows of them, so this saves memory rather than time.
     """
     from onnx import TensorProto, helper, numpy_helper
+
+    int8, fused = graph == "int8", graph == "fused"
 
     initializers: list[Any] = []
     nodes: list[Any] = []
@@ -165,7 +170,6 @@ def build_model(weights: Weights, config: BertConfig, *, int8: bool = False,
     width = config.hidden // config.heads
     big("position", f32(weights["embeddings.position_embeddings.weight"]))
     big("token_type", f32(weights["embeddings.token_type_embeddings.weight"][0]))
-    fused = fused and not int8
     if not fused:
         const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
         const("hidden_shape", np.array([0, 0, config.hidden], dtype=np.int64))
@@ -218,7 +222,7 @@ class OnnxEncoder:
     """The encoder in an ONNX Runtime session (thread-safe: concurrent `encode` calls are fine)."""
 
     def __init__(self, weights: Weights, config: BertConfig, *, threads: int | None = None,
-                 int8: bool = False, fused: bool = False) -> None:
+                 graph: Graph = "plain") -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
@@ -227,19 +231,19 @@ class OnnxEncoder:
         options.enable_cpu_mem_arena = False
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        graph, arrays = build_model(weights, config, int8=int8, fused=fused)
-        self._fused = fused and not int8
+        model, arrays = build_model(weights, config, graph)
+        self._fused = graph == "fused"
         # Copied into the session as it loads; nothing here needs to keep them after.
         options.add_external_initializers(
             list(arrays), [onnxruntime.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()])
         try:
             self._session = onnxruntime.InferenceSession(
-                graph, options, providers=["CPUExecutionProvider"])
+                model, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # ONNX Runtime raises its own unrelated types; translate them here
             raise EmbeddingError(f"ONNX Runtime could not load the model: {exc}",
                                  provider="local") from exc
         self.runtime = f"onnxruntime {onnxruntime.__version__}" + (
-            " int8" if int8 else " fused" if self._fused else "")
+            "" if graph == "plain" else f" {graph}")
 
     def encode(self, ids: I64, mask: F32) -> F32:
         feeds: dict[str, npt.NDArray[Any]] = {

@@ -49,8 +49,9 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 MAX_TOKENS = 256
 BATCH = 32
 #: A background run's batch: two texts of like length. On two cores, 25.1 chunks/s
-#: against 24.0 at 4 and 21.4 at 8 (a run's activations stay in the core's caches),
-#: and the threads give way within ~0.1 s once the daemon gets busy.
+#: against 24.0 at 4 and 21.4 at 8 (a run's activations stay in the core's caches).
+#: The busy check runs between runs, and a run of two 256-token texts holds its
+#: thread for 0.18 s on the 11-26 machine (a run of eight: 0.8 s).
 BACKGROUND_BATCH = 2
 #: Background batches wait while the daemon is busy: checked every DEFER_POLL s, for
 #: at most DEFER_MAX s a batch (a backlog always moves on).
@@ -87,26 +88,25 @@ def runtime_name(runtime: Runtime = "auto") -> str:
     return "onnxruntime"
 
 
-def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto", *,
-                 int8: bool = False, fused: bool = False, threads: int | None = None,
-                 ) -> Encoder:
+def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto",
+                 graph: bert_onnx.Graph = "plain", *, threads: int | None = None) -> Encoder:
     """The encoder for `runtime`; `auto` falls back to NumPy if ONNX Runtime fails to load.
 
-    `int8` asks ONNX Runtime for int8 dense layers; NumPy always computes in float32.
-    `fused` asks for ONNX Runtime's own attention and GELU kernels (float32), and
-    gets the plain graph where this ONNX Runtime lacks them.
+    `graph` is ONNX Runtime's (NumPy always computes in float32 as written); "fused"
+    gets the plain graph where this ONNX Runtime lacks those kernels.
     `threads`: ONNX Runtime's own threads for one call (default: one per core, up to 4).
     """
     if runtime_name(runtime) == "numpy":
         return NumpyEncoder(weights, config)
     try:
-        if fused and not int8:
+        if graph == "fused":
             try:
-                return bert_onnx.OnnxEncoder(weights, config, fused=True, threads=threads)
+                return bert_onnx.OnnxEncoder(weights, config, graph="fused", threads=threads)
             except EmbeddingError as exc:
                 log.warning("embeddings_fused_kernels_unavailable", provider=PROVIDER,
                             error=str(exc))
-        return bert_onnx.OnnxEncoder(weights, config, int8=int8, threads=threads)
+                graph = "plain"
+        return bert_onnx.OnnxEncoder(weights, config, graph=graph, threads=threads)
     except (EmbeddingError, ImportError) as exc:
         if runtime == "onnx":
             raise EmbeddingError(f"ONNX Runtime is not usable: {exc}", provider=PROVIDER) from exc
@@ -161,7 +161,7 @@ class LocalEmbedder:
         self._runtime = runtime
         self._config = BertConfig.from_file(directory / "config.json")
         self._encoder = make_encoder(read_safetensors(directory / "model.safetensors"),
-                                     self._config, runtime, fused=True, threads=1)
+                                     self._config, runtime, "fused", threads=1)
         self.runtime = self._encoder.runtime
         self._pool: ThreadPoolExecutor | None = None
         # What the background threads give way to: while it answers True (the daemon's
@@ -210,9 +210,8 @@ class LocalEmbedder:
             hidden = (self._encoder.encode(ids, mask) for ids, mask in batches)
         else:
             hidden = self._pool.map(self._encode_when_quiet, batches)
-        for start, (mask, states) in zip(range(0, len(order), size),
-                                         zip((m for _, m in batches), hidden, strict=True),
-                                         strict=True):
+        for start, (_, mask), states in zip(range(0, len(order), size), batches, hidden,
+                                            strict=True):
             out[order[start:start + size]] = _pooled(states, mask)
         return out
 
@@ -245,7 +244,7 @@ class LocalEmbedder:
                 self._query_encoder = (
                     self._encoder if self._encoder.runtime == "numpy" else make_encoder(
                         read_safetensors(self._directory / "model.safetensors"), self._config,
-                        self._runtime, int8=True))
+                        self._runtime, "int8"))
             return self._query_encoder
 
     def embed_query(self, text: str) -> Vectors:

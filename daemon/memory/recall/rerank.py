@@ -21,10 +21,12 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import structlog
+
+if TYPE_CHECKING:
+    import httpx
 
 log = structlog.get_logger("memoryd.memory.rerank")
 
@@ -65,6 +67,8 @@ class HttpReranker:
                                 "top_n": len(documents), "return_documents": False}
         if self.options.model:
             body["model"] = self.options.model
+        import httpx  # only with a reranker configured: the daemon's memory is smaller without
+
         try:
             async with httpx.AsyncClient(timeout=self.options.timeout,
                                          transport=self._transport) as client:
