@@ -92,6 +92,28 @@ def db_size(path: Path) -> int:
     return total
 
 
+def sql_value(db: Path, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """The first column of the first row `sql` gives on the database at `db`, read-only;
+    None when there is no row, or the file or a table does not exist yet (a daemon
+    still starting)."""
+    if not db.exists():
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        try:
+            row = conn.execute(sql, params).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def count_rows(db: Path, table: str) -> int:
+    """Rows in `table` of the database at `db` (0 while it does not exist yet)."""
+    return int(sql_value(db, f"SELECT COUNT(*) FROM {table}") or 0)
+
+
 @contextlib.contextmanager
 def workspace(name: str, *, keep: bool = False) -> Iterator[tuple[Path, Path, dict[str, str]]]:
     """A fresh work directory with a default-settings config over an empty Claude root

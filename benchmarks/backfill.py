@@ -30,7 +30,6 @@ import io
 import os
 import pstats
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from benchmarks import gen_corpus
 from benchmarks._common import (
     MB,
     REPO,
+    count_rows,
     db_size,
     isolate_this_process,
     isolated_env,
@@ -94,15 +94,6 @@ def loop_in_process(name: str, files: list[Path], db: Path) -> Result:
 
 
 # -- memoryd -------------------------------------------------------------------------------
-
-def _stored_messages(db: Path) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def memoryd_subprocess(root: Path, work: Path) -> Result:
     state = work / "state"
     config = write_config(work / "config.yaml", state, root)
@@ -114,7 +105,7 @@ def memoryd_subprocess(root: Path, work: Path) -> Result:
     if done.returncode != 0:
         sys.exit(f"memoryd ingest --once failed ({done.returncode}):\n{done.stderr[-3000:]}")
     db = state / "memoryd.db"
-    return Result("memoryd", seconds, _stored_messages(db), db_size(db))
+    return Result("memoryd", seconds, count_rows(db, "session_messages"), db_size(db))
 
 
 def _ingest_in_process(root: Path, work: Path) -> tuple[float, Path]:
@@ -134,7 +125,7 @@ def _ingest_in_process(root: Path, work: Path) -> tuple[float, Path]:
 
 def memoryd_in_process(root: Path, work: Path) -> Result:
     seconds, db = _ingest_in_process(root, work)
-    return Result("memoryd", seconds, _stored_messages(db), db_size(db))
+    return Result("memoryd", seconds, count_rows(db, "session_messages"), db_size(db))
 
 
 def profile(root: Path, work: Path, top: int) -> None:

@@ -27,7 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import isolated_env, machine, memoryd_command, write_config
+from benchmarks._common import (
+    count_rows,
+    isolated_env,
+    machine,
+    memoryd_command,
+    write_config,
+)
 
 LINES_PER_FILE = 20
 
@@ -76,20 +82,6 @@ def _unsaved(db: Path) -> int:
     finally:
         conn.close()
 
-
-def _stored(db: Path) -> int:
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return 0
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
-    except sqlite3.Error:
-        return 0
-    finally:
-        conn.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000)
@@ -106,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 300
-            while _stored(work / "state" / "memoryd.db") < expected:
+            while count_rows(work / "state" / "memoryd.db", "session_messages") < expected:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the daemon did not store every line")
                 time.sleep(0.5)

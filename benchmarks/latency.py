@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks._common import (
     REPO,
+    count_rows,
     isolated_env,
     machine,
     memoryd_command,
@@ -76,20 +77,6 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
     sys.exit(f"timed out after {timeout:.0f} s waiting for {what}")
 
-
-def _count(db: Path, sql: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            return int(conn.execute(sql).fetchone()[0])
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=20.0, help="lines per second (20)")
@@ -128,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         started = time.perf_counter()
-        _wait_for(lambda: _count(db, "SELECT COUNT(*) FROM session_messages") >= args.sessions,
+        _wait_for(lambda: count_rows(db, "session_messages") >= args.sessions,
                   60, "the daemon to store the first line of every transcript")
         print(f"daemon up and caught up in {time.perf_counter() - started:.2f} s")
         # Let the start-up recovery pass and file watches settle before measuring.

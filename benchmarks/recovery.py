@@ -54,6 +54,7 @@ from benchmarks._common import (
     machine,
     median,
     memoryd_command,
+    sql_value,
     write_config,
 )
 from benchmarks.gen_corpus import Pools, SessionWriter
@@ -264,19 +265,6 @@ async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]
 
 
 # -- quiet -> recallable -------------------------------------------------------------------
-
-def _sql_value(db: Path, sql: str, params: tuple[Any, ...] = ()) -> Any:
-    try:
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            row = conn.execute(sql, params).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    return row[0] if row else None
-
-
 def _start_daemon(config: Path, work: Path, log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "wb") as log:
         return subprocess.Popen(memoryd_command(config, "run"), env=isolated_env(work / "xdg"),
@@ -301,7 +289,7 @@ async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]
     except BackendError as exc:
         if not notes:
             notes.append(f"backend.recall raised {exc!r}; fell back to an FTS5 MATCH query")
-        return bool(_sql_value(memory_db, "SELECT 1 FROM memory_chunks_fts WHERE"
+        return bool(sql_value(memory_db, "SELECT 1 FROM memory_chunks_fts WHERE"
                                " memory_chunks_fts MATCH ?", (f'"{word}"',)))
 
 
@@ -334,7 +322,7 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
                     " WHERE external_id = ?")
         began = time.perf_counter()
         deadline = began + 120
-        while _sql_value(db, unsynced, (session_id,)) != 0:
+        while sql_value(db, unsynced, (session_id,)) != 0:
             if time.perf_counter() > deadline or proc.poll() is not None:
                 sys.exit(f"memoryd run did not sync the new session (see {log_path})")
             await asyncio.sleep(0.1)
@@ -350,7 +338,7 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
             # pause every append would fall at the same phase of the job's interval.
             await asyncio.sleep(rng.uniform(0, check_interval))
             count = "SELECT message_count FROM sessions WHERE external_id = ?"
-            before = _sql_value(db, count, (session_id,)) or 0
+            before = sql_value(db, count, (session_id,)) or 0
             _append(path, line)
             appended = time.perf_counter()
             committed = None
@@ -358,7 +346,7 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
             while time.perf_counter() < deadline:
                 # By the session's message count (indexed): session_messages has no index on
                 # uuid, and scanning a million rows per poll would skew what is measured.
-                if committed is None and (_sql_value(db, count, (session_id,)) or 0) > before:
+                if committed is None and (sql_value(db, count, (session_id,)) or 0) > before:
                     committed = time.perf_counter()
                 if await _recallable(backend, settings.memory_path, word, notes):
                     recalled = time.perf_counter()

@@ -46,6 +46,7 @@ from benchmarks import gen_corpus
 from benchmarks._common import (
     MB,
     REPO,
+    count_rows,
     isolated_env,
     machine,
     memoryd_command,
@@ -84,21 +85,12 @@ def recall_pass(socket: Path, questions: list[str]) -> list[float]:
             answer.raise_for_status()
     return times
 
-
-def stored_messages(db: Path) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM session_messages").fetchone()[0])
-    finally:
-        conn.close()
-
-
 def ingest_rate(root: Path, db: Path, corpus: gen_corpus.CorpusInfo) -> float:
     """MB/s from copying `corpus` into the watched root to all its messages stored."""
-    want = stored_messages(db) + corpus.messages
+    want = count_rows(db, "session_messages") + corpus.messages
     began = time.perf_counter()
     shutil.copytree(corpus.root, root / Path(corpus.root).parent.name)
-    while stored_messages(db) < want:
+    while count_rows(db, "session_messages") < want:
         time.sleep(0.02)
     return corpus.bytes / MB / (time.perf_counter() - began)
 
@@ -162,13 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         # the cores the background threads yield.
         # It starts past the first few percent: the daemon's own start-up work is done.
         memory_db = state / "memory.db"
-        while (done := vectors_stored(memory_db)) == 0:
+        while (done := count_rows(memory_db, "chunk_vectors")) == 0:
             time.sleep(0.1)
         first = time.perf_counter() - began
-        while (done := vectors_stored(memory_db)) < waiting * QUIET_FROM:
+        while (done := count_rows(memory_db, "chunk_vectors")) < waiting * QUIET_FROM:
             time.sleep(0.1)
         quiet_from = (time.perf_counter() - began, done)
-        while (done := vectors_stored(memory_db)) < waiting * QUIET_TO:
+        while (done := count_rows(memory_db, "chunk_vectors")) < waiting * QUIET_TO:
             time.sleep(0.25)
         quiet_to = (time.perf_counter() - began, done)
         during = [recall_pass(socket, questions) for _ in range(2)]
@@ -220,15 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ingest time while embedding / after (mean MB/s): {ratio:.2f} (target <= 1.10)")
     print("\n".join(speeds))
     return 0
-
-
-def vectors_stored(db: Path) -> int:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
-    try:
-        return int(conn.execute("SELECT COUNT(*) FROM chunk_vectors").fetchone()[0])
-    finally:
-        conn.close()
-
 
 def model_speeds(work: Path, state: Path, backlog: int, start: tuple[float, int],
                  end: tuple[float, int], peer: Path | None) -> list[str]:
