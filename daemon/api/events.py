@@ -222,6 +222,13 @@ class SessionEvents(OpsBase):
     async def _session_ended_or_synced(self, event: str, transcript: str | None,
                                        agent_session: str | None) -> None:
         session = await self._find_agent_session(transcript, agent_session)
+        if session is None and event == "stop" and transcript is not None:
+            # A transcript the daemon learnt of from this hook (a new session's, or one
+            # outside the watched roots) is not read yet: the turn's save needs its
+            # session, so it is read now. The hook may stop waiting meanwhile; the
+            # request is finished all the same.
+            await self._runtime.catch_up(max(self.settings.agents.hook_timeout, 5.0))
+            session = await self._find_agent_session(transcript, agent_session)
         if session is None:
             log.info("hook_session_unknown", hook_event=event, agent_session_id=agent_session)
             return
