@@ -176,6 +176,65 @@ class RerankSettings(BaseModel):
         return self
 
 
+class LlmProjects(BaseModel):
+    """Which projects' conversations may be sent to the model (`memory.llm.projects`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Only these projects (paths as memory records them); empty: every project not denied.
+    allow: list[str] = Field(default_factory=list, max_length=1000)
+    #: Never these (a deny wins over an allow).
+    deny: list[str] = Field(default_factory=list, max_length=1000)
+
+    def admits(self, project: str | None) -> bool:
+        if project is not None and any(_under(project, p) for p in self.deny):
+            return False
+        return not self.allow or (project is not None
+                                  and any(_under(project, p) for p in self.allow))
+
+
+def _under(project: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return project == root or project.startswith(root + "/") or root == "/"
+
+
+class LlmSettings(BaseModel):
+    """Optional distillation: a model reads saved conversation segments and keeps the
+    facts, decisions, preferences and gotchas in them (`observation` memories). Off by
+    default; capture, recovery and hooks never wait for it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal["none", "openai", "anthropic", "claude-cli", "codex-cli",
+                      "gemini-cli"] = "none"
+    #: openai: any OpenAI-compatible chat completions endpoint (OpenAI, vLLM, llama.cpp,
+    #: LM Studio, Ollama's /v1); anthropic: the Messages API. The key is read from
+    #: MEMORYD_LLM_API_KEY only, never from a file.
+    base_url: str = ""
+    model: str = ""
+    #: Tokens (in and out) a day, after which extraction waits for the next (UTC) day.
+    daily_tokens: int = Field(default=200_000, ge=0, le=1_000_000_000)
+    #: Segments sent a minute at most (the background's bounded rate).
+    per_minute: float = Field(default=6.0, gt=0, le=600)
+    timeout: Duration = Field(default=60.0, gt=0, le=3600)
+    projects: LlmProjects = Field(default_factory=LlmProjects)
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider != "none"
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> LlmSettings:
+        if self.provider in ("openai", "anthropic"):
+            if self.provider == "openai" and not self.base_url:
+                raise ValueError("provider openai needs base_url (http:// or https://)")
+            if self.base_url and not self.base_url.startswith(("http://", "https://")):
+                raise ValueError("base_url must start with http:// or https://")
+            if not self.model:
+                raise ValueError(f"provider {self.provider} needs model")
+        return self
+
+
 class PostgresSettings(BaseModel):
     """The PostgreSQL + pgvector layer (`memory.backends: [postgres, ...]`)."""
 
@@ -259,6 +318,8 @@ class MemorySettings(BaseModel):
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     jsonl: JsonlSettings = Field(default_factory=JsonlSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    #: Optional distillation by a model (off by default).
+    llm: LlmSettings = Field(default_factory=LlmSettings)
 
     @model_validator(mode="before")
     @classmethod
@@ -417,6 +478,21 @@ class Settings(BaseSettings):
         return self.state_dir / "memoryd.db"
 
     @property
+    def distill_dir(self) -> Path:
+        """Where an agent CLI asked as the distillation model runs: its own sessions there
+        belong to no project of the user's, and are never distilled themselves."""
+        return self.state_dir / "distill"
+
+    def distills(self, project: str | None) -> bool:
+        """Whether a model may be sent the conversations of `project`."""
+        llm = self.memory.llm
+        if not llm.enabled or project is None:
+            return False
+        if project == str(self.distill_dir) or project.startswith(str(self.distill_dir) + "/"):
+            return False
+        return llm.projects.admits(project)
+
+    @property
     def memory_path(self) -> Path:
         return self.memory.path or self.state_dir / "memory.db"
 
@@ -479,8 +555,10 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, 
 
 # MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN, MEMORYD_GATEWAY_KEY and
 # MEMORYD_RERANK_API_KEY are the defaults of memory.postgres.dsn_env,
-# memory.gateway.user_key_env and memory.rerank.api_key_env.
-_NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key", "rerank_api_key"}
+# memory.gateway.user_key_env and memory.rerank.api_key_env; MEMORYD_LLM_API_KEY is the
+# distillation model's key, MEMORYD_DISTILLING marks an agent CLI run as that model.
+_NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key", "rerank_api_key", "llm_api_key",
+                 "distilling"}
 
 
 def _reject_unknown_environment() -> None:

@@ -245,6 +245,20 @@ async def check_embeddings(settings: Settings, clock: Clock) -> Check:
                  "for a vector")
 
 
+async def check_distill(settings: Settings) -> Check:
+    llm = settings.memory.llm
+    if not llm.enabled:
+        return Check("distill", "ok", "off (memory.llm.provider: none): digests need no model")
+    from daemon.distill.providers import check_provider
+
+    level, found = await check_provider(llm, settings.distill_dir)
+    shown = f"{llm.provider}" + (f" {llm.model}" if llm.model else "")
+    return Check("distill", level, f"{shown}: {found}",
+                 None if level == "ok" else
+                 "check memory.llm (base_url, model), MEMORYD_LLM_API_KEY, or set"
+                 " memory.llm.provider: none")
+
+
 def check_unit(manager: ServiceManager | None) -> Check:
     if manager is None:
         return Check("service unit", "warn", f"no service support on {sys.platform}")
@@ -350,6 +364,7 @@ async def run_checks(settings: Settings, clock: Clock,
     else:
         checks.append(await check_backend(settings, clock))
     checks.append(await check_embeddings(settings, clock))
+    checks.append(await check_distill(settings))
     checks.append(await check_retention(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
                    check_api(settings), check_hook_client()])

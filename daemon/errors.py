@@ -20,6 +20,10 @@
     │   └── EmbeddingError   an embedder failed
     │       └── EmbeddingUnavailable  (also BackendUnavailable) rate limit, 5xx, timeout
     │           └── EmbeddingLoading      the model loads in the background: keywords now
+    ├── DistillError         the distillation model failed (`distill`)
+    │   ├── DistillUnavailable  429, 5xx, timeout, refused: transient, retried later
+    │   ├── DistillRefused      this request refused (400, 413, 422): counted against it
+    │   └── DistillAnswerError  the model's answer is not the items asked for
     ├── ApiError             a request the local API refuses (carries its HTTP status)
     ├── DaemonUnreachable    no daemon answers on the socket (clients fall back)
     └── SettingsFileError    an agent's settings file memoryd will not touch
@@ -189,6 +193,32 @@ class EmbeddingUnavailable(EmbeddingError, BackendUnavailable):
 
 class EmbeddingLoading(EmbeddingUnavailable):
     """The model is being loaded in the background: keywords answer meanwhile (no failure)."""
+
+
+class DistillError(MemorydError):
+    """The model that distils segments failed; the message names the provider and the
+    status, never a key or the text sent."""
+
+    def __init__(self, message: str, *, provider: str, retry_after: float | None = None
+                 ) -> None:
+        super().__init__(f"{provider}: {message}")
+        self.provider = provider
+        #: Seconds the provider asked to wait (HTTP Retry-After), if it said.
+        self.retry_after = retry_after
+
+
+class DistillUnavailable(DistillError):
+    """Rate-limited, a server error, a timeout, a refused connection: try later."""
+
+    transient = True
+
+
+class DistillRefused(DistillError):
+    """The provider refused this one request, or answered it in an unexpected shape."""
+
+
+class DistillAnswerError(DistillRefused):
+    """The answer is not JSON of the schema asked for (retried once, then skipped)."""
 
 
 class ApiError(MemorydError):

@@ -28,6 +28,7 @@ import structlog
 from daemon.api.operations import MemoryOps
 from daemon.clock import Clock, utc_text
 from daemon.config import Settings, SourceKind
+from daemon.distill.worker import Distiller
 from daemon.errors import (
     ApiError,
     ConfigError,
@@ -56,6 +57,7 @@ from daemon.notify import Notifier
 from daemon.status import status_path
 from daemon.store import audit
 from daemon.store.connection import integrity_problems, translate
+from daemon.store.distill_queue import distill_counts
 from daemon.store.opening import open_store
 
 if TYPE_CHECKING:
@@ -83,6 +85,9 @@ INTEGRITY_INTERVAL = 24 * 3600.0
 MODEL_IDLE_RELEASE = 300.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
+#: The distillation queue is looked at this often (when a model is configured); how many
+#: segments a pass sends is bounded by `memory.llm.per_minute`.
+DISTILL_INTERVAL = 5.0
 #: Back-off bounds after a transient store error (locked database, full disk).
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
 
@@ -134,6 +139,8 @@ class Service:
         self._ui_lock = asyncio.Lock()
         self._api_conn: aiosqlite.Connection | None = None
         self._jobs_conn: aiosqlite.Connection | None = None
+        self._distill_conn: aiosqlite.Connection | None = None
+        self._distiller: Distiller | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._damaged: MemorydError | None = None
@@ -198,6 +205,12 @@ class Service:
                     open_store(settings))
                 # The API's writes (injection records, `ended`) get a third one.
                 self._api_conn = await stack.enter_async_context(open_store(settings))
+                if settings.memory.llm.enabled:
+                    # Distillation waits on a model for seconds: its transactions on a
+                    # connection of their own never hold up the jobs' or the API's.
+                    self._distill_conn = await stack.enter_async_context(
+                        open_store(settings))
+                    stack.push_async_callback(self._close_distiller)
                 stack.push_async_callback(self._close_backend)
                 scheduler = self._scheduler(jobs_conn)
                 ingester = self._ingester = Ingester(conn, settings, clock)
@@ -466,6 +479,15 @@ class Service:
                 while not self.stop_event.is_set() and await backend.drain() == DRAIN_BATCH:
                     pass
 
+        async def distill() -> None:
+            # Segments saved since, sent to the configured model at a bounded rate; a
+            # model that is slow or down delays only this job.
+            distiller = await self._distiller_for()
+            if distiller is not None:
+                await distiller.run()
+                self.status.extra["distill"] = await distill_counts(
+                    distiller.conn, clock.now())
+
         async def check_integrity() -> None:
             # A damaged page goes unnoticed until something reads it; writing on into a
             # damaged file can make it worse. Found: stop, say so, exit 74.
@@ -513,6 +535,8 @@ class Service:
              PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
              PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
                          exclusive=False),
+             *([PeriodicJob("distill", DISTILL_INTERVAL, distill, exclusive=False)]
+               if self._distill_conn is not None else []),
              PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit),
              PeriodicJob("retention", AUDIT_EXPIRY_INTERVAL, retention,
                          cron=settings.retention.schedule)],
@@ -521,6 +545,26 @@ class Service:
             on_success=self._clear_error,
         )
         return self._scheduler_
+
+    async def _distiller_for(self) -> Distiller | None:
+        """The distillation worker, made once the memory backend is open."""
+        if self._distiller is None and self._distill_conn is not None:
+            assert self._jobs_conn is not None
+            await self._recovery_for(self._jobs_conn)
+            if self._backend is None:
+                return None
+            from daemon.distill.providers import make_provider
+
+            provider = make_provider(self.settings.memory.llm, self.settings.distill_dir)
+            self._distiller = Distiller(self._distill_conn, self._backend, self.clock,
+                                        self.settings, provider,
+                                        stopping=self.stop_event.is_set)
+        return self._distiller
+
+    async def _close_distiller(self) -> None:
+        if self._distiller is not None:
+            await self._distiller.close()
+            self._distiller = None
 
     async def _supervise(self, tasks: list[asyncio.Task[None]]) -> None:
         stop_waiter = asyncio.create_task(self.stop_event.wait())

@@ -27,6 +27,7 @@ from daemon.memory.opening import is_chain, memory_user, open_memory_backend
 from daemon.memory.protocol import MemoryBackend, vector_queue
 from daemon.store import queries
 from daemon.store.connection import connect
+from daemon.store.distill_queue import distill_counts
 
 
 def status_path(settings: Settings) -> Path:
@@ -226,6 +227,7 @@ async def collect_status(settings: Settings, clock: Clock,
                 totals = await queries.totals(conn, shown_as_of(
                     clock.now(), settings.stale_session_timeout))
                 offsets = await queries.file_offsets(conn)
+                report["distill"] = await _distill_status(conn, settings, clock)
         finally:
             await conn.close()
     if totals is None:
@@ -248,6 +250,21 @@ async def collect_status(settings: Settings, clock: Clock,
     report.update(totals)
     report.update(_lag(offsets, {o[0] for o in offsets}, settings, clock.now().timestamp()))
     return report
+
+
+async def _distill_status(conn: aiosqlite.Connection, settings: Settings,
+                          clock: Clock) -> dict[str, Any] | None:
+    """Distillation's provider, queue and spending today (None: off and never used)."""
+    llm = settings.memory.llm
+    async with conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'distill_queue'") as cursor:
+        if await cursor.fetchone() is None:
+            return None
+    counts = await distill_counts(conn, clock.now())
+    if not llm.enabled and not (counts["waiting"] or counts["done"] or counts["skipped"]):
+        return None
+    return {"provider": llm.provider, "model": llm.model or None,
+            "daily_tokens": llm.daily_tokens, **counts}
 
 
 def retention_summary(settings: Settings) -> dict[str, Any]:

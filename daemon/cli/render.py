@@ -171,6 +171,9 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
                       if weights not in (None, "present") else "")
                    + (f", {pace:g} a second, done in about {duration(done_in)}"
                       if pace and done_in is not None else ""))
+    distill = report.get("distill")
+    if distill is not None:
+        out.append(_distill_line(distill))
     retention = report.get("retention")
     if retention is not None:
         expires = retention["expires"]
@@ -192,3 +195,17 @@ def _status_lines(report: dict[str, Any]) -> list[str]:
     if report["last_error"]:
         out.append(f"last error: {report['last_error']} at {report['last_error_at']}")
     return out
+
+
+def _distill_line(d: dict[str, Any]) -> str:
+    """Distillation's provider, queue, what it stored and spent today, its last error."""
+    if d["provider"] == "none":
+        head = "distill: off"
+    else:
+        head = f"distill: {d['provider']}" + (f" {d['model']}" if d["model"] else "")
+    line = (f"{head}: {d['waiting']} segments waiting, {d['stored']} observations stored"
+            f" ({d['duplicates']} duplicates avoided, {d['skipped']} segments skipped),"
+            f" {d['tokens_today']:,} of {d['daily_tokens']:,} tokens today")
+    if d.get("last_error"):
+        line += f"; last error: {d['last_error']} at {d['last_error_at']}"
+    return line

@@ -120,6 +120,10 @@ def _log(state_dir: str | None, event: str, **fields: Any) -> None:
 def run(argv: list[str]) -> int:
     """The hook; returns the exit status (always 0 once the arguments parse)."""
     state_dir: str | None = None
+    if os.environ.get("MEMORYD_DISTILLING"):
+        # An agent CLI memoryd itself runs as the distillation model: it gets no memory,
+        # and what it is sent is not a session of the user's to save again.
+        return 0
     try:
         args = _parse(argv)
     except _Usage as exc:

@@ -57,6 +57,7 @@ from daemon.memory.protocol import save_segments
 from daemon.store import queries
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
+from daemon.store.distill_queue import Queued
 from daemon.store.forgotten import summary_forgotten
 from daemon.store.opening import open_store
 from daemon.store.sessions import SessionSyncState
@@ -89,6 +90,9 @@ class RecoveryPolicy:
     retry_wait_max: float = 2.0
     #: Agents whose sessions' memories are private to them (`memory.private_agents`).
     private_agents: frozenset[str] = frozenset()
+    #: Whether a saved segment of a project is queued for the model (`Settings.distills`);
+    #: None: distillation is off.
+    distills: Callable[[str | None], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -274,8 +278,12 @@ class Recovery:
             log.warning("sync_failed", session_id=session.id, backend=exc.backend,
                         error=str(exc), transient=exc.transient, retry_in=delay)
             return False
+        distills = self.policy.distills
+        queued = [Queued(s.id, s.first_index, s.last_index) for s in segments
+                  ] if distills is not None and distills(session.project) else []
         if not await store.advance_sync_index(
             self._conn, session.id, index, start, audit_events=events, now=self._clock.now(),
+            distill=queued,
         ):
             log.info("sync_index_moved_elsewhere", session_id=session.id)
             return False
@@ -450,6 +458,7 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
         max_chars=settings.segment_max_chars,
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
         private_agents=frozenset(settings.memory.private_agents),
+        distills=settings.distills if settings.memory.llm.enabled else None,
     )
 
 

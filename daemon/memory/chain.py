@@ -49,6 +49,7 @@ from daemon.memory import writes
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
+    DistilledMemory,
     Memory,
     MemoryType,
     Provenance,
@@ -59,6 +60,7 @@ from daemon.memory.models import (
 )
 from daemon.memory.outbox import Depth, Entry, Outbox, decode, encode
 from daemon.memory.privacy.masking import (
+    masked_distilled,
     masked_record,
     masked_requested,
     masked_segment,
@@ -412,6 +414,12 @@ class ChainBackend:
                                 lambda b: b.save_requested_memory(requested),
                                 Capability.REMEMBER)
 
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
+        distilled = masked_distilled(distilled, self._masks)
+        return await self._save("distilled", distilled.id, encode(distilled),
+                                lambda b: b.save_distilled_memory(distilled),
+                                Capability.REMEMBER)
+
     async def remember(self, content: str, *, type: MemoryType = MemoryType.FACT,
                        importance: float | None = None, project: str | None = None,
                        tags: Iterable[str] = (), provenance: Provenance | None = None,
@@ -568,6 +576,10 @@ class ChainBackend:
             requested = decode("requested", payload)
             assert isinstance(requested, RequestedMemory)
             await backend.save_requested_memory(requested)
+        elif entry.op == "distilled":
+            distilled = decode("distilled", payload)
+            assert isinstance(distilled, DistilledMemory)
+            await backend.save_distilled_memory(distilled)
         elif entry.op == "record":
             await backend.import_records([payload])
         elif entry.op == "forget":

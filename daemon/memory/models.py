@@ -27,6 +27,9 @@ class MemoryType(enum.StrEnum):
     #: What one session asked, changed, ran, committed, concluded and left open, built
     #: from its records without a model (`lifecycle.digest`); one live version a session.
     SESSION_DIGEST = "session_digest"
+    #: A fact, decision, preference or gotcha a model read out of a conversation segment
+    #: (`distill`, off by default): never an explicit fact, so a model never overrides one.
+    OBSERVATION = "observation"
 
 
 DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
@@ -38,6 +41,8 @@ DEFAULT_IMPORTANCE: dict[MemoryType, float] = {
     # As the conversation it condenses: both are the session's record, weighed alike, so
     # a digest outranks a segment only by matching the question better.
     MemoryType.SESSION_DIGEST: 0.5,
+    # Above the conversation it was read from, below what a person stated (0.9).
+    MemoryType.OBSERVATION: 0.6,
 }
 """Importance given when the caller passes none."""
 
@@ -51,7 +56,8 @@ REQUESTED_IMPORTANCE = 0.8
 """Such a fact's importance: below a fact stored on purpose, since it was read out of prose."""
 
 DECAYING_TYPES: frozenset[MemoryType] = frozenset(
-    {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY, MemoryType.SESSION_DIGEST}
+    {MemoryType.CONVERSATION, MemoryType.SESSION_SUMMARY, MemoryType.SESSION_DIGEST,
+     MemoryType.OBSERVATION}
 )
 """Auto-saved types whose weight fades with age unless they are recalled."""
 
@@ -131,6 +137,19 @@ def requested_memory_id(
 ) -> str:
     """The deterministic id of a memory asked for in a message ("remember that …")."""
     return _auto_id("requested", source, session_external_id, session_id, message_index,
+                    content)
+
+
+DISTILLED_TAG = "distilled"
+"""The tag of an observation a model read out of a segment (its kind is tagged too)."""
+DISTILLED_KINDS = ("fact", "decision", "preference", "gotcha")
+"""What a model may read out of a segment (`Distilled.kind`)."""
+
+
+def distilled_memory_id(*, source: str | None, session_external_id: str | None,
+                        session_id: int | None, segment: str, kind: str, content: str) -> str:
+    """The deterministic id of an observation read out of segment `segment`."""
+    return _auto_id("distilled", source, session_external_id, session_id, segment, kind,
                     content)
 
 
@@ -307,6 +326,51 @@ class RequestedMemory:
             message_uuids=(self.message_uuid,) if self.message_uuid else (),
             started_at=self.said_at, ended_at=self.said_at,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DistilledMemory:
+    """An observation a model read out of one conversation segment, resting on the messages
+    `first_index`..`last_index` of its session (the ones it cited).
+
+    `id` is computed by `distilled_memory_id` from the session, the segment, the kind and
+    the content: the same answer stored again (after a crash) stores nothing new.
+    """
+
+    source: str | None
+    session_id: int | None
+    session_external_id: str | None
+    project: str | None
+    segment: str  # the id of the segment it was read from
+    kind: str  # one of DISTILLED_KINDS
+    content: str
+    first_index: int
+    last_index: int
+    message_uuids: tuple[str, ...] = ()
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    private_to: str | None = None
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in DISTILLED_KINDS:
+            raise ValueError(f"an observation is one of {', '.join(DISTILLED_KINDS)}")
+        if not self.content.strip():
+            raise ValueError("an observation needs some content")
+        if self.first_index < 0 or self.last_index < self.first_index:
+            raise ValueError(f"bad message range {self.first_index}..{self.last_index}")
+        object.__setattr__(self, "id", distilled_memory_id(
+            source=self.source, session_external_id=self.session_external_id,
+            session_id=self.session_id, segment=self.segment, kind=self.kind,
+            content=self.content))
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(
+            session_id=self.session_id, session_external_id=self.session_external_id,
+            source=self.source, project=self.project, first_index=self.first_index,
+            last_index=self.last_index, message_uuids=self.message_uuids,
+            started_at=self.started_at, ended_at=self.ended_at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 One SQLite file (`<state_dir>/outbox.db`, WAL, `synchronous=FULL`): an entry is
 on disk before the save that needed it returns, so a SIGKILL at any instant
 loses nothing. Each entry names the layer it must reach, the operation
-(`segment`, `summary`, `requested`, `record`, `forget`, `forget_where`), a key
+(`segment`, `summary`, `requested`, `distilled`, `record`, `forget`,
+`forget_where`), a key
 (the memory id, so a save recorded twice is one entry) and its arguments as
 JSON. Draining replays entries oldest first with the same ids; a layer stores
 an id once, so an entry replayed again after a crash doubles nothing.
@@ -29,13 +30,19 @@ import structlog
 from daemon.clock import Clock
 from daemon.errors import BackendError, BackendUnavailable
 from daemon.files import make_dirs
-from daemon.memory.models import ConversationSegment, RequestedMemory, SessionSummary, Turn
+from daemon.memory.models import (
+    ConversationSegment,
+    DistilledMemory,
+    RequestedMemory,
+    SessionSummary,
+    Turn,
+)
 from daemon.memory.records import from_utc_text, to_utc_text
 
 log = structlog.get_logger("memoryd.memory.outbox")
 
 MAX_ATTEMPTS = 5
-OPS = ("segment", "summary", "requested", "record", "forget", "forget_where")
+OPS = ("segment", "summary", "requested", "distilled", "record", "forget", "forget_where")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -54,11 +61,13 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 _DATETIMES = frozenset({"started_at", "ended_at", "said_at"})
 _TUPLES = frozenset({"message_uuids", "tags"})
-_KINDS: dict[str, type[ConversationSegment | SessionSummary | RequestedMemory]] = {
-    "segment": ConversationSegment, "summary": SessionSummary, "requested": RequestedMemory}
+Saved = ConversationSegment | SessionSummary | RequestedMemory | DistilledMemory
+_KINDS: dict[str, type[Saved]] = {
+    "segment": ConversationSegment, "summary": SessionSummary, "requested": RequestedMemory,
+    "distilled": DistilledMemory}
 
 
-def encode(value: ConversationSegment | SessionSummary | RequestedMemory) -> dict[str, Any]:
+def encode(value: Saved) -> dict[str, Any]:
     """A saved value's constructor arguments as JSON-ready data (its id is recomputed)."""
     out: dict[str, Any] = {}
     for f in fields(value):
@@ -75,8 +84,6 @@ def encode(value: ConversationSegment | SessionSummary | RequestedMemory) -> dic
         out[f.name] = item
     return out
 
-
-Saved = ConversationSegment | SessionSummary | RequestedMemory
 
 
 def decode(op: str, payload: dict[str, Any]) -> Saved:
@@ -207,8 +214,8 @@ class Outbox:
         """Delete every save waiting or parked (they carry text): everything a person asked
         to be forgotten must not arrive later. Forgets stay queued."""
         return len(await self._run(
-            "DELETE FROM outbox WHERE op IN ('segment', 'summary', 'requested', 'record')"
-            " RETURNING seq"))
+            "DELETE FROM outbox WHERE op IN"
+            " ('segment', 'summary', 'requested', 'distilled', 'record') RETURNING seq"))
 
     async def stored_in(self, seq: int, layer: str) -> None:
         await self._run("UPDATE outbox SET stored_in = ? WHERE seq = ?", (layer, seq))

@@ -38,6 +38,7 @@ from daemon.errors import BackendUnsupported
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
+    DistilledMemory,
     Memory,
     MemoryType,
     Provenance,
@@ -278,6 +279,10 @@ class MemoryBackend(Protocol):
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         """Store a fact asked for in a message ("remember that …") once by its id."""
+        ...
+
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
+        """Store an observation a model read out of a segment once by its id."""
         ...
 
     async def get(self, memory_id: str) -> Memory | None:

@@ -16,9 +16,11 @@ from daemon.errors import BackendError
 from daemon.memory.models import (
     DEFAULT_IMPORTANCE,
     DIGEST_KIND,
+    DISTILLED_TAG,
     REQUESTED_IMPORTANCE,
     REQUESTED_TAG,
     ConversationSegment,
+    DistilledMemory,
     Memory,
     MemoryType,
     Provenance,
@@ -106,3 +108,9 @@ def requested_memory(requested: RequestedMemory, now: datetime) -> Memory:
     return _auto(requested.id, requested.content, MemoryType.FACT, REQUESTED_IMPORTANCE,
                  requested.project, (REQUESTED_TAG,), requested.provenance, now,
                  requested.private_to)
+
+
+def distilled_memory(distilled: DistilledMemory, now: datetime) -> Memory:
+    return _auto(distilled.id, distilled.content, MemoryType.OBSERVATION, None,
+                 distilled.project, (DISTILLED_TAG, distilled.kind), distilled.provenance,
+                 now, distilled.private_to)

@@ -214,6 +214,37 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             done_at TEXT
         );
         """,
+    ),    (
+        9,
+        "distillation: the segments waiting for a model, and the tokens spent each day",
+        """
+        CREATE TABLE distill_queue (
+            segment_id TEXT PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions(id),
+            first_index INTEGER NOT NULL,
+            last_index INTEGER NOT NULL,
+            queued_at TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'pending'
+                CHECK (state IN ('pending', 'answered', 'done', 'skipped')),
+            attempts INTEGER NOT NULL DEFAULT 0,
+            answer TEXT,
+            tokens_in INTEGER NOT NULL DEFAULT 0,
+            tokens_out INTEGER NOT NULL DEFAULT 0,
+            stored INTEGER NOT NULL DEFAULT 0,
+            duplicates INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            done_at TEXT
+        ) WITHOUT ROWID;
+        CREATE INDEX distill_queue_waiting ON distill_queue (queued_at)
+            WHERE state IN ('pending', 'answered');
+        CREATE TABLE distill_usage (
+            day TEXT PRIMARY KEY,
+            calls INTEGER NOT NULL DEFAULT 0,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            last_error_at TEXT
+        ) WITHOUT ROWID;
+        """,
     ),
 ]
 

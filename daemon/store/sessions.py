@@ -18,7 +18,8 @@ from daemon.sqlite import immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
 from daemon.store.connection import run_on_connection, transaction
-from daemon.store.forgotten import MESSAGE_FORGOTTEN
+from daemon.store.distill_queue import Queued, enqueue
+from daemon.store.forgotten import MESSAGE_FORGOTTEN, VISIBLE
 
 
 def parse_utc(text: str | None) -> datetime | None:
@@ -167,6 +168,23 @@ async def messages_from(
     ]
 
 
+async def visible_messages(conn: aiosqlite.Connection, session_id: int, first: int,
+                           last: int) -> list[StoredMessage]:
+    """Messages `first`..`last` of a session that an agent or a model may be shown: none
+    of a forgotten session or project, nor any whose content was forgotten."""
+    async with conn.execute(
+        "SELECT m.message_index, m.role, m.kind, m.content, m.tool_name, m.uuid, m.timestamp,"
+        " m.is_sidechain, m.tool_input FROM session_messages m"
+        " JOIN sessions s ON s.id = m.session_id"
+        f" WHERE m.session_id = ? AND m.message_index BETWEEN ? AND ? AND {VISIBLE}"
+        " ORDER BY m.message_index", (session_id, first, last),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
+                          uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
+                          tool_input=r[8]) for r in rows]
+
+
 @dataclass(frozen=True, slots=True)
 class DigestDue:
     """A session whose digest is behind what was saved to memory (`memory_sync_index`)."""
@@ -234,19 +252,22 @@ async def mark_digested(conn: aiosqlite.Connection, session_id: int, index: int)
 async def advance_sync_index(
     conn: aiosqlite.Connection, session_id: int, expected: int, new_index: int, *,
     audit_events: Sequence[AuditEvent] = (), now: datetime | None = None,
+    distill: Sequence[Queued] = (),
 ) -> bool:
     """Move `memory_sync_index` from `expected` to `new_index`; False if someone else moved it.
 
     The compare-and-set keeps two syncs (the daemon's and `memoryd sync`) from
     ever moving the index backwards. `audit_events` (the saves that let it move) are
-    recorded in the same transaction.
+    recorded in the same transaction, and so are the saved segments queued for a
+    model (`distill`, see `distill_queue`).
     """
     return await run_on_connection(conn, _advance, session_id, expected, new_index,
-                                   audit_events, now)
+                                   audit_events, now, distill)
 
 
 def _advance(conn: sqlite3.Connection, session_id: int, expected: int, new_index: int,
-             audit_events: Sequence[AuditEvent], now: datetime | None) -> bool:
+             audit_events: Sequence[AuditEvent], now: datetime | None,
+             distill: Sequence[Queued] = ()) -> bool:
     # One call on the store's thread: a batch's audit rows are dozens of statements.
     with immediate_transaction(conn):
         cursor = conn.execute(
@@ -255,6 +276,8 @@ def _advance(conn: sqlite3.Connection, session_id: int, expected: int, new_index
         moved = cursor.rowcount > 0
         if moved and now is not None:
             audit.insert_events(conn, audit_events, now)
+            if distill:
+                enqueue(conn, session_id, distill, now)
     return moved
 
 

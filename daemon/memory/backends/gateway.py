@@ -63,6 +63,7 @@ from daemon.errors import (
 from daemon.memory.models import (
     ConversationSegment,
     DeletionRecord,
+    DistilledMemory,
     Memory,
     MemoryType,
     Provenance,
@@ -372,6 +373,9 @@ class GatewayMemoryBackend:
         await self._unsupported("store session summaries")
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
+        await self._unsupported("store single facts")
+
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
         await self._unsupported("store single facts")
 
     async def remember(self, content: str, **_: Any) -> Memory:

@@ -17,6 +17,7 @@ from typing import Any
 
 from daemon.memory.models import (
     ConversationSegment,
+    DistilledMemory,
     Memory,
     MemoryType,
     Provenance,
@@ -45,6 +46,12 @@ def masked_summary(summary: SessionSummary, masks: ExtraMasks) -> SessionSummary
 def masked_requested(requested: RequestedMemory, masks: ExtraMasks) -> RequestedMemory:
     masked = replace(requested, content=mask_extra(requested.content, masks))
     object.__setattr__(masked, "id", requested.id)
+    return masked
+
+
+def masked_distilled(distilled: DistilledMemory, masks: ExtraMasks) -> DistilledMemory:
+    masked = replace(distilled, content=mask_extra(distilled.content, masks))
+    object.__setattr__(masked, "id", distilled.id)
     return masked
 
 
@@ -99,6 +106,9 @@ class MaskedBackend:
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         return await self._inner.save_requested_memory(masked_requested(requested, self._masks))
+
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
+        return await self._inner.save_distilled_memory(masked_distilled(distilled, self._masks))
 
     async def rewrite_content(self, memory_id: str, content: str) -> bool:
         inner = self._inner

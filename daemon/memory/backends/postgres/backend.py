@@ -56,6 +56,7 @@ from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
+    DistilledMemory,
     ForgottenScope,
     Memory,
     MemoryType,
@@ -906,6 +907,9 @@ class PostgresMemoryBackend:
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         return await self._save_auto(writes.requested_memory(requested, self._clock.now()))
+
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
+        return await self._save_auto(writes.distilled_memory(distilled, self._clock.now()))
 
     async def _save_auto(self, memory: Memory) -> SaveResult:
         async with self._write() as conn:

@@ -173,6 +173,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
              'session_digest'));
         """,
     ),
+    (
+        6,
+        "observations read out of conversations by a model (distillation)",
+        """
+        ALTER TABLE memories DROP CONSTRAINT memories_type_check;
+        ALTER TABLE memories ADD CONSTRAINT memories_type_check CHECK (type IN
+            ('fact', 'correction', 'conversation', 'session_summary', 'project_context',
+             'session_digest', 'observation'));
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -71,6 +71,7 @@ from daemon.memory.models import (
     ConversationSegment,
     DeletionMode,
     DeletionRecord,
+    DistilledMemory,
     ForgottenScope,
     Memory,
     MemoryType,
@@ -923,6 +924,9 @@ class SQLiteMemoryBackend:
 
     async def save_requested_memory(self, requested: RequestedMemory) -> SaveResult:
         return await self._save_once(writes.requested_memory(requested, self._clock.now()))
+
+    async def save_distilled_memory(self, distilled: DistilledMemory) -> SaveResult:
+        return await self._save_once(writes.distilled_memory(distilled, self._clock.now()))
 
     async def get(self, memory_id: str) -> Memory | None:
         async with self._read() as conn:

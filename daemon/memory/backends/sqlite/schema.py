@@ -348,6 +348,73 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE deleted_at IS NULL AND superseded_by IS NULL;
         """,
     ),
+    (
+        12,
+        "observations read out of conversations by a model (distillation): a type of"
+        " their own",
+        """
+        CREATE TABLE memories_new (
+            seq INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            type TEXT NOT NULL CHECK (type IN
+                ('fact', 'correction', 'conversation', 'session_summary', 'project_context',
+                 'session_digest', 'observation')),
+            content TEXT NOT NULL,
+            importance REAL NOT NULL CHECK (importance >= 0 AND importance <= 1),
+            project TEXT,
+            tags TEXT NOT NULL DEFAULT '[]',
+            tags_text TEXT NOT NULL DEFAULT '',
+            session_id INTEGER,
+            session_external_id TEXT,
+            source TEXT,
+            source_project TEXT,
+            first_index INTEGER,
+            last_index INTEGER,
+            message_uuids TEXT NOT NULL DEFAULT '[]',
+            started_at TEXT,
+            ended_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            supersedes TEXT,
+            superseded_by TEXT,
+            reason TEXT,
+            deleted_at TEXT,
+            access_count INTEGER NOT NULL DEFAULT 0,
+            last_accessed_at TEXT,
+            private_to TEXT
+        );
+        INSERT INTO memories_new (
+            seq, id, type, content, importance, project, tags, tags_text, session_id,
+            session_external_id, source, source_project, first_index, last_index,
+            message_uuids, started_at, ended_at, created_at, updated_at, supersedes,
+            superseded_by, reason, deleted_at, access_count, last_accessed_at, private_to)
+            SELECT
+            seq, id, type, content, importance, project, tags, tags_text, session_id,
+            session_external_id, source, source_project, first_index, last_index,
+            message_uuids, started_at, ended_at, created_at, updated_at, supersedes,
+            superseded_by, reason, deleted_at, access_count, last_accessed_at, private_to
+            FROM memories;
+        DROP TRIGGER memories_chunks_delete;
+        DROP TRIGGER memories_project_insert;
+        DROP TABLE memories;
+        ALTER TABLE memories_new RENAME TO memories;
+        CREATE INDEX memories_live_by_project ON memories (project, private_to)
+            WHERE deleted_at IS NULL AND superseded_by IS NULL;
+        CREATE INDEX memories_by_session_id ON memories (session_id);
+        CREATE INDEX memories_by_session_external_id ON memories (session_external_id);
+        CREATE INDEX memories_by_supersedes ON memories (supersedes);
+        CREATE INDEX memories_by_span ON memories (
+            COALESCE(started_at, created_at), COALESCE(ended_at, started_at, created_at));
+        CREATE INDEX memories_by_session_first ON memories (session_id, first_index);
+        CREATE TRIGGER memories_chunks_delete AFTER DELETE ON memories BEGIN
+            DELETE FROM memory_chunks WHERE memory_seq = old.seq;
+        END;
+        CREATE TRIGGER memories_project_insert AFTER INSERT ON memories
+            WHEN new.project IS NOT NULL BEGIN
+            INSERT OR IGNORE INTO memory_projects (project) VALUES (new.project);
+        END;
+        """,
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

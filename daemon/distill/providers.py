@@ -1,0 +1,322 @@
+"""The models distillation may ask (`memory.llm.provider`).
+
+- `openai`: any OpenAI-compatible `POST {base_url}/chat/completions` (OpenAI, vLLM,
+  llama.cpp's server, LM Studio, Ollama's `/v1`);
+- `anthropic`: the Messages API (`POST {base_url}/v1/messages`);
+- `claude-cli`, `codex-cli`, `gemini-cli`: the user's own agent CLI, signed in, as the
+  model (`claude -p`, `codex exec`, `gemini -p`): no key, billed to the user's plan.
+
+The key is read from MEMORYD_LLM_API_KEY only, sent only in its header, and never
+appears in a log line or an error (errors name the provider, the URL and the status).
+A 429, a 5xx, a timeout or a refused connection is `DistillUnavailable`: retried here
+briefly (tenacity, honouring Retry-After up to a bound), then left to the worker, which
+tries again later. A request the provider refuses as such (400, 413, 422) is
+`DistillRefused` (counted against that segment); credentials or a model it does not
+know (401, 403, 404) are a plain `DistillError`: the worker waits long before it sends
+anything again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from daemon.config import LlmSettings
+from daemon.errors import DistillError, DistillRefused, DistillUnavailable
+
+log = structlog.get_logger("memoryd.distill")
+
+API_KEY_ENV = "MEMORYD_LLM_API_KEY"
+#: Set in an agent CLI run as the model: memoryd's own hooks in it answer nothing.
+DISTILLING_ENV = "MEMORYD_DISTILLING"
+#: The answer's length asked for (an answer holds at most a dozen short items).
+MAX_ANSWER_TOKENS = 1024
+#: Longest wait a Retry-After may ask of one call here (longer: left to the worker).
+RETRY_AFTER_CAP = 30.0
+ATTEMPTS = 3
+ANTHROPIC_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+#: An agent CLI's own output read at most (its answer is a few KB).
+CLI_OUTPUT_CAP = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    tokens_in: int
+    tokens_out: int
+
+
+class Provider(Protocol):
+    name: str
+
+    async def complete(self, system: str, user: str) -> Completion:
+        """The model's answer to `user` under the instructions `system`."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens of `text` where a provider does not say (about four characters a token)."""
+    return max(1, len(text) // 4)
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+class _HttpProvider:
+    """What the two HTTP providers share: the client, the status rules, the retries."""
+
+    name = "http"
+
+    def __init__(self, url: str, headers: dict[str, str], timeout: float,
+                 transport: Any = None) -> None:
+        import httpx  # only a daemon with a model configured loads it for this
+
+        self._httpx = httpx
+        self.url = url
+        self._client = httpx.AsyncClient(headers=headers, timeout=timeout,
+                                         transport=transport)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def complete(self, system: str, user: str) -> Completion:
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(DistillUnavailable),
+            stop=stop_after_attempt(ATTEMPTS),
+            wait=_wait, reraise=True,
+        ):
+            with attempt:
+                return await self._once(system, user)
+        raise AssertionError("tenacity re-raises the last failure")  # pragma: no cover
+
+    async def _once(self, system: str, user: str) -> Completion:
+        try:
+            response = await self._client.post(self.url, json=self._body(system, user))
+        except self._httpx.TransportError as exc:
+            # The exception's text may echo the request: its class only.
+            raise DistillUnavailable(f"{self.url}: {type(exc).__name__}",
+                                     provider=self.name) from None
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise DistillUnavailable(f"{self.url}: HTTP {status}", provider=self.name,
+                                     retry_after=_retry_after(response.headers.get("retry-after")))
+        if status in (400, 413, 422):
+            raise DistillRefused(f"{self.url}: HTTP {status}", provider=self.name)
+        if status != 200:
+            raise DistillError(f"{self.url}: HTTP {status}", provider=self.name)
+        try:
+            return self._read(response.json())
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise DistillRefused(f"{self.url}: an answer of an unexpected shape",
+                                 provider=self.name) from None
+
+    def _body(self, system: str, user: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _read(self, data: Any) -> Completion:
+        raise NotImplementedError
+
+
+def _wait(retry_state: Any) -> float:
+    """Retry-After when the provider gave one (bounded), else exponential back-off."""
+    outcome = retry_state.outcome
+    error = outcome.exception() if outcome is not None else None
+    if isinstance(error, DistillError) and error.retry_after is not None:
+        return min(error.retry_after, RETRY_AFTER_CAP)
+    return float(wait_exponential(multiplier=0.5, max=8.0)(retry_state))
+
+
+class OpenAIChat(_HttpProvider):
+    """Any OpenAI-compatible chat completions endpoint."""
+
+    name = "openai"
+
+    def __init__(self, settings: LlmSettings, transport: Any = None) -> None:
+        key = os.environ.get(API_KEY_ENV, "")
+        super().__init__(settings.base_url.rstrip("/") + "/chat/completions",
+                         {"Authorization": f"Bearer {key}"} if key else {},
+                         settings.timeout, transport)
+        self.model = settings.model
+
+    def _body(self, system: str, user: str) -> dict[str, Any]:
+        return {"model": self.model, "temperature": 0, "max_tokens": MAX_ANSWER_TOKENS,
+                "response_format": {"type": "json_object"},
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": user}]}
+
+    def _read(self, data: Any) -> Completion:
+        text = data["choices"][0]["message"]["content"]
+        if not isinstance(text, str):
+            raise TypeError("no text")
+        usage = data.get("usage") or {}
+        return Completion(text, int(usage.get("prompt_tokens") or 0),
+                          int(usage.get("completion_tokens") or 0))
+
+
+class AnthropicMessages(_HttpProvider):
+    """The Anthropic Messages API."""
+
+    name = "anthropic"
+
+    def __init__(self, settings: LlmSettings, transport: Any = None) -> None:
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        key = os.environ.get(API_KEY_ENV, "")
+        if key:
+            headers["x-api-key"] = key
+        base = (settings.base_url or ANTHROPIC_URL).rstrip("/")
+        super().__init__(base + "/v1/messages", headers, settings.timeout, transport)
+        self.model = settings.model
+
+    def _body(self, system: str, user: str) -> dict[str, Any]:
+        return {"model": self.model, "max_tokens": MAX_ANSWER_TOKENS, "temperature": 0,
+                "system": system, "messages": [{"role": "user", "content": user}]}
+
+    def _read(self, data: Any) -> Completion:
+        text = "".join(block["text"] for block in data["content"]
+                       if block.get("type") == "text")
+        usage = data.get("usage") or {}
+        return Completion(text, int(usage.get("input_tokens") or 0),
+                          int(usage.get("output_tokens") or 0))
+
+
+#: How each agent CLI is asked (the instructions as the argument, the conversation on
+#: standard input) and which default model is small enough.
+_CLI: dict[str, tuple[str, list[str], str]] = {
+    "claude-cli": ("claude", ["-p", "--output-format", "json", "--model", "{model}"], "haiku"),
+    "codex-cli": ("codex", ["exec", "--skip-git-repo-check", "--sandbox", "read-only",
+                            "--model", "{model}"], ""),
+    "gemini-cli": ("gemini", ["--model", "{model}", "-p"], ""),
+}
+
+
+class AgentCli:
+    """The user's own agent CLI as the model: run once a segment, in a directory of its
+    own (its transcripts there belong to no project of the user's), with memoryd's
+    hooks in it told to answer nothing."""
+
+    def __init__(self, provider: str, settings: LlmSettings, workdir: Path) -> None:
+        command, args, default_model = _CLI[provider]
+        self.name = provider
+        self._command = command
+        model = settings.model or default_model
+        self._args = [a.format(model=model) for a in args if model or a != "{model}"]
+        if not model:  # no --model: the CLI's own default
+            self._args = [a for a in self._args if a != "--model"]
+        self._timeout = settings.timeout
+        self._workdir = workdir
+
+    def executable(self) -> str | None:
+        return shutil.which(self._command)
+
+    async def close(self) -> None:
+        return None
+
+    async def complete(self, system: str, user: str) -> Completion:
+        found = self.executable()
+        if found is None:
+            raise DistillError(f"`{self._command}` is not on PATH", provider=self.name)
+        self._workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env = {**os.environ, DISTILLING_ENV: "1"}
+        try:
+            process = await asyncio.create_subprocess_exec(
+                found, *self._args, system, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                cwd=self._workdir, env=env, start_new_session=True)
+        except OSError as exc:
+            raise DistillError(f"`{self._command}` did not start ({exc.strerror})",
+                               provider=self.name) from None
+        try:
+            async with asyncio.timeout(self._timeout):
+                out, _ = await process.communicate(user.encode())
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise DistillUnavailable(f"`{self._command}` took over {self._timeout:g} s",
+                                     provider=self.name) from None
+        if process.returncode != 0:
+            raise DistillUnavailable(f"`{self._command}` exited with {process.returncode}",
+                                     provider=self.name)
+        text = out[:CLI_OUTPUT_CAP].decode("utf-8", "replace")
+        return self._read(text, system, user)
+
+    def _read(self, text: str, system: str, user: str) -> Completion:
+        if self.name == "claude-cli":
+            # `--output-format json`: {"result": "...", "usage": {...}, "is_error": ...}
+            try:
+                data = json.loads(text)
+                if data.get("is_error"):
+                    raise DistillUnavailable("the CLI reported an error", provider=self.name)
+                usage = data.get("usage") or {}
+                answer = str(data["result"])
+                return Completion(answer, int(usage.get("input_tokens") or 0)
+                                  + int(usage.get("cache_read_input_tokens") or 0),
+                                  int(usage.get("output_tokens") or 0)
+                                  or estimate_tokens(answer))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise DistillRefused("an answer of an unexpected shape",
+                                     provider=self.name) from None
+        return Completion(text, estimate_tokens(system) + estimate_tokens(user),
+                          estimate_tokens(text))
+
+
+async def check_provider(settings: LlmSettings, workdir: Path, transport: Any = None
+                         ) -> tuple[str, str]:
+    """(`ok`/`warn`/`fail`, what was found) for `memoryd doctor`: the agent CLI on PATH,
+    or the endpoint's model list answering with the key given (no tokens spent)."""
+    if settings.provider.endswith("-cli"):
+        found = AgentCli(settings.provider, settings, workdir).executable()
+        if found is None:
+            return "fail", f"`{_CLI[settings.provider][0]}` is not on PATH"
+        return "ok", f"{found} (signed in as you; runs billed to your plan)"
+    import httpx
+
+    key = os.environ.get(API_KEY_ENV, "")
+    if settings.provider == "anthropic":
+        url = (settings.base_url or ANTHROPIC_URL).rstrip("/") + "/v1/models"
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
+    else:
+        url = settings.base_url.rstrip("/") + "/models"
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        async with httpx.AsyncClient(timeout=min(settings.timeout, 10.0),
+                                     transport=transport) as client:
+            response = await client.get(url, headers=headers)
+    except httpx.TransportError as exc:
+        return "fail", f"{url}: {type(exc).__name__}"
+    if response.status_code in (401, 403):
+        return "fail", (f"{url}: HTTP {response.status_code}"
+                        + ("" if key else f" ({API_KEY_ENV} is not set)"))
+    if response.status_code >= 400:
+        return "warn", f"{url}: HTTP {response.status_code} (the model list; calls may work)"
+    return "ok", f"{url} answers" + ("" if key else f" ({API_KEY_ENV} not set)")
+
+
+def make_provider(settings: LlmSettings, workdir: Path, transport: Any = None) -> Provider:
+    """The configured provider (`settings.provider` is not `none`)."""
+    if settings.provider == "openai":
+        return OpenAIChat(settings, transport)
+    if settings.provider == "anthropic":
+        return AnthropicMessages(settings, transport)
+    return AgentCli(settings.provider, settings, workdir)
