@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-_COMMAND_MODULES = ("agent_commands", "daemon_commands", "governance_commands",
-                    "layer_commands", "memory_commands", "service_commands", "ui_commands")
+_COMMAND_MODULES = ("agent_commands", "daemon_commands", "distill_commands",
+                    "governance_commands", "layer_commands", "memory_commands",
+                    "service_commands", "ui_commands")
 
 __all__ = ["main", *_COMMAND_MODULES]
 

@@ -164,6 +164,7 @@ COMMAND_MODULES: dict[str, str] = {
                      "recall-temporal", "context", "export", "import", "audit"),
                     "memory_commands"),
     **dict.fromkeys(("retention", "hold", "transcripts", "project"), "governance_commands"),
+    "distill": "distill_commands",
     "memory": "layer_commands",
     "service": "service_commands",
     "ui": "ui_commands",

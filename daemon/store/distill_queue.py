@@ -75,6 +75,39 @@ def enqueue(conn: sqlite3.Connection, session_id: int, entries: Sequence[Queued]
          for e in entries])
 
 
+async def queued_ids(conn: aiosqlite.Connection) -> set[str]:
+    """Every segment ever queued (waiting, done or skipped)."""
+    async with conn.execute("SELECT segment_id FROM distill_queue") as cursor:
+        return {row[0] for row in await cursor.fetchall()}
+
+
+def _enqueue_all(conn: sqlite3.Connection, entries: dict[int, list[Queued]],
+                 now: datetime) -> None:
+    with immediate_transaction(conn):
+        for session_id, queued in entries.items():
+            enqueue(conn, session_id, queued, now)
+
+
+async def enqueue_backlog(conn: aiosqlite.Connection, entries: dict[int, list[Queued]],
+                          now: datetime) -> None:
+    """Queue older sessions' segments (`distill.backlog`), in one transaction."""
+    await run_on_connection(conn, _enqueue_all, entries, now)
+
+
+async def waiting_among(conn: aiosqlite.Connection, segment_ids: list[str]) -> int:
+    """How many of `segment_ids` are not finished yet."""
+    count = 0
+    for start in range(0, len(segment_ids), 500):
+        part = segment_ids[start:start + 500]
+        marks = ", ".join("?" for _ in part)
+        async with conn.execute(
+            f"SELECT COUNT(*) FROM distill_queue WHERE segment_id IN ({marks})"
+            " AND state IN ('pending', 'answered')", part) as cursor:
+            row = await cursor.fetchone()
+        count += row[0] if row else 0
+    return count
+
+
 async def waiting(conn: aiosqlite.Connection, limit: int) -> list[Job]:
     """The oldest jobs not finished, answered ones first (their tokens are spent)."""
     async with conn.execute(

@@ -144,6 +144,15 @@ async def sessions_to_sync(
         return [_sync_state(row) for row in await cursor.fetchall()]
 
 
+async def sessions_active_since(conn: aiosqlite.Connection,
+                                since: datetime) -> list[SessionSyncState]:
+    """Sessions with a message at or after `since`, oldest first."""
+    async with conn.execute(
+        f"SELECT {_SYNC_COLUMNS} FROM sessions WHERE julianday(last_message_at) >="
+        " julianday(?) ORDER BY id", (utc_text(since),)) as cursor:
+        return [_sync_state(row) for row in await cursor.fetchall()]
+
+
 async def get_sync_state(conn: aiosqlite.Connection, session_id: int) -> SessionSyncState | None:
     found = await sessions_to_sync(conn, session_id)
     return found[0] if found else None

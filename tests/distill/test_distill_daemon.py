@@ -129,3 +129,29 @@ def test_sigkill_at_any_moment_neither_loses_nor_doubles_an_item(
     assert observations(daemon.state) == {fact: 1 for fact in facts}
     # The three answers the kills cut off were asked for again.
     assert len(model.requests) >= 8 + 3
+
+
+def test_a_model_that_is_down_holds_up_nothing_else(tmp_path: Path, model: FakeModel) -> None:
+    """Every call answered 503: segments are still saved and recalled, a session's start
+    hook still answers at once, the queue waits, and `memoryd status` says why."""
+    model.default = lambda _body: (503, {}, {"error": "overloaded"})
+    with quick_daemon(tmp_path, sync_max_lag="1s", memory=llm(model)) as daemon:
+        write_sessions(daemon.claude_root, 2)
+        daemon.start()
+        wait_for(lambda: len(model.requests) >= 3, timeout=60, what="the model asked")
+        found = daemon.api("recall", {"query": "service s1 port", "project": PROJECT}).json()
+        assert any("9001" in r["content"] for r in found["results"])
+        began = time.monotonic()
+        started = daemon.hook("claude", "SessionStart", {
+            "session_id": "new", "cwd": PROJECT, "hook_event_name": "SessionStart",
+            "source": "startup"}, timeout=5)
+        assert started.returncode == 0 and time.monotonic() - began < 5
+        assert "9001" in started.stdout
+        status = daemon.cli("status")
+        assert re.search(r"distill: openai small-model: 2 segments waiting, 0 observations"
+                         r" stored .*; last error: openai: http://127\.0\.0\.1:\d+/v1/chat/"
+                         r"completions: HTTP 503", status.stdout), status.stdout
+        daemon.stop()
+    assert queue_states(daemon.state) == {"pending": 2}
+    # Three tries, then a back-off of 30 s and more: not three calls every few seconds.
+    assert 3 <= len(model.requests) <= 6

@@ -1,0 +1,82 @@
+"""Older sessions, distilled only when asked (`memoryd distill --since 30d`).
+
+The messages already saved to memory (below each session's `memory_sync_index`) of the
+sessions active since then, in projects the settings admit, are cut into segments as
+recovery cuts them and queued like new ones; what they would cost is counted first
+(`--dry-run`). A segment queued before is not queued again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import aiosqlite
+
+from daemon.config import Settings
+from daemon.distill.prompt import SYSTEM, build_prompt
+from daemon.distill.providers import MAX_ANSWER_TOKENS, estimate_tokens
+from daemon.lifecycle.segments import plan_segments
+from daemon.memory import segment_id
+from daemon.store import distill_queue as queue
+from daemon.store import sessions as store
+
+#: Messages read a page at a time.
+PAGE = 2000
+
+
+@dataclass(slots=True)
+class Backlog:
+    sessions: int = 0
+    segments: int = 0
+    messages: int = 0
+    #: Tokens the calls would cost at most: the prompts as estimated, answers at most.
+    tokens: int = 0
+    #: Segments already queued (or done) before, left as they are.
+    known: int = 0
+    entries: dict[int, list[queue.Queued]] = field(default_factory=dict)
+
+
+async def plan_backlog(conn: aiosqlite.Connection, settings: Settings,
+                       since: datetime) -> Backlog:
+    """The segments of sessions active since `since` that a model would be sent."""
+    backlog = Backlog()
+    known = await queue.queued_ids(conn)
+    for session in await store.sessions_active_since(conn, since):
+        if not settings.distills(session.project) or session.memory_sync_index == 0:
+            continue
+        entries: list[queue.Queued] = []
+        index = 0
+        while index < session.memory_sync_index:
+            messages = [m for m in await store.messages_from(conn, session.id, index, PAGE)
+                        if m.index < session.memory_sync_index]
+            if not messages:
+                break
+            plans = plan_segments(messages, max_chars=settings.segment_max_chars,
+                                  idle_gap=timedelta(seconds=settings.segment_idle_gap),
+                                  project=(session.worktree, session.project))
+            if len(messages) == PAGE and len(plans) > 1:
+                plans = plans[:-1]  # the last may go on past this page
+            for plan in plans:
+                index = plan.last_index + 1
+                prompt = build_prompt(plan.messages, plan.first_index, plan.last_index,
+                                      settings.extra_masks(),
+                                      (session.worktree, session.project))
+                if not prompt.lines:
+                    continue
+                sid = segment_id(source=session.source,
+                                 session_external_id=session.external_id,
+                                 session_id=session.id, first_index=plan.first_index,
+                                 last_index=plan.last_index)
+                if sid in known:
+                    backlog.known += 1
+                    continue
+                entries.append(queue.Queued(sid, plan.first_index, plan.last_index))
+                backlog.messages += len(plan.messages)
+                backlog.tokens += (estimate_tokens(SYSTEM) + estimate_tokens(prompt.user)
+                                   + MAX_ANSWER_TOKENS)
+        if entries:
+            backlog.sessions += 1
+            backlog.segments += len(entries)
+            backlog.entries[session.id] = entries
+    return backlog
