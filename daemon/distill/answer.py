@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ class _Item(BaseModel):
     type: Literal["fact", "decision", "preference", "gotcha"]
     content: str = Field(min_length=1, max_length=4000)
     evidence: list[int] = Field(min_length=1, max_length=200)
+    replaces: str | None = Field(default=None, max_length=40)
 
 
 class _Answer(BaseModel):
@@ -50,11 +52,15 @@ class Item:
     kind: str
     content: str
     evidence: tuple[int, ...]
+    #: What it replaces: a key of the prompt's known lines, then the memory's id.
+    replaces: str | None = None
 
 
-def parse_answer(text: str, messages: int, *, provider: str) -> list[Item]:
+def parse_answer(text: str, messages: int, *, provider: str,
+                 known: Collection[str] = ()) -> list[Item]:
     """The items of a model's `text` about a segment of `messages` messages; raises
-    DistillAnswerError when it is not JSON of the schema (the caller retries once)."""
+    DistillAnswerError when it is not JSON of the schema (the caller retries once). An
+    item's `replaces` is kept only when it is one of the `known` keys."""
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text.strip()
     try:
@@ -80,7 +86,8 @@ def parse_answer(text: str, messages: int, *, provider: str) -> list[Item]:
         if key in seen:
             continue
         seen.add(key)
-        items.append(Item(raw.type, content, tuple(sorted(set(raw.evidence)))))
+        items.append(Item(raw.type, content, tuple(sorted(set(raw.evidence))),
+                          raw.replaces if raw.replaces in known else None))
         if len(items) == MAX_ITEMS:
             break
     return items
@@ -88,9 +95,10 @@ def parse_answer(text: str, messages: int, *, provider: str) -> list[Item]:
 
 def encode_items(items: list[Item]) -> str:
     """The checked items as the queue keeps them until they are stored."""
-    return json.dumps([{"type": i.kind, "content": i.content, "evidence": list(i.evidence)}
-                       for i in items], ensure_ascii=False)
+    return json.dumps([{"type": i.kind, "content": i.content, "evidence": list(i.evidence),
+                        "replaces": i.replaces} for i in items], ensure_ascii=False)
 
 
 def decode_items(text: str) -> list[Item]:
-    return [Item(i["type"], i["content"], tuple(i["evidence"])) for i in json.loads(text)]
+    return [Item(i["type"], i["content"], tuple(i["evidence"]), i.get("replaces"))
+            for i in json.loads(text)]

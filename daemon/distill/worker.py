@@ -52,6 +52,9 @@ REFUSED_WAIT = 3600.0
 SAME_MEANING = 0.92
 #: Memories of the project an item is compared with.
 COMPARED = 5
+#: Observations of the project shown to the model as ones it may replace, and how much of
+#: what the person said in the segment finds them.
+KNOWN, KNOWN_QUERY_CHARS = 8, 1000
 _COMPARED_TYPES = (MemoryType.OBSERVATION, MemoryType.FACT, MemoryType.CORRECTION,
                    MemoryType.PROJECT_CONTEXT)
 
@@ -189,7 +192,9 @@ class Distiller:
         """The model's checked items, committed to the queue; None when the job was
         skipped or will be tried again; _ProviderDown when the pass must stop."""
         roots = (session.worktree, session.project)
-        prompt = build_prompt(messages, job.first_index, job.last_index, self._masks, roots)
+        known = await self._known_observations(messages, session.project)
+        prompt = build_prompt(messages, job.first_index, job.last_index, self._masks, roots,
+                              [(key, text) for key, (_, text) in known.items()])
         if not prompt.lines:
             await self._skip(job, "nothing to send", report)
             return None
@@ -212,8 +217,8 @@ class Distiller:
         tokens = completion.tokens_in + completion.tokens_out
         report.tokens += tokens
         try:
-            items = [self._masked(i) for i in parse_answer(completion.text, prompt.messages,
-                                                           provider=self._provider.name)]
+            items = [self._masked(i, known) for i in parse_answer(
+                completion.text, prompt.messages, provider=self._provider.name, known=known)]
         except DistillRefused as exc:
             skipped = await queue.record_failure(self._conn, job.segment_id, str(exc),
                                                  now=now, tokens=tokens)
@@ -227,10 +232,24 @@ class Distiller:
         await self._audit(session, job, "ok", completion, count=len(items))
         return items
 
-    def _masked(self, item: Item) -> Item:
+    def _masked(self, item: Item, known: dict[str, tuple[str, str]]) -> Item:
         # A model may echo a secret it was never shown whole, or one the masks missed in
-        # another form: its words are masked like every memory write.
-        return Item(item.kind, mask_extra(redact(item.content), self._masks), item.evidence)
+        # another form: its words are masked like every memory write. What it replaces
+        # is kept as the memory's id (the keys live only as long as the prompt).
+        return Item(item.kind, mask_extra(redact(item.content), self._masks), item.evidence,
+                    known[item.replaces][0] if item.replaces in known else None)
+
+    async def _known_observations(self, messages: list[StoredMessage],
+                                  project: str | None) -> dict[str, tuple[str, str]]:
+        """The project's observations closest to what the segment's person said, by key
+        (k1, k2, ...): (memory id, text). A model may replace only these."""
+        said = " ".join(m.content for m in messages if m.role == "user")[:KNOWN_QUERY_CHARS]
+        if not said.strip():
+            return {}
+        found = await self._backend.recall(said, project=project, limit=KNOWN,
+                                           types=[MemoryType.OBSERVATION])
+        return {f"k{n}": (r.memory_id, r.content)
+                for n, r in enumerate((r for r in found if r.project == project), 1)}
 
     async def _store(self, job: queue.Job, session: SessionSyncState,
                      messages: list[StoredMessage], items: list[Item]) -> tuple[int, int]:
@@ -253,7 +272,7 @@ class Distiller:
                 started_at=min(stamps) if stamps else None,
                 ended_at=max(stamps) if stamps else None,
                 private_to=session.source if session.source in
-                self._settings.memory.private_agents else None))
+                self._settings.memory.private_agents else None, replaces=item.replaces))
             stored += result.created
             duplicates += not result.created
         return stored, duplicates
@@ -264,9 +283,10 @@ class Distiller:
         found = await self._backend.recall(item.content, project=project, limit=COMPARED,
                                            types=_COMPARED_TYPES)
         wanted = _normalised(item.content)
+        # The memory it replaces says something close by nature: not a duplicate.
         return any(_normalised(r.content) == wanted
                    or (r.similarity is not None and r.similarity >= SAME_MEANING)
-                   for r in found if r.project == project)
+                   for r in found if r.project == project and r.memory_id != item.replaces)
 
     async def _skip(self, job: queue.Job, why: str, report: DistillReport) -> None:
         await queue.finish(self._conn, job.segment_id, now=self._clock.now(), skipped=why)

@@ -350,6 +350,9 @@ class DistilledMemory:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     private_to: str | None = None
+    #: The earlier observation of the project this one contradicts or updates (never a
+    #: fact or correction someone stated): it is superseded, history kept.
+    replaces: str | None = None
     id: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from daemon.errors import BackendError
@@ -111,6 +112,9 @@ def requested_memory(requested: RequestedMemory, now: datetime) -> Memory:
 
 
 def distilled_memory(distilled: DistilledMemory, now: datetime) -> Memory:
-    return _auto(distilled.id, distilled.content, MemoryType.OBSERVATION, None,
-                 distilled.project, (DISTILLED_TAG, distilled.kind), distilled.provenance,
-                 now, distilled.private_to)
+    """An observation; `supersedes` names the one it replaces, which the backend
+    supersedes only if it is a live observation (a model never overrides a person)."""
+    memory = _auto(distilled.id, distilled.content, MemoryType.OBSERVATION, None,
+                   distilled.project, (DISTILLED_TAG, distilled.kind), distilled.provenance,
+                   now, distilled.private_to)
+    return replace(memory, supersedes=distilled.replaces) if distilled.replaces else memory

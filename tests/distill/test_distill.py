@@ -363,3 +363,40 @@ def test_settings_refuse_an_incomplete_provider(clean_environment: Path) -> None
     with pytest.raises(ConfigError, match="model"):
         load_settings(None, memory={"llm": {"provider": "anthropic"}})
     assert not load_settings(None).memory.llm.enabled
+
+
+async def test_a_later_observation_replaces_an_earlier_one_never_a_stated_fact(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """The model is shown the project's observations near the segment; one it says an item
+    replaces is superseded (history kept). A fact a person stated is never shown to it as
+    replaceable, nor superseded when named."""
+    stated = await backend.remember("Invoices are numbered by the billing team.",
+                                    project=PROJECT)
+    world.write(SESSION, ("user", "Invoice numbers come from the web app for now."),
+                ("assistant", "Ok."))
+    await save(world, backend)
+    world.model.say(items_text({"type": "decision", "content": "Invoice numbers come from"
+                                " the web app.", "evidence": [0]}))
+    await distill(world, backend)
+    old = (await backend.recall("invoice numbers web app", project=PROJECT,
+                                types=[MemoryType.OBSERVATION]))[0]
+
+    world.write("5b1c0b9e-0000-4000-8000-00000000d159",
+                ("user", "Change of plan: invoice numbers now come from the ledger."),
+                ("assistant", "Understood."))
+    await save(world, backend)
+    world.model.say(items_text({**LEDGER, "evidence": [0], "replaces": "k1"},
+                               {"type": "fact", "content": "The billing team numbers"
+                                " nothing.", "evidence": [0], "replaces": stated.id}))
+    await distill(world, backend)
+
+    sent = world.model.user_text()
+    assert sent.startswith("Already remembered about this project:\n[k1] Invoice numbers"
+                           " come from the web app.")
+    assert "billing team" not in sent
+    live = await backend.recall("invoice numbers", project=PROJECT,
+                                types=[MemoryType.OBSERVATION])
+    assert [r.content for r in live if "invoice" in r.content.lower()] == [LEDGER["content"]]
+    history = await backend.history(old.memory_id)
+    assert [m.content for m in history] == [old.content, LEDGER["content"]]
+    assert (await backend.get(stated.id)).is_live  # type: ignore[union-attr]

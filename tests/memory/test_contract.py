@@ -284,6 +284,37 @@ async def test_a_sessions_digest_has_one_live_version(
     assert found[0].type is MemoryType.SESSION_DIGEST
 
 
+async def test_an_observation_is_stored_once_and_replaces_only_an_observation(
+    backend: MemoryBackend, clock: FakeClock
+) -> None:
+    """Distillation's items (issue 33): stored once by id, tagged with their kind, and
+    superseding (history kept) the observation they name, never a stated fact."""
+    from daemon.memory import DistilledMemory
+
+    def item(content: str, replaces: str | None = None) -> DistilledMemory:
+        return DistilledMemory(source="claude", session_id=1, session_external_id="s1",
+                               project="/shop", segment="seg1", kind="decision",
+                               content=content, first_index=2, last_index=3,
+                               message_uuids=("u2", "u3"), replaces=replaces)
+
+    first = await backend.save_distilled_memory(item("Prices are stored in cents."))
+    assert first.created
+    assert not (await backend.save_distilled_memory(item("Prices are stored in cents."))).created
+    stated = await backend.remember("The shop sells in euros.", project="/shop")
+    clock.advance(60)
+    second = await backend.save_distilled_memory(
+        item("Prices are stored in integer cents, never floats.", replaces=first.id))
+    third = await backend.save_distilled_memory(item("The shop sells in dollars.",
+                                                     replaces=stated.id))
+    live = await backend.recall("", project="/shop", types=[MemoryType.OBSERVATION])
+    assert sorted(r.memory_id for r in live) == sorted([second.id, third.id])
+    assert set(live[0].tags) == {"distilled", "decision"}
+    assert [m.id for m in await backend.history(second.id)] == [first.id, second.id]
+    kept = await backend.get(stated.id)
+    assert kept is not None and kept.is_live
+    assert (await backend.get(third.id)).supersedes is None  # type: ignore[union-attr]
+
+
 async def test_forget_soft(backend: MemoryBackend, clock: FakeClock) -> None:
     """A soft forget tombstones: never recalled, still shown by get, audited as soft."""
     memory = await backend.remember("my old ssh key passphrase hint is octopus")

@@ -425,9 +425,19 @@ class JsonlMemoryBackend:
 
     async def _save_once(self, memory: Memory, *, tails: bool = False) -> SaveResult:
         async with self._lock:
+            if memory.type is MemoryType.OBSERVATION and memory.supersedes:
+                # Only a live observation is replaced (a model never overrides a person).
+                old = self._memories.get(memory.supersedes)
+                if old is None or old.type is not MemoryType.OBSERVATION or not old.is_live:
+                    memory = replace(memory, supersedes=None)
             created = not self._forgotten(memory) and await self._add(memory)
             if created and memory.type is MemoryType.SESSION_DIGEST:
                 await self._supersede_digests(memory)
+            if created and memory.type is MemoryType.OBSERVATION and memory.supersedes:
+                await self._write(_file_name(memory.project), [
+                    {"op": "supersede", "id": memory.supersedes, "by": memory.id,
+                     "at": to_utc_text(self._clock.now()),
+                     "reason": "a later observation replaces it"}])
             if created and tails:
                 p = memory.provenance
                 shorter = sorted(

@@ -917,9 +917,23 @@ class PostgresMemoryBackend:
                        and await self._insert_once(conn, memory))
             if created and memory.type is MemoryType.SESSION_DIGEST:
                 await self._supersede_digests(conn, memory)
+            if created and memory.type is MemoryType.OBSERVATION and memory.supersedes:
+                await self._supersede_observation(conn, memory)
         log.debug("memory_saved", backend=BACKEND_NAME, memory_id=memory.id,
                   type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_observation(self, conn: psycopg.AsyncConnection[Any],
+                                     new: Memory) -> None:
+        """See the embedded backend's `_supersede_observation`."""
+        cursor = await conn.execute(
+            "UPDATE memories SET superseded_by = %s, updated_at = %s WHERE owner_user = %s"
+            " AND id = %s AND type = 'observation' AND superseded_by IS NULL"
+            " AND deleted_at IS NULL",
+            (new.id, self._clock.now(), self._owner.user, new.supersedes))
+        if cursor.rowcount == 0:
+            await conn.execute("UPDATE memories SET supersedes = NULL WHERE owner_user = %s"
+                               " AND id = %s", (self._owner.user, new.id))
 
     async def _supersede_digests(self, conn: psycopg.AsyncConnection[Any], new: Memory) -> None:
         """One live digest a session (see the embedded backend's `_supersede_digests`)."""

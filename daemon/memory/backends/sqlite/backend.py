@@ -852,8 +852,20 @@ class SQLiteMemoryBackend:
                        and await self._insert_once(conn, memory))
             if created and memory.type is MemoryType.SESSION_DIGEST:
                 await self._supersede_digests(conn, memory)
+            if created and memory.type is MemoryType.OBSERVATION and memory.supersedes:
+                await self._supersede_observation(conn, memory)
         log.debug("memory_saved", memory_id=memory.id, type=memory.type.value, created=created)
         return SaveResult(id=memory.id, created=created)
+
+    async def _supersede_observation(self, conn: aiosqlite.Connection, new: Memory) -> None:
+        """`new` replaces the observation it names, if that is still a live observation;
+        otherwise it replaces nothing."""
+        cursor = await conn.execute(
+            "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?"
+            " AND type = 'observation' AND superseded_by IS NULL AND deleted_at IS NULL",
+            (new.id, to_utc_text(self._clock.now()), new.supersedes))
+        if cursor.rowcount == 0:
+            await conn.execute("UPDATE memories SET supersedes = NULL WHERE id = ?", (new.id,))
 
     async def _supersede_digests(self, conn: aiosqlite.Connection, new: Memory) -> None:
         """One live digest a session: `new` supersedes the session's digests that cover no
