@@ -35,8 +35,9 @@ from daemon.distill.answer import Item, decode_items, encode_items, parse_answer
 from daemon.distill.prompt import build_prompt
 from daemon.distill.providers import Completion, Provider
 from daemon.errors import DistillError, DistillRefused, DistillUnavailable
-from daemon.memory import DistilledMemory, MemoryBackend, MemoryType
+from daemon.memory import DistilledMemory, MemoryBackend, MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.protocol import EvidenceGrowth
 from daemon.store import distill_queue as queue
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent, record
@@ -259,7 +260,13 @@ class Distiller:
             cited = [by_number[n] for n in item.evidence if n in by_number]
             if not cited:
                 continue  # rests only on messages forgotten since
-            if await self._known(item, session.project):
+            known = await self._known(item, session.project)
+            if known is not None:
+                # Said again elsewhere: the memory that says it rests on these too.
+                if known.type is MemoryType.OBSERVATION and isinstance(self._backend,
+                                                                        EvidenceGrowth):
+                    await self._backend.add_evidence(
+                        known.memory_id, [m.uuid for m in cited if m.uuid])
                 duplicates += 1
                 continue
             stamps = [m.timestamp for m in cited if m.timestamp is not None]
@@ -277,16 +284,18 @@ class Distiller:
             duplicates += not result.created
         return stored, duplicates
 
-    async def _known(self, item: Item, project: str | None) -> bool:
-        """Whether a memory of the project already says this (same words once
-        normalised, or the same meaning by the vectors)."""
+    async def _known(self, item: Item, project: str | None) -> RecallResult | None:
+        """The memory of the project that already says this (the same words once
+        normalised, or the same meaning by the vectors), if any."""
         found = await self._backend.recall(item.content, project=project, limit=COMPARED,
                                            types=_COMPARED_TYPES)
         wanted = _normalised(item.content)
         # The memory it replaces says something close by nature: not a duplicate.
-        return any(_normalised(r.content) == wanted
-                   or (r.similarity is not None and r.similarity >= SAME_MEANING)
-                   for r in found if r.project == project and r.memory_id != item.replaces)
+        return next((r for r in found
+                     if r.project == project and r.memory_id != item.replaces
+                     and (_normalised(r.content) == wanted
+                          or (r.similarity is not None and r.similarity >= SAME_MEANING))),
+                    None)
 
     async def _skip(self, job: queue.Job, why: str, report: DistillReport) -> None:
         await queue.finish(self._conn, job.segment_id, now=self._clock.now(), skipped=why)

@@ -70,6 +70,7 @@ from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
 from daemon.memory.protocol import (
     Capability,
     ContentRewrite,
+    EvidenceGrowth,
     MemoryBackend,
     MemoryBrowse,
     ProjectRelabel,
@@ -335,6 +336,19 @@ class ChainBackend:
                 continue
             if isinstance(backend, ContentRewrite):
                 done = await backend.rewrite_content(memory_id, content) or done
+        return done
+
+    async def add_evidence(self, memory_id: str, message_uuids: Sequence[str]) -> bool:
+        """The evidence grown in every layer that can and is up (the others keep what the
+        memory rested on first); True if any layer added some."""
+        done = False
+        for layer in self.layers:
+            try:
+                backend = await layer.get()
+            except BackendUnavailable:
+                continue
+            if isinstance(backend, EvidenceGrowth):
+                done = await backend.add_evidence(memory_id, message_uuids) or done
         return done
 
     async def session_memories(self, session_id: int) -> list[Memory]:

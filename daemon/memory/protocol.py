@@ -162,6 +162,18 @@ class ContentRewrite(Protocol):
 
 
 @runtime_checkable
+class EvidenceGrowth(Protocol):
+    """A backend that can add messages to what a memory rests on (an observation a model
+    read again elsewhere, `distill`)."""
+
+    async def add_evidence(self, memory_id: str, message_uuids: Sequence[str]) -> bool:
+        """Add `message_uuids` (those not there yet; `writes.grow_evidence`) to live
+        memory `memory_id`'s provenance; False when it is not there, not live, or
+        nothing was added."""
+        ...
+
+
+@runtime_checkable
 class ProjectRelabel(Protocol):
     """A backend that can move a project's memories to a new path (a renamed folder)."""
 

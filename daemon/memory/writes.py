@@ -9,7 +9,7 @@ store the same thing for the same call.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -118,3 +118,20 @@ def distilled_memory(distilled: DistilledMemory, now: datetime) -> Memory:
                    distilled.project, (DISTILLED_TAG, distilled.kind), distilled.provenance,
                    now, distilled.private_to)
     return replace(memory, supersedes=distilled.replaces) if distilled.replaces else memory
+
+
+#: Message uuids an observation's provenance keeps at most as its evidence grows.
+MAX_EVIDENCE = 200
+
+
+def grow_evidence(have: Sequence[str], more: Iterable[str]) -> list[str]:
+    """`have` and then those of `more` not in it, up to MAX_EVIDENCE in all."""
+    grown = list(have)
+    seen = set(grown)
+    for uuid in more:
+        if len(grown) >= MAX_EVIDENCE:
+            break
+        if uuid and uuid not in seen:
+            grown.append(uuid)
+            seen.add(uuid)
+    return grown

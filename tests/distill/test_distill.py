@@ -36,7 +36,7 @@ def _line(kind: str, text: str, n: int, session: str = SESSION) -> str:
     message: dict[str, Any] = (
         {"role": "user", "content": text} if kind == "user" else
         {"role": "assistant", "content": [{"type": "text", "text": text}]})
-    return json.dumps({"type": kind, "message": message, "uuid": f"{session[:8]}-u{n}",
+    return json.dumps({"type": kind, "message": message, "uuid": f"{session}-u{n}",
                        "parentUuid": None, "sessionId": session, "cwd": PROJECT,
                        "timestamp": at.replace("+00:00", "Z"), "isSidechain": False,
                        "userType": "external"}) + "\n"
@@ -140,7 +140,7 @@ async def test_a_saved_segment_is_sent_masked_and_its_items_become_observations(
     assert observation.content == LEDGER["content"]
     assert set(observation.tags) == {"distilled", "decision"}
     assert observation.provenance.session_external_id == SESSION
-    assert observation.provenance.message_uuids == (f"{SESSION[:8]}-u0", f"{SESSION[:8]}-u1")
+    assert observation.provenance.message_uuids == (f"{SESSION}-u0", f"{SESSION}-u1")
     assert world.queue()[0][:5] == ("done", 1, None, 1, 0)
     assert world.queue()[0][5] is None  # the answer's text is not kept past the job
 
@@ -167,6 +167,11 @@ async def test_an_item_already_known_is_counted_not_stored_twice(
     found = await backend.recall("invoice numbers ledger", project=PROJECT,
                                  types=[MemoryType.OBSERVATION])
     assert len(found) == 1
+    # Its evidence grew: the second session's messages are among what it rests on.
+    grown = await backend.get(found[0].memory_id)
+    other = "5b1c0b9e-0000-4000-8000-00000000d158"
+    assert grown is not None and grown.provenance.message_uuids == (
+        f"{SESSION}-u0", f"{SESSION}-u1", f"{other}-u0", f"{other}-u1")
 
 
 async def test_hostile_and_malformed_answers_store_only_checked_items(

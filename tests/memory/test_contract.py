@@ -315,6 +315,24 @@ async def test_an_observation_is_stored_once_and_replaces_only_an_observation(
     assert (await backend.get(third.id)).supersedes is None  # type: ignore[union-attr]
 
 
+async def test_an_observations_evidence_grows(backend: MemoryBackend) -> None:
+    """A duplicate the model read again elsewhere adds to what the memory rests on."""
+    from daemon.memory import DistilledMemory
+    from daemon.memory.protocol import EvidenceGrowth
+
+    if not isinstance(backend, EvidenceGrowth):
+        pytest.skip(f"{backend.name} keeps the evidence it was saved with")
+    saved = await backend.save_distilled_memory(DistilledMemory(
+        source="claude", session_id=1, session_external_id="s1", project="/shop",
+        segment="seg1", kind="fact", content="Prices are in cents.", first_index=0,
+        last_index=1, message_uuids=("u0", "u1")))
+    assert await backend.add_evidence(saved.id, ["u1", "v7", "v8"])
+    assert not await backend.add_evidence(saved.id, ["v7"])
+    assert not await backend.add_evidence("0" * 32, ["v9"])
+    grown = await backend.get(saved.id)
+    assert grown is not None and grown.provenance.message_uuids == ("u0", "u1", "v7", "v8")
+
+
 async def test_forget_soft(backend: MemoryBackend, clock: FakeClock) -> None:
     """A soft forget tombstones: never recalled, still shown by get, audited as soft."""
     memory = await backend.remember("my old ssh key passphrase hint is octopus")

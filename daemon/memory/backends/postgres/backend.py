@@ -1104,6 +1104,24 @@ class PostgresMemoryBackend:
             await self._insert_chunks(conn, seq, memory)
         return True
 
+    async def add_evidence(self, memory_id: str, message_uuids: Sequence[str]) -> bool:
+        async with self._write() as conn:
+            rows = await self._rows(
+                conn, "SELECT message_uuids FROM memories WHERE owner_user = %s AND id = %s"
+                " AND deleted_at IS NULL AND superseded_by IS NULL FOR UPDATE",
+                (self._owner.user, memory_id))
+            if not rows:
+                return False
+            have = list(rows[0]["message_uuids"] or ())
+            grown = writes.grow_evidence(have, message_uuids)
+            if grown == have:
+                return False
+            await conn.execute(
+                "UPDATE memories SET message_uuids = %s, updated_at = %s"
+                " WHERE owner_user = %s AND id = %s",
+                (grown, self._clock.now(), self._owner.user, memory_id))
+        return True
+
     async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move this user's memories of project `old` to `new` (a renamed folder)."""
         if not old or not new or old == new:

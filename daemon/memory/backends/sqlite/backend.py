@@ -1070,6 +1070,22 @@ class SQLiteMemoryBackend:
             await _insert_chunks(conn, seq, memory)
         return True
 
+    async def add_evidence(self, memory_id: str, message_uuids: Sequence[str]) -> bool:
+        async with self._write() as conn:
+            rows = await self._fetch_all(
+                conn, "SELECT message_uuids FROM memories WHERE id = ? AND deleted_at IS NULL"
+                " AND superseded_by IS NULL", (memory_id,))
+            if not rows:
+                return False
+            have = list(json.loads(rows[0]["message_uuids"] or "[]"))
+            grown = writes.grow_evidence(have, message_uuids)
+            if grown == have:
+                return False
+            await conn.execute(
+                "UPDATE memories SET message_uuids = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(grown), to_utc_text(self._clock.now()), memory_id))
+        return True
+
     async def relabel_project(self, old: str, new: str) -> Relabelled:
         """Move every memory of project `old` to `new` (a renamed folder); how many moved."""
         if not old or not new or old == new:
