@@ -51,6 +51,9 @@ API_VERSION = 1
 #: Connections served at once, at most (and never more than half the descriptors the
 #: process may open: past that, every accept failed and logged a traceback).
 MAX_CONNECTIONS = 512
+#: Connections accepted in one go (asyncio's accept loop), well inside the descriptors
+#: `connection_limit` leaves free.
+ACCEPT_BATCH = 8
 #: Seconds a connection may stay open without sending a byte, and open between requests:
 #: clients (hooks, commands) send their request at once and close after the answer.
 SILENT_TIMEOUT = 10.0
@@ -300,6 +303,17 @@ class _Guarded(asyncio.Protocol):
             self._transport.close()
 
 
+class _ListenSocket(socket.socket):
+    """A socket whose listen queue is never shallower than `depth`: asyncio gives its
+    accept batch to listen() as well, and a queue deepened after it returned would leave
+    a moment with the shallow one."""
+
+    depth = 0
+
+    def listen(self, backlog: int = socket.SOMAXCONN, /) -> None:
+        super().listen(max(backlog, self.depth))
+
+
 class ApiServer:
     """The app served on `path`; start and stop are owned by the service."""
 
@@ -313,7 +327,7 @@ class ApiServer:
         """Bind and listen; raises OSError when the socket cannot be made (a path too long
         for AF_UNIX, a read-only directory)."""
         _remove_stale_socket(self.path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _ListenSocket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Born 0600: no window where another user could connect. Bound without an await
         # in between, so no other task runs under the narrowed umask.
         old_umask = os.umask(0o177)
@@ -329,10 +343,14 @@ class ApiServer:
         server = self._runner.server
         assert server is not None
         gate = _Gate(server, connection_limit(), SILENT_TIMEOUT)
-        # The listen queue as deep as the connections served: with asyncio's default (100),
-        # a burst of 200 clients while the loop was busy had 48 refused at connect.
+        # asyncio accepts up to `backlog` connections at a time, each a descriptor before
+        # the gate sees any: a burst queued while the loop was busy took the daemon past
+        # its descriptors (EMFILE) at the limit. So it takes a few at a time, and then the
+        # listen queue is made as deep as the connections served (with asyncio's 100, a
+        # burst of 200 clients had 48 refused at connect).
+        sock.depth = gate.limit
         self._server = await asyncio.get_running_loop().create_unix_server(
-            gate, sock=sock, backlog=gate.limit)
+            gate, sock=sock, backlog=ACCEPT_BATCH)
         log.info("api_listening", socket=str(self.path), max_connections=gate.limit)
 
     async def stop(self) -> None:

@@ -791,3 +791,55 @@ def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> 
         text = _stop_daemon(tmp_path, proc)
     assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
     assert text.count("api_idle_connections_closed") == 1, text[-3000:]
+
+
+def test_a_burst_at_the_connection_limit_never_runs_out_of_descriptors(
+        tmp_path: Path) -> None:
+    """Every admitted connection idle at the limit, then as many again queued while the
+    daemon was busy (SIGSTOP): accepted all at once, they took it past its descriptors
+    (EMFILE, an error with a traceback from asyncio's accept loop). It accepts a few at a
+    time, so the gate closes idle ones before more are taken."""
+    import resource
+    import socket as socket_
+
+    _root, state, config = _setup(tmp_path)
+    log = (tmp_path / "run.log").open("wb")
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=few_descriptors)
+    log.close()
+    idle: list[socket_.socket] = []
+    try:
+        wait_ready(state, proc.pid)
+        path = str(state / "memoryd.sock")
+
+        def connect(block: bool) -> None:
+            conn = socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM)
+            conn.setblocking(block)
+            try:
+                conn.connect(path)
+            except OSError:
+                conn.close()
+                return
+            idle.append(conn)
+
+        for _ in range(64):  # the limit at 128 descriptors
+            connect(True)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGSTOP)
+        for _ in range(64):
+            connect(False)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(2)
+        done = _memoryd(tmp_path, config, "status", "--json", timeout=30)
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        for conn in idle:
+            conn.close()
+        text = _stop_daemon(tmp_path, proc)
+    assert "Too many open files" not in text and '"level": "error"' not in text, text[-3000:]
