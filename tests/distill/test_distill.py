@@ -405,3 +405,63 @@ async def test_a_later_observation_replaces_an_earlier_one_never_a_stated_fact(
     history = await backend.history(old.memory_id)
     assert [m.content for m in history] == [old.content, LEDGER["content"]]
     assert (await backend.get(stated.id)).is_live  # type: ignore[union-attr]
+
+
+async def test_a_model_that_does_not_answer_in_time_is_backed_off(
+        tmp_path: Path, model: FakeModel, clean_environment: Path) -> None:
+    def slow(_body: dict[str, Any]) -> Any:
+        import time
+
+        time.sleep(1.0)
+        return 200, {}, items_text(LEDGER)
+
+    model.default = slow
+    world = make_world(tmp_path, model, timeout=0.2)
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
+    try:
+        await save(world, opened)
+        report = await distill(world, opened)
+    finally:
+        await opened.close()
+    assert report.stopped == "provider failed" and report.stored == 0
+    state, attempts, error, *_ = world.queue()[0]
+    assert (state, attempts) == ("pending", 0) and "ReadTimeout" in error
+
+
+@pytest.mark.parametrize("provider", ["codex-cli", "gemini-cli"])
+async def test_codex_and_gemini_clis_as_the_model(
+        tmp_path: Path, model: FakeModel, clean_environment: Path,
+        monkeypatch: pytest.MonkeyPatch, provider: str) -> None:
+    """`codex exec` and `gemini -p` print the model's text: the answer is read from it, and
+    its tokens estimated (neither says them in that mode)."""
+    command = provider.removesuffix("-cli")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "seen.json"
+    fake = bin_dir / command
+    fenced = "```json\n" + items_text(LEDGER) + "\n```"
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\n"
+        f"open({str(seen)!r}, 'w').write(json.dumps({{'argv': sys.argv[1:],"
+        " 'stdin': sys.stdin.read()}))\n"
+        f"print({fenced!r})\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    world = make_world(tmp_path, model)
+    world.settings = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
+        update={"llm": world.settings.memory.llm.model_copy(update={
+            "provider": provider, "model": "small"})})})
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
+    try:
+        await save(world, opened)
+        report = await distill(world, opened)
+    finally:
+        await opened.close()
+    assert report.stored == 1 and report.tokens > 0
+    argv = json.loads(seen.read_text())["argv"]
+    expected = (["exec", "--skip-git-repo-check", "--sandbox", "read-only", "--model", "small"]
+                if command == "codex" else ["--model", "small", "-p"])
+    assert argv[:-1] == expected and argv[-1].startswith("You read one excerpt")
+    assert "[0] user: The ledger" in json.loads(seen.read_text())["stdin"]
