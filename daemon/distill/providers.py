@@ -202,7 +202,8 @@ class AnthropicMessages(_HttpProvider):
 
 
 #: How each agent CLI is asked (the instructions as the argument, the conversation on
-#: standard input) and which default model is small enough.
+#: standard input; `codex exec` ignores standard input when given a prompt, so it gets
+#: both there, after `-`) and which default model is small enough.
 _CLI: dict[str, tuple[str, list[str], str]] = {
     "claude-cli": ("claude", ["-p", "--output-format", "json", "--model", "{model}"], "haiku"),
     "codex-cli": ("codex", ["exec", "--skip-git-repo-check", "--sandbox", "read-only",
@@ -239,9 +240,13 @@ class AgentCli:
             raise DistillError(f"`{self._command}` is not on PATH", provider=self.name)
         self._workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**os.environ, DISTILLING_ENV: "1"}
+        if self._command == "codex":
+            argument, given = "-", f"{system}\n\n{user}"
+        else:
+            argument, given = system, user
         try:
             process = await asyncio.create_subprocess_exec(
-                found, *self._args, system, stdin=asyncio.subprocess.PIPE,
+                found, *self._args, argument, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 cwd=self._workdir, env=env, start_new_session=True)
         except OSError as exc:
@@ -249,7 +254,7 @@ class AgentCli:
                                provider=self.name) from None
         try:
             async with asyncio.timeout(self._timeout):
-                out, _ = await process.communicate(user.encode())
+                out, _ = await process.communicate(given.encode())
         except TimeoutError:
             process.kill()
             await process.wait()

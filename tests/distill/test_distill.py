@@ -463,5 +463,9 @@ async def test_codex_and_gemini_clis_as_the_model(
     argv = json.loads(seen.read_text())["argv"]
     expected = (["exec", "--skip-git-repo-check", "--sandbox", "read-only", "--model", "small"]
                 if command == "codex" else ["--model", "small", "-p"])
-    assert argv[:-1] == expected and argv[-1].startswith("You read one excerpt")
-    assert "[0] user: The ledger" in json.loads(seen.read_text())["stdin"]
+    stdin = json.loads(seen.read_text())["stdin"]
+    assert argv[:-1] == expected and "[0] user: The ledger" in stdin
+    if command == "codex":  # it reads a prompt from standard input only after `-`
+        assert argv[-1] == "-" and stdin.startswith("You read one excerpt")
+    else:
+        assert argv[-1].startswith("You read one excerpt")
