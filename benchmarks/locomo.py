@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -55,6 +56,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -449,6 +451,13 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
             for number, row in enumerate(
                     await evaluate_cli(path, default, data, projects), 1):
                 results[f"cli ({default_embedder}), pass {number}"] = row
+            if args.distill:
+                with distilling(args.distill, work, default) as config:
+                    await asyncio.to_thread(distill_all, config)
+                    await embed_with_defaults(path, default)
+                    for number, row in enumerate(
+                            await evaluate_cli(path, default, data, projects), 1):
+                        results[f"cli + distilled ({args.distill}), pass {number}"] = row
         results.update({m: await evaluate(path, data, projects, m, embedder, weight)
                         for m in modes if m != "cli"})
         runtime = local_model.runtime if embedder is not None else "-"
@@ -461,6 +470,46 @@ async def main_async(args: argparse.Namespace, data: list[dict[str, Any]]) -> st
                       for m in modes}
             out += ["", f"scale: {count} memories", "", table(scaled)]
     return "\n".join(out)
+
+
+@contextlib.contextmanager
+def distilling(how: str, work: Path, default: Path) -> Iterator[Path]:
+    """The default config with `memory.llm` from the YAML file `how`, or `local`: the
+    plumbing's model server on 127.0.0.1 (`benchmarks.distill`: one fact per message of
+    the person), to try the path without a model."""
+    import yaml
+
+    settings = yaml.safe_load(default.read_text())
+    if how == "local":
+        from benchmarks.distill import local_model
+
+        with local_model() as url:
+            settings.setdefault("memory", {})["llm"] = {
+                "provider": "openai", "base_url": url, "model": "plumbing",
+                "per_minute": 600, "daily_tokens": 100_000_000}
+            config = work / "distill.yaml"
+            config.write_text(yaml.safe_dump(settings))
+            yield config
+        return
+    settings.setdefault("memory", {})["llm"] = yaml.safe_load(Path(how).read_text())
+    config = work / "distill.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    yield config
+
+
+def distill_all(config: Path) -> None:
+    """`memoryd distill` over every session, as a user runs it (no daemon: the command
+    sends them itself, at the config's rate)."""
+    import os
+    import subprocess
+
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "--config", str(config), "distill", "--since",
+         "100 years ago"], env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, check=True)
+    print(f"distilled in {time.perf_counter() - began:.1f} s: "
+          + " ".join(done.stdout.split()[-12:]), file=sys.stderr)
 
 
 def main() -> None:
@@ -477,6 +526,10 @@ def main() -> None:
                         help="how the local model runs (auto: ONNX Runtime when installed)")
     parser.add_argument("--vector-weight", type=float, default=VECTOR_WEIGHT,
                         help="the vector share of hybrid's fused score (default %(default)s)")
+    parser.add_argument("--distill", metavar="LLM_YAML|local",
+                        help="then distil every session (`memoryd distill`) with the model"
+                             " whose `memory.llm` settings the YAML file holds (`local`: the"
+                             " plumbing's server on 127.0.0.1) and ask again (needs cli)")
     args = parser.parse_args()
     if not 0.0 <= args.vector_weight <= 1.0:
         parser.error("--vector-weight must be within 0..1")

@@ -28,6 +28,8 @@ class FakeModel:
     script: deque[Reply] = field(default_factory=deque)
     #: Answers a request the script does not cover (default: no items).
     default: Callable[[dict[str, Any]], Reply] = lambda _body: (200, {}, items_text())
+    #: What a GET (the model list `memoryd doctor` asks for) is answered with.
+    list_status: int = 200
 
     def say(self, text: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.script.append((status, headers or {}, text))
@@ -65,6 +67,17 @@ def serve() -> Iterator[FakeModel]:
 
         def log_message(self, *_: object) -> None:
             pass
+
+        def do_GET(self) -> None:
+            with lock:
+                model.requests.append({"path": self.path, "body": None,
+                                       "headers": dict(self.headers)})
+            data = json.dumps({"data": [{"id": "small-model"}]}).encode()
+            self.send_response(model.list_status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length", "0")))

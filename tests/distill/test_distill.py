@@ -469,3 +469,28 @@ async def test_codex_and_gemini_clis_as_the_model(
         assert argv[-1] == "-" and stdin.startswith("You read one excerpt")
     else:
         assert argv[-1].startswith("You read one excerpt")
+
+
+async def test_doctor_checks_the_provider_without_spending_a_token(
+        tmp_path: Path, model: FakeModel, clean_environment: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.doctor import check_distill
+
+    off = await check_distill(load_settings(None))
+    assert (off.level, off.detail.startswith("off")) == ("ok", True)
+    world = make_world(tmp_path, model)
+    ok = await check_distill(world.settings)
+    assert ok.level == "ok" and f"{model.url}/v1/models answers" in ok.detail
+    assert [r["path"] for r in model.requests] == ["/v1/models"]
+    monkeypatch.setenv("MEMORYD_LLM_API_KEY", "sk-" + "x" * 40)
+    model.list_status = 401
+    refused = await check_distill(world.settings)
+    assert refused.level == "fail" and "HTTP 401" in refused.detail
+    assert "sk-" not in refused.detail and refused.fix is not None
+    assert model.requests[-1]["headers"]["Authorization"] == "Bearer sk-" + "x" * 40
+    cli = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
+        update={"llm": world.settings.memory.llm.model_copy(update={
+            "provider": "gemini-cli"})})})
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    missing = await check_distill(cli)
+    assert missing.level == "fail" and "`gemini` is not on PATH" in missing.detail
