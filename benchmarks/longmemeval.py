@@ -175,6 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keyword-only", action="store_true",
                         help="no embedding model: keyword recall (minutes, not half an hour)")
+    parser.add_argument("--distill", metavar="LLM_YAML|local",
+                        help="then distil every session (`memoryd distill`) with the model"
+                             " whose `memory.llm` settings the YAML file holds (`local`: the"
+                             " plumbing's server on 127.0.0.1) and ask again")
     args = parser.parse_args(argv)
     data = load(args.data)
     with tempfile.TemporaryDirectory(prefix="memoryd-lme-") as tmp:
@@ -183,6 +187,17 @@ def main(argv: list[str] | None = None) -> None:
         config = asyncio.run(build(data, work, args.keyword_only))
         print(f"machine: {machine()}")
         print(report(evaluate(config, data)))
+        if args.distill:
+            from benchmarks.locomo import distill_all, distilling
+
+            with distilling(args.distill, work, config) as distill_config:
+                distill_all(distill_config)
+            if not args.keyword_only:  # the observations' vectors, as the daemon makes them
+                from benchmarks.locomo import embed_with_defaults
+
+                asyncio.run(embed_with_defaults(work / "state" / "memory.db", config))
+            print(f"after `memoryd distill` ({args.distill}):")
+            print(report(evaluate(config, data)))
 
 
 if __name__ == "__main__":
