@@ -93,6 +93,9 @@ class RecoveryPolicy:
     #: Whether a saved segment of a project is queued for the model (`Settings.distills`);
     #: None: distillation is off.
     distills: Callable[[str | None], bool] | None = None
+    #: Projects whose sessions are memoryd's own (an agent CLI asked as the distillation
+    #: model, in `Settings.distill_dir`): passed over, never saved to memory.
+    own_projects: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -211,6 +214,11 @@ class Recovery:
         settle: bool,
     ) -> None:
         index = session.memory_sync_index
+        if session.project in self.policy.own_projects:
+            # What memoryd itself sent a model: never the user's memory.
+            await store.advance_sync_index(self._conn, session.id, index,
+                                           session.message_count)
+            return
         page = PAGE
         while index < session.message_count:
             messages = await store.messages_from(self._conn, session.id, index, page)
@@ -415,7 +423,8 @@ class Recovery:
                 return
             session = due.state
             end = session.memory_sync_index
-            messages = await store.digest_messages(self._conn, session.id, end)
+            own = session.project in self.policy.own_projects
+            messages = [] if own else await store.digest_messages(self._conn, session.id, end)
             if messages:
                 digest = build_digest(messages, source=session.source,
                                       session=session.external_id or str(session.id),
@@ -459,6 +468,7 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
         private_agents=frozenset(settings.memory.private_agents),
         distills=settings.distills if settings.memory.llm.enabled else None,
+        own_projects=frozenset({str(settings.distill_dir)}),
     )
 
 

@@ -31,13 +31,13 @@ SESSION = "5b1c0b9e-0000-4000-8000-00000000d157"
 PROJECT = "/home/dev/payments"
 
 
-def _line(kind: str, text: str, n: int, session: str = SESSION) -> str:
+def _line(kind: str, text: str, n: int, session: str = SESSION, cwd: str = PROJECT) -> str:
     at = (datetime(2026, 11, 20, 10, 0, tzinfo=UTC) + timedelta(seconds=n)).isoformat()
     message: dict[str, Any] = (
         {"role": "user", "content": text} if kind == "user" else
         {"role": "assistant", "content": [{"type": "text", "text": text}]})
     return json.dumps({"type": kind, "message": message, "uuid": f"{session}-u{n}",
-                       "parentUuid": None, "sessionId": session, "cwd": PROJECT,
+                       "parentUuid": None, "sessionId": session, "cwd": cwd,
                        "timestamp": at.replace("+00:00", "Z"), "isSidechain": False,
                        "userType": "external"}) + "\n"
 
@@ -49,11 +49,11 @@ class World:
     projects: Path
     model: FakeModel
 
-    def write(self, session: str, *turns: tuple[str, str]) -> None:
+    def write(self, session: str, *turns: tuple[str, str], cwd: str = PROJECT) -> None:
         path = self.projects / f"{session}.jsonl"
         with path.open("a") as out:
             for n, (kind, text) in enumerate(turns):
-                out.write(_line(kind, text, n, session))
+                out.write(_line(kind, text, n, session, cwd))
 
     def queue(self) -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.settings.database_path) as db:
@@ -494,3 +494,19 @@ async def test_doctor_checks_the_provider_without_spending_a_token(
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     missing = await check_distill(cli)
     assert missing.level == "fail" and "`gemini` is not on PATH" in missing.detail
+
+
+async def test_the_agent_cli_run_as_the_model_is_never_the_users_memory(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """An agent CLI asked as the model writes a transcript of its own (in memoryd's
+    distill directory): it is read, but never saved to memory nor distilled again."""
+    world.write("5b1c0b9e-0000-4000-8000-0000000d1571",
+                ("user", "You read one excerpt of a conversation... The ledger owns invoice"
+                         " numbering."), ("assistant", '{"items": []}'),
+                cwd=str(world.settings.distill_dir))
+    await save(world, backend)
+    assert world.queue() == []
+    assert await backend.recall("ledger invoice numbering", all_projects=True) == []
+    with sqlite3.connect(world.settings.database_path) as db:
+        assert db.execute("SELECT message_count, memory_sync_index FROM sessions"
+                          ).fetchall() == [(2, 2)]
