@@ -16,9 +16,11 @@
    recovery_policy(settings)).run(force=True)` into a fresh embedded SQLite memory
    backend, timed; then every session is checked to be fully synced.
 3. `memoryd run` (subprocess) on that same state_dir with `sync_delay` 2 s and
-   `sync_check_interval` 1 s follows a new transcript; for each trial a user line with
-   a unique word is appended, and the time from the append (the session goes quiet)
-   to the row's commit and to `backend.recall(word)` finding it is measured.
+   `sync_check_interval` 1 s follows a new transcript; for each trial a turn (a user
+   line with a unique word and the agent's answer) is appended, and the time from the
+   append (the session goes quiet) to the row's commit and to `backend.recall(word)`
+   finding it is measured. (A question alone is held for its answer, up to
+   `sync_max_lag`: the trial would measure that instead.)
 """
 
 from __future__ import annotations
@@ -339,7 +341,9 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
             await asyncio.sleep(rng.uniform(0, check_interval))
             count = "SELECT message_count FROM sessions WHERE external_id = ?"
             before = sql_value(db, count, (session_id,)) or 0
-            _append(path, line)
+            # A whole turn, the agent's answer too: a question alone waits for its answer
+            # (up to `sync_max_lag`) before it is saved, so that the two are one memory.
+            _append(path, line + writer.assistant_text(200))
             appended = time.perf_counter()
             committed = None
             deadline = appended + sync_delay + 60
