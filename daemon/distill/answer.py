@@ -63,9 +63,12 @@ def parse_answer(text: str, messages: int, *, provider: str,
     item's `replaces` is kept only when it is one of the `known` keys."""
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text.strip()
+    if not body.startswith("{") and "{" in body:
+        # An agent CLI's model may say a word before or after the object.
+        body = body[body.index("{"):body.rindex("}") + 1]
     try:
         answer = _Answer.model_validate(json.loads(body))
-    except (ValueError, ValidationError) as exc:
+    except (ValueError, ValidationError, RecursionError) as exc:
         # The reason only: the answer may hold the conversation's text.
         kind = "not JSON" if isinstance(exc, json.JSONDecodeError) else (
             "not the schema asked for")

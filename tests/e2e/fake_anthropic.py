@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from distill_answer import ANSWER, asks_to_distill
+
 REPLY = "OK, noted."
 RECALL = "RECALL "
 RECALL_TOOL = "mcp__memoryd__recall"
@@ -108,6 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
                    "model": body.get("model", "m") if isinstance(body, dict) else "m",
                    "content": [], "stop_reason": None, "stop_sequence": None,
                    "usage": {"input_tokens": 10, "output_tokens": 1}}
+        reply = ANSWER if asks_to_distill(body) else REPLY
         call = _next_call(body)
         if call is not None:
             self._tool_call(message, *call, bool(body.get("stream")))
@@ -118,14 +121,14 @@ class _Handler(BaseHTTPRequestHandler):
                 {"type": "content_block_start", "index": 0,
                  "content_block": {"type": "text", "text": ""}},
                 {"type": "content_block_delta", "index": 0,
-                 "delta": {"type": "text_delta", "text": REPLY}},
+                 "delta": {"type": "text_delta", "text": reply}},
                 {"type": "content_block_stop", "index": 0},
                 {"type": "message_delta", "delta": {"stop_reason": "end_turn",
                                                     "stop_sequence": None},
                  "usage": {"output_tokens": 3}},
                 {"type": "message_stop"}]), "text/event-stream")
             return
-        self._send(200, json.dumps({**message, "content": [{"type": "text", "text": REPLY}],
+        self._send(200, json.dumps({**message, "content": [{"type": "text", "text": reply}],
                                     "stop_reason": "end_turn"}).encode())
 
     def _tool_call(self, message: dict[str, Any], ident: str, tool: str,

@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from distill_answer import ANSWER, asks_to_distill
+
 REPLY = "OK, noted."
 RECALL = "RECALL "
 
@@ -98,7 +100,7 @@ class _Handler(BaseHTTPRequestHandler):
         streamed = "streamGenerateContent" in self.path
         if "HOLD" in said and streamed:  # the model's turn, not Gemini CLI's router
             time.sleep(60)
-        part: dict[str, Any] = {"text": REPLY}
+        part: dict[str, Any] = {"text": ANSWER if asks_to_distill(body) else REPLY}
         config = body.get("generationConfig") or {}
         if config.get("responseMimeType") == "application/json":
             part = {"text": json.dumps(_instance(config.get("responseJsonSchema")

@@ -16,6 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from distill_answer import ANSWER, asks_to_distill
+
 REPLY = "OK, noted."
 RECALL = "RECALL "
 
@@ -83,7 +85,9 @@ class _Handler(BaseHTTPRequestHandler):
         if "HOLD" in said:
             time.sleep(60)
         item: dict[str, Any] = {"type": "message", "role": "assistant", "id": "msg_1",
-                                "content": [{"type": "output_text", "text": REPLY}]}
+                                "content": [{"type": "output_text",
+                                             "text": ANSWER if asks_to_distill(body)
+                                             else REPLY}]}
         tool = _recall_tool(body)
         if RECALL in said and tool is not None:
             namespace, name = tool

@@ -211,6 +211,20 @@ def main(name: str, work: Path, executable: str) -> None:
         daemon = start_daemon()
         session("sixth", "and one more session")
         subprocess.run([memoryd, "sync"], env=env, check=True, capture_output=True)
+        # The agent's own CLI as the distillation model (issue 33), as a person who turns
+        # it on for older sessions runs it: daemon stopped, `memoryd distill --since`.
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+        distill_config = work / "distill.yaml"
+        distill_config.write_text(config.read_text() + f"  llm:\n    provider: {name}-cli\n"
+                                  "    per_minute: 600\n    timeout: 120s\n")
+        began = time.time()
+        distilled = subprocess.run(
+            [memoryd, "--config", str(distill_config), "distill", "--since", "1 day ago"],
+            env=agent_env, capture_output=True, text=True, timeout=600)
+        steps.append({"name": "distill", "status": distilled.returncode,
+                      "seconds": time.time() - began, "stdout": distilled.stdout[-2000:],
+                      "stderr": distilled.stderr[-3000:], "requests": bodies_since(began)})
         exported = subprocess.run([memoryd, "export"], env=env, check=True,
                                   capture_output=True, text=True).stdout
         (work / "memories.jsonl").write_text(exported)

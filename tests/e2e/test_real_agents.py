@@ -144,3 +144,20 @@ def test_memoryds_tools_are_there_from_a_sessions_first_request(story: Story) ->
     for step in story["steps"].values():
         assert "mcp__memoryd" in step["texts"][0] or "mcp_memoryd_recall" in step["texts"][0], (
             step["name"])
+
+
+def test_the_agents_own_cli_as_the_distillation_model(story: Story) -> None:
+    """Issue 33: `memoryd distill` with `memory.llm.provider: <agent>-cli` runs the real
+    CLI, which asks the (fake) model; the decision it answers becomes an observation with
+    the session's provenance, and nothing of the CLI's own run is memory."""
+    step = story["steps"]["distill"]
+    assert step["status"] == 0, step["stderr"]
+    asked = [text for text in step["texts"] if "You read one excerpt" in text]
+    assert asked, "the model never got the distillation prompt"
+    assert any("[0] user: " in text for text in asked)
+    assert blocks(" ".join(asked)) == 0  # memoryd's hooks stay out of the CLI's run
+    observations = [m for m in story["memories"] if m["type"] == "observation"]
+    assert [m["content"] for m in observations] == [
+        "Refunds go through the ledger service, never straight to the PSP."], step["stdout"]
+    assert set(observations[0]["tags"]) == {"distilled", "decision"}
+    assert observations[0]["provenance"]["session_external_id"]

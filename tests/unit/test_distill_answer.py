@@ -1,0 +1,64 @@
+"""The distillation answer's checks (issue 33): what of a model's text may become memory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.distill.answer import MAX_ITEMS, decode_items, encode_items, parse_answer
+from daemon.errors import DistillAnswerError
+
+ITEM = {"type": "fact", "content": "Prices are in cents.", "evidence": [1]}
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps({"items": [ITEM]}),
+    "```json\n" + json.dumps({"items": [ITEM]}) + "\n```",
+    "Here you are:\n" + json.dumps({"items": [ITEM]}) + "\nDone.",
+])
+def test_the_items_are_read_from_the_usual_wrappings(text: str) -> None:
+    items = parse_answer(text, 3, provider="p")
+    assert [(i.kind, i.content, i.evidence) for i in items] == [
+        ("fact", "Prices are in cents.", (1,))]
+
+
+@pytest.mark.parametrize("text", ["", "no", "[1, 2]", '{"observations": []}',
+                                  '{"items": "all"}', "{" * 5000,
+                                  '{"items": ' + "[" * 100_000 + "]" * 100_000 + "}"])
+def test_an_answer_of_another_shape_is_refused(text: str) -> None:
+    with pytest.raises(DistillAnswerError) as raised:
+        parse_answer(text, 3, provider="p")
+    # The reason only: the answer may hold the conversation's text.
+    assert str(raised.value) in ("p: the answer is not JSON",
+                                 "p: the answer is not the schema asked for")
+
+
+def test_items_are_checked_one_by_one() -> None:
+    items = parse_answer(json.dumps({"items": [
+        ITEM, {**ITEM, "type": "command"}, {**ITEM, "evidence": []}, {**ITEM, "evidence": [3]},
+        {**ITEM, "evidence": [-1]}, {**ITEM, "content": "  "}, {**ITEM, "content": "x" * 900},
+        {**ITEM, "content": "prices are in CENTS."}, {**ITEM, "replaces": "k9"},
+        {**ITEM, "type": "gotcha", "content": "Float prices round badly.", "replaces": "k1"},
+    ]}), 3, provider="p", known={"k1"})
+    assert [(i.kind, i.content[:30], i.replaces) for i in items] == [
+        ("fact", "Prices are in cents.", None), ("fact", "x" * 30, None),
+        ("gotcha", "Float prices round badly.", "k1")]
+    assert len(items[1].content) == 400
+
+
+@given(st.lists(st.fixed_dictionaries({
+    "type": st.sampled_from(["fact", "decision", "preference", "gotcha", "other"]),
+    "content": st.text(max_size=500),
+    "evidence": st.lists(st.integers(-5, 20), max_size=5)}), max_size=30))
+def test_whatever_a_model_says_only_checked_items_come_back(raw: list[dict[str, object]]
+                                                            ) -> None:
+    items = parse_answer(json.dumps({"items": raw}), 10, provider="p")
+    assert len(items) <= MAX_ITEMS
+    for item in items:
+        assert item.kind in ("fact", "decision", "preference", "gotcha")
+        assert item.content.strip() and len(item.content) <= 400
+        assert item.evidence and all(0 <= n < 10 for n in item.evidence)
+    assert decode_items(encode_items(items)) == items
