@@ -240,6 +240,11 @@ class AgentCli:
             raise DistillError(f"`{self._command}` is not on PATH", provider=self.name)
         self._workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = {**os.environ, DISTILLING_ENV: "1"}
+        if self._command == "gemini":
+            # Run headless in a folder it was never told to trust, Gemini CLI exits (55,
+            # FatalUntrustedWorkspaceError): memoryd's own empty directory is trusted for
+            # the run (an environment variable, which older versions simply ignore).
+            env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
         if self._command == "codex":
             argument, given = "-", f"{system}\n\n{user}"
         else:

@@ -444,7 +444,8 @@ async def test_codex_and_gemini_clis_as_the_model(
     fake.write_text(
         "#!/usr/bin/env python3\nimport json, sys\n"
         f"open({str(seen)!r}, 'w').write(json.dumps({{'argv': sys.argv[1:],"
-        " 'stdin': sys.stdin.read()}))\n"
+        " 'stdin': sys.stdin.read(),"
+        " 'trust': __import__('os').environ.get('GEMINI_CLI_TRUST_WORKSPACE')}))\n"
         f"print({fenced!r})\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -467,8 +468,9 @@ async def test_codex_and_gemini_clis_as_the_model(
     assert argv[:-1] == expected and "[0] user: The ledger" in stdin
     if command == "codex":  # it reads a prompt from standard input only after `-`
         assert argv[-1] == "-" and stdin.startswith("You read one excerpt")
-    else:
+    else:  # headless in an untrusted folder it would exit: memoryd's own is trusted
         assert argv[-1].startswith("You read one excerpt")
+        assert json.loads(seen.read_text())["trust"] == "true"
 
 
 async def test_doctor_checks_the_provider_without_spending_a_token(

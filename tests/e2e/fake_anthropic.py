@@ -104,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
             self._send(200, json.dumps({"input_tokens": 10}).encode())
             return
-        if "HOLD" in _last_user_text(body):
+        if "HOLD" in _last_user_text(body) and not asks_to_distill(body):
             time.sleep(60)
         message = {"id": "msg_1", "type": "message", "role": "assistant",
                    "model": body.get("model", "m") if isinstance(body, dict) else "m",

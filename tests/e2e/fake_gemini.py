@@ -98,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         said = _last_user_text(body)
         streamed = "streamGenerateContent" in self.path
-        if "HOLD" in said and streamed:  # the model's turn, not Gemini CLI's router
+        if "HOLD" in said and streamed and not asks_to_distill(body):  # the model's turn
             time.sleep(60)
         part: dict[str, Any] = {"text": ANSWER if asks_to_distill(body) else REPLY}
         config = body.get("generationConfig") or {}

@@ -82,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         last = _last_item(body)
         said = _text(last) if last.get("role") == "user" else ""
-        if "HOLD" in said:
+        if "HOLD" in said and not asks_to_distill(body):
             time.sleep(60)
         item: dict[str, Any] = {"type": "message", "role": "assistant", "id": "msg_1",
                                 "content": [{"type": "output_text",

@@ -142,6 +142,8 @@ def test_memoryds_tools_are_there_from_a_sessions_first_request(story: Story) ->
     """Issue 32.4: neither agent waits long for an MCP server; memoryd's answered too late
     for one session in seven until it started in a fraction of a second."""
     for step in story["steps"].values():
+        if step["name"] == "distill":
+            continue  # memoryd's own run of the CLI as a model, not a person's session
         assert "mcp__memoryd" in step["texts"][0] or "mcp_memoryd_recall" in step["texts"][0], (
             step["name"])
 
