@@ -195,6 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--locomo-workdir", type=Path, default=None)
     parser.add_argument("--lme-workdir", type=Path, default=None)
+    parser.add_argument("--distill", metavar="LLM_YAML|local",
+                        help="first distil every session (`memoryd distill`) with the model"
+                             " whose `memory.llm` settings the YAML file holds (`local`: the"
+                             " plumbing's server on 127.0.0.1): the figures with its items;"
+                             " without it, the figures without")
     args = parser.parse_args(argv)
     from daemon.config import AgentSettings
 
@@ -211,12 +216,19 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(locomo.embed_with_defaults(loco_work / "state" / "memory.db", loco_config))
         lme_data = longmemeval.load(longmemeval.DATA)
         lme_config = asyncio.run(longmemeval.build(lme_data, lme_work))
+        if args.distill:
+            for work, config in ((loco_work, loco_config), (lme_work, lme_config)):
+                with locomo.distilling(args.distill, work, config) as distill_config:
+                    locomo.distill_all(distill_config)
+                asyncio.run(locomo.embed_with_defaults(work / "state" / "memory.db", config))
         curves, reals, agains = {}, {}, {}
         curves["LoCoMo"], reals["LoCoMo"], agains["LoCoMo"] = measure(
             loco_config, locomo_questions(loco_data), default)
         curves["LongMemEval"], reals["LongMemEval"], agains["LongMemEval"] = measure(
             lme_config, lme_questions(lme_data), default)
     print(f"machine: {machine()}")
+    if args.distill:
+        print(f"with the items `memoryd distill` kept ({args.distill})")
     print(f"answerable / unanswerable: LoCoMo {curves['LoCoMo'].answerable} /"
           f" {curves['LoCoMo'].unanswerable}, LongMemEval {curves['LongMemEval'].answerable} /"
           f" {curves['LongMemEval'].unanswerable}\n")
