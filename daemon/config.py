@@ -483,12 +483,21 @@ class Settings(BaseSettings):
         belong to no project of the user's, and are never distilled themselves."""
         return self.state_dir / "distill"
 
+    def is_own(self, path: str | None) -> bool:
+        """Whether `path` (a session's project or working tree) is memoryd's own distill
+        directory or under it, symlinks resolved: an agent CLI asked as the model."""
+        if not path:
+            return False
+        own = os.path.realpath(self.distill_dir)
+        for candidate in {path, os.path.realpath(path)}:
+            if candidate == own or candidate.startswith(own.rstrip("/") + "/"):
+                return True
+        return False
+
     def distills(self, project: str | None) -> bool:
         """Whether a model may be sent the conversations of `project`."""
         llm = self.memory.llm
-        if not llm.enabled or project is None:
-            return False
-        if project == str(self.distill_dir) or project.startswith(str(self.distill_dir) + "/"):
+        if not llm.enabled or project is None or self.is_own(project):
             return False
         return llm.projects.admits(project)
 

@@ -487,6 +487,7 @@ class Service:
                 await distiller.run()
                 self.status.extra["distill"] = await distill_counts(
                     distiller.conn, clock.now())
+                self._write_status()
 
         async def check_integrity() -> None:
             # A damaged page goes unnoticed until something reads it; writing on into a

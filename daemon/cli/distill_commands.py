@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
 
 #: Seconds between two looks at the queue while the daemon works through it.
 FOLLOW_EVERY = 1.0
+#: Seconds after which following stops when the daemon sends nothing at all (it was
+#: started without `memory.llm`), or has sent none of them for this long.
+NOT_SENDING, NO_PROGRESS = 15.0, 300.0
 
 
 @main.command()
@@ -53,8 +57,7 @@ async def _distill(settings: Settings, clock: Clock, since: datetime, dry_run: b
                    + (f" {llm.model}" if llm.model else "")
                    + f": at most about {backlog.tokens:,} tokens, {days:.1f} days of the daily"
                    f" budget ({llm.daily_tokens:,})"
-                   + (f"; {backlog.known} segments were queued before" if backlog.known
-                      else ""))
+                   + "; messages sent before are left out")
         if dry_run or not backlog.segments:
             return
         await enqueue_backlog(conn, backlog.entries, clock.now())
@@ -64,26 +67,59 @@ async def _distill(settings: Settings, clock: Clock, since: datetime, dry_run: b
         holder = read_lock_info(settings.lock_path)
         try:
             if holder is not None and holder.command == "run":
-                await _follow(conn, ids)
+                left = await _follow(conn, settings, ids)
+                if left:
+                    await _drain(conn, settings, clock, left)
             else:
                 await _drain(conn, settings, clock, ids)
         except (KeyboardInterrupt, asyncio.CancelledError):
             click.echo("stopped following: what is left stays queued (the daemon sends it)")
 
 
-async def _follow(conn: aiosqlite.Connection, ids: list[str]) -> None:
-    """The daemon sends them: its progress, until the last is done."""
+async def _follow(conn: aiosqlite.Connection, settings: Settings,
+                  ids: list[str]) -> list[str]:
+    """The daemon sends them: its progress, until the last is done; what is left when
+    the daemon stopped meanwhile (this command sends it then). Following ends, leaving
+    them queued, when the daemon does not send them (started before `memory.llm` was
+    set) or has sent none for a while (its budget spent, its provider down)."""
+    from daemon.lock import read_lock_info
+    from daemon.status import read_runtime_status
     from daemon.store.distill_queue import waiting_among
 
     assert ids
+    began = last_progress = time.monotonic()
     with click.progressbar(length=len(ids), label="distilling (the daemon sends them)") as bar:
         done = 0
         while done < len(ids):
             left = await waiting_among(conn, ids)
+            if len(ids) - left > done:
+                last_progress = time.monotonic()
             bar.update(len(ids) - left - done)
             done = len(ids) - left
-            if left:
-                await asyncio.sleep(FOLLOW_EVERY)
+            if not left:
+                break
+            holder = read_lock_info(settings.lock_path)
+            if holder is None or holder.command != "run":
+                return await _unfinished(conn, ids)
+            runtime = read_runtime_status(settings) or {}
+            if "distill" not in runtime and (
+                    time.monotonic() - began > NOT_SENDING):
+                click.echo("\nthe running daemon does not send them: it was started before"
+                           " memory.llm was set; restart it (they stay queued)", err=True)
+                return []
+            if time.monotonic() - last_progress > NO_PROGRESS:
+                click.echo(f"\nnone sent for {NO_PROGRESS:.0f} s (see `memoryd status`: the"
+                           " daily budget, the provider's last error); they stay queued and"
+                           " the daemon goes on", err=True)
+                return []
+            await asyncio.sleep(FOLLOW_EVERY)
+    return []
+
+
+async def _unfinished(conn: aiosqlite.Connection, ids: list[str]) -> list[str]:
+    from daemon.store.distill_queue import unfinished_among
+
+    return await unfinished_among(conn, ids)
 
 
 async def _drain(conn: aiosqlite.Connection, settings: Settings, clock: Clock,

@@ -16,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from daemon.errors import DistillAnswerError
 
@@ -33,7 +33,7 @@ class _Item(BaseModel):
 
     type: Literal["fact", "decision", "preference", "gotcha"]
     content: str = Field(min_length=1, max_length=4000)
-    evidence: list[int] = Field(min_length=1, max_length=200)
+    evidence: list[StrictInt] = Field(min_length=1, max_length=200)
     replaces: str | None = Field(default=None, max_length=40)
 
 
@@ -63,7 +63,7 @@ def parse_answer(text: str, messages: int, *, provider: str,
     item's `replaces` is kept only when it is one of the `known` keys."""
     fenced = _FENCE.match(text)
     body = fenced.group(1) if fenced else text.strip()
-    if not body.startswith("{") and "{" in body:
+    if not body.startswith("{") and "{" in body and "}" in body:
         # An agent CLI's model may say a word before or after the object.
         body = body[body.index("{"):body.rindex("}") + 1]
     try:

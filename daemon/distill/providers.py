@@ -19,9 +19,12 @@ anything again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -76,6 +79,11 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def shown_url(url: str) -> str:
+    """`url` without user:password@ and without its query."""
+    return re.sub(r"//[^/@\s]*@", "//", url).split("?", 1)[0]
+
+
 def _retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value) if value is not None else None
@@ -95,6 +103,9 @@ class _HttpProvider:
 
         self._httpx = httpx
         self.url = url
+        #: The URL as errors, logs and the audit trail may show it: no user:password@, no
+        #: query (a key may ride in either).
+        self.shown = shown_url(url)
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout,
                                          transport=transport)
 
@@ -116,20 +127,20 @@ class _HttpProvider:
             response = await self._client.post(self.url, json=self._body(system, user))
         except self._httpx.TransportError as exc:
             # The exception's text may echo the request: its class only.
-            raise DistillUnavailable(f"{self.url}: {type(exc).__name__}",
+            raise DistillUnavailable(f"{self.shown}: {type(exc).__name__}",
                                      provider=self.name) from None
         status = response.status_code
         if status == 429 or status >= 500:
-            raise DistillUnavailable(f"{self.url}: HTTP {status}", provider=self.name,
+            raise DistillUnavailable(f"{self.shown}: HTTP {status}", provider=self.name,
                                      retry_after=_retry_after(response.headers.get("retry-after")))
         if status in (400, 413, 422):
-            raise DistillRefused(f"{self.url}: HTTP {status}", provider=self.name)
+            raise DistillRefused(f"{self.shown}: HTTP {status}", provider=self.name)
         if status != 200:
-            raise DistillError(f"{self.url}: HTTP {status}", provider=self.name)
+            raise DistillError(f"{self.shown}: HTTP {status}", provider=self.name)
         try:
             return self._read(response.json())
-        except (ValueError, KeyError, TypeError, IndexError):
-            raise DistillRefused(f"{self.url}: an answer of an unexpected shape",
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            raise DistillRefused(f"{self.shown}: an answer of an unexpected shape",
                                  provider=self.name) from None
 
     def _body(self, system: str, user: str) -> dict[str, Any]:
@@ -261,10 +272,15 @@ class AgentCli:
             async with asyncio.timeout(self._timeout):
                 out, _ = await process.communicate(given.encode())
         except TimeoutError:
-            process.kill()
-            await process.wait()
             raise DistillUnavailable(f"`{self._command}` took over {self._timeout:g} s",
                                      provider=self.name) from None
+        finally:
+            if process.returncode is None:
+                # Timed out, or this call was cancelled (the daemon stopping, Ctrl-C): the
+                # CLI and what it started go too, not left to run (and bill) on their own.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
         if process.returncode != 0:
             raise DistillUnavailable(f"`{self._command}` exited with {process.returncode}",
                                      provider=self.name)
@@ -281,7 +297,8 @@ class AgentCli:
                 usage = data.get("usage") or {}
                 answer = str(data["result"])
                 return Completion(answer, int(usage.get("input_tokens") or 0)
-                                  + int(usage.get("cache_read_input_tokens") or 0),
+                                  + int(usage.get("cache_read_input_tokens") or 0)
+                                  + int(usage.get("cache_creation_input_tokens") or 0),
                                   int(usage.get("output_tokens") or 0)
                                   or estimate_tokens(answer))
             except (ValueError, KeyError, TypeError, AttributeError):
@@ -314,13 +331,14 @@ async def check_provider(settings: LlmSettings, workdir: Path, transport: Any = 
                                      transport=transport) as client:
             response = await client.get(url, headers=headers)
     except httpx.TransportError as exc:
-        return "fail", f"{url}: {type(exc).__name__}"
+        return "fail", f"{shown_url(url)}: {type(exc).__name__}"
     if response.status_code in (401, 403):
-        return "fail", (f"{url}: HTTP {response.status_code}"
+        return "fail", (f"{shown_url(url)}: HTTP {response.status_code}"
                         + ("" if key else f" ({API_KEY_ENV} is not set)"))
     if response.status_code >= 400:
-        return "warn", f"{url}: HTTP {response.status_code} (the model list; calls may work)"
-    return "ok", f"{url} answers" + ("" if key else f" ({API_KEY_ENV} not set)")
+        return "warn", (f"{shown_url(url)}: HTTP {response.status_code} (the model list;"
+                        " calls may work)")
+    return "ok", f"{shown_url(url)} answers" + ("" if key else f" ({API_KEY_ENV} not set)")
 
 
 def make_provider(settings: LlmSettings, workdir: Path, transport: Any = None) -> Provider:

@@ -34,7 +34,7 @@ from daemon.config import Settings
 from daemon.distill.answer import Item, decode_items, encode_items, parse_answer
 from daemon.distill.prompt import build_prompt
 from daemon.distill.providers import Completion, Provider
-from daemon.errors import DistillError, DistillRefused, DistillUnavailable
+from daemon.errors import BackendError, DistillError, DistillRefused, DistillUnavailable
 from daemon.memory import DistilledMemory, MemoryBackend, MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import EvidenceGrowth
@@ -180,7 +180,15 @@ class Distiller:
             if asked is None:
                 return True  # skipped, or to be tried again: the pass goes on
             items = asked
-        stored, duplicates = await self._store(job, session, messages, items)
+        try:
+            stored, duplicates = await self._store(job, session, messages, items)
+        except BackendError as exc:
+            if exc.transient:
+                # Kept `answered`: stored on a later pass, the same ids, nothing asked again.
+                report.stopped = "memory backend unavailable"
+                return False
+            await self._skip(job, f"the memory backend refused it: {exc}", report)
+            return True
         await queue.finish(self._conn, job.segment_id, now=self._clock.now(), stored=stored,
                            duplicates=duplicates)
         report.stored += stored
@@ -193,7 +201,8 @@ class Distiller:
         """The model's checked items, committed to the queue; None when the job was
         skipped or will be tried again; _ProviderDown when the pass must stop."""
         roots = (session.worktree, session.project)
-        known = await self._known_observations(messages, session.project)
+        known = await self._known_observations(messages, session.project,
+                                               self._private_to(session))
         prompt = build_prompt(messages, job.first_index, job.last_index, self._masks, roots,
                               [(key, text) for key, (_, text) in known.items()])
         if not prompt.lines:
@@ -227,11 +236,12 @@ class Distiller:
             log.info("distill_answer_malformed", segment=job.segment_id, skipped=skipped)
             report.skipped += skipped
             return None
-        await queue.record_answer(self._conn, job.segment_id, encode_items(items),
-                                  tokens_in=completion.tokens_in,
-                                  tokens_out=completion.tokens_out, now=now)
-        await self._audit(session, job, "ok", completion, count=len(items))
-        return items
+        taken = await queue.record_answer(self._conn, job.segment_id, encode_items(items),
+                                          tokens_in=completion.tokens_in,
+                                          tokens_out=completion.tokens_out, now=now)
+        await self._audit(session, job, "ok" if taken else "answered elsewhere", completion,
+                          count=len(items))
+        return items if taken else None
 
     def _masked(self, item: Item, known: dict[str, tuple[str, str]]) -> Item:
         # A model may echo a secret it was never shown whole, or one the masks missed in
@@ -240,17 +250,23 @@ class Distiller:
         return Item(item.kind, mask_extra(redact(item.content), self._masks), item.evidence,
                     known[item.replaces][0] if item.replaces in known else None)
 
-    async def _known_observations(self, messages: list[StoredMessage],
-                                  project: str | None) -> dict[str, tuple[str, str]]:
+    async def _known_observations(self, messages: list[StoredMessage], project: str | None,
+                                  private_to: str | None) -> dict[str, tuple[str, str]]:
         """The project's observations closest to what the segment's person said, by key
-        (k1, k2, ...): (memory id, text). A model may replace only these."""
+        (k1, k2, ...): (memory id, text). A model may replace only these: of the same
+        visibility as what it reads now (a private agent's item never hides a shared
+        observation from the other agents, nor the reverse)."""
         said = " ".join(m.content for m in messages if m.role == "user")[:KNOWN_QUERY_CHARS]
         if not said.strip():
             return {}
         found = await self._backend.recall(said, project=project, limit=KNOWN,
-                                           types=[MemoryType.OBSERVATION])
-        return {f"k{n}": (r.memory_id, r.content)
-                for n, r in enumerate((r for r in found if r.project == project), 1)}
+                                           types=[MemoryType.OBSERVATION], agent=private_to)
+        return {f"k{n}": (r.memory_id, r.content) for n, r in enumerate(
+            (r for r in found if r.project == project and r.private_to == private_to), 1)}
+
+    def _private_to(self, session: SessionSyncState) -> str | None:
+        return (session.source if session.source in self._settings.memory.private_agents
+                else None)
 
     async def _store(self, job: queue.Job, session: SessionSyncState,
                      messages: list[StoredMessage], items: list[Item]) -> tuple[int, int]:
@@ -260,7 +276,7 @@ class Distiller:
             cited = [by_number[n] for n in item.evidence if n in by_number]
             if not cited:
                 continue  # rests only on messages forgotten since
-            known = await self._known(item, session.project)
+            known = await self._known(item, session.project, self._private_to(session))
             if known is not None:
                 # Said again elsewhere: the memory that says it rests on these too.
                 if known.type is MemoryType.OBSERVATION and isinstance(self._backend,
@@ -278,17 +294,18 @@ class Distiller:
                 message_uuids=tuple(m.uuid for m in cited if m.uuid),
                 started_at=min(stamps) if stamps else None,
                 ended_at=max(stamps) if stamps else None,
-                private_to=session.source if session.source in
-                self._settings.memory.private_agents else None, replaces=item.replaces))
+                private_to=self._private_to(session), replaces=item.replaces))
             stored += result.created
             duplicates += not result.created
         return stored, duplicates
 
-    async def _known(self, item: Item, project: str | None) -> RecallResult | None:
+    async def _known(self, item: Item, project: str | None,
+                     private_to: str | None) -> RecallResult | None:
         """The memory of the project that already says this (the same words once
-        normalised, or the same meaning by the vectors), if any."""
+        normalised, or the same meaning by the vectors), if any, among those the
+        session's agent may recall."""
         found = await self._backend.recall(item.content, project=project, limit=COMPARED,
-                                           types=_COMPARED_TYPES)
+                                           types=_COMPARED_TYPES, agent=private_to)
         wanted = _normalised(item.content)
         # The memory it replaces says something close by nature: not a duplicate.
         return next((r for r in found

@@ -93,9 +93,9 @@ class RecoveryPolicy:
     #: Whether a saved segment of a project is queued for the model (`Settings.distills`);
     #: None: distillation is off.
     distills: Callable[[str | None], bool] | None = None
-    #: Projects whose sessions are memoryd's own (an agent CLI asked as the distillation
-    #: model, in `Settings.distill_dir`): passed over, never saved to memory.
-    own_projects: frozenset[str] = frozenset()
+    #: Whether a session's project or working tree is memoryd's own (an agent CLI asked
+    #: as the distillation model, `Settings.is_own`): passed over, never saved to memory.
+    is_own: Callable[[str | None], bool] = lambda _path: False
 
 
 @dataclass(slots=True)
@@ -214,7 +214,7 @@ class Recovery:
         settle: bool,
     ) -> None:
         index = session.memory_sync_index
-        if session.project in self.policy.own_projects:
+        if self._own(session):
             # What memoryd itself sent a model: never the user's memory.
             await store.advance_sync_index(self._conn, session.id, index,
                                            session.message_count)
@@ -373,6 +373,9 @@ class Recovery:
                          message_index=request.message.index, memory_id=result.id)
         return stored
 
+    def _own(self, session: SessionSyncState) -> bool:
+        return self.policy.is_own(session.project) or self.policy.is_own(session.worktree)
+
     def _private_to(self, source: str) -> str | None:
         return source if source in self.policy.private_agents else None
 
@@ -423,7 +426,7 @@ class Recovery:
                 return
             session = due.state
             end = session.memory_sync_index
-            own = session.project in self.policy.own_projects
+            own = self._own(session)
             messages = [] if own else await store.digest_messages(self._conn, session.id, end)
             if messages:
                 digest = build_digest(messages, source=session.source,
@@ -468,7 +471,7 @@ def recovery_policy(settings: Settings) -> RecoveryPolicy:
         idle_gap=timedelta(seconds=settings.segment_idle_gap),
         private_agents=frozenset(settings.memory.private_agents),
         distills=settings.distills if settings.memory.llm.enabled else None,
-        own_projects=frozenset({str(settings.distill_dir)}),
+        is_own=settings.is_own,
     )
 
 

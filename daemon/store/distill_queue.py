@@ -75,10 +75,34 @@ def enqueue(conn: sqlite3.Connection, session_id: int, entries: Sequence[Queued]
          for e in entries])
 
 
-async def queued_ids(conn: aiosqlite.Connection) -> set[str]:
-    """Every segment ever queued (waiting, done or skipped)."""
-    async with conn.execute("SELECT segment_id FROM distill_queue") as cursor:
-        return {row[0] for row in await cursor.fetchall()}
+async def drop_forgotten(conn: aiosqlite.Connection, session_ids: Sequence[int], *,
+                         agent_session: str | None = None, everything: bool = False,
+                         at: str) -> None:
+    """Inside the caller's transaction (a forget): the unfinished jobs of these sessions
+    (or all) are skipped, and the answers they held (the items' text) dropped."""
+    skip = ("UPDATE distill_queue SET state = 'skipped', answer = NULL, error = 'forgotten',"
+            " done_at = ? WHERE state IN ('pending', 'answered')")
+    if everything:
+        await conn.execute(skip, (at,))
+        return
+    chosen = list(session_ids)
+    if agent_session is not None:
+        async with conn.execute("SELECT id FROM sessions WHERE external_id = ?",
+                                (agent_session,)) as cursor:
+            chosen += [int(row[0]) for row in await cursor.fetchall()]
+    if chosen:
+        marks = ",".join("?" for _ in chosen)
+        await conn.execute(f"{skip} AND session_id IN ({marks})", (at, *chosen))
+
+
+async def queued_ranges(conn: aiosqlite.Connection) -> dict[int, list[tuple[int, int]]]:
+    """The message ranges ever queued (waiting, done or skipped), by session."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    async with conn.execute(
+            "SELECT session_id, first_index, last_index FROM distill_queue") as cursor:
+        for session_id, first, last in await cursor.fetchall():
+            ranges.setdefault(session_id, []).append((first, last))
+    return ranges
 
 
 def _enqueue_all(conn: sqlite3.Connection, entries: dict[int, list[Queued]],
@@ -92,6 +116,19 @@ async def enqueue_backlog(conn: aiosqlite.Connection, entries: dict[int, list[Qu
                           now: datetime) -> None:
     """Queue older sessions' segments (`distill.backlog`), in one transaction."""
     await run_on_connection(conn, _enqueue_all, entries, now)
+
+
+async def unfinished_among(conn: aiosqlite.Connection, segment_ids: list[str]) -> list[str]:
+    """Those of `segment_ids` not finished yet."""
+    left: list[str] = []
+    for start in range(0, len(segment_ids), 500):
+        part = segment_ids[start:start + 500]
+        marks = ", ".join("?" for _ in part)
+        async with conn.execute(
+            f"SELECT segment_id FROM distill_queue WHERE segment_id IN ({marks})"
+            " AND state IN ('pending', 'answered')", part) as cursor:
+            left += [row[0] for row in await cursor.fetchall()]
+    return left
 
 
 async def waiting_among(conn: aiosqlite.Connection, segment_ids: list[str]) -> int:
@@ -142,29 +179,36 @@ def _spend(conn: sqlite3.Connection, now: datetime, tokens: int,
 
 
 def _answered(conn: sqlite3.Connection, segment_id: str, answer: str, tokens_in: int,
-              tokens_out: int, now: datetime) -> None:
+              tokens_out: int, now: datetime) -> bool:
     with immediate_transaction(conn):
-        conn.execute(
+        taken = conn.execute(
             "UPDATE distill_queue SET state = 'answered', answer = ?, tokens_in = tokens_in + ?,"
             " tokens_out = tokens_out + ?, attempts = attempts + 1, error = NULL"
             " WHERE segment_id = ? AND state = 'pending'",
-            (answer, tokens_in, tokens_out, segment_id))
+            (answer, tokens_in, tokens_out, segment_id)).rowcount > 0
         _spend(conn, now, tokens_in + tokens_out)
+    return taken
 
 
 async def record_answer(conn: aiosqlite.Connection, segment_id: str, answer: str, *,
-                        tokens_in: int, tokens_out: int, now: datetime) -> None:
-    """The model's checked answer (JSON of its items), with the tokens it cost today."""
-    await run_on_connection(conn, _answered, segment_id, answer, tokens_in, tokens_out, now)
+                        tokens_in: int, tokens_out: int, now: datetime) -> bool:
+    """The model's checked answer (JSON of its items), with the tokens it cost today.
+    False when another drainer (`memoryd distill` beside a daemon just started) answered
+    the job first: this answer is dropped, so its items are never stored beside those."""
+    return await run_on_connection(conn, _answered, segment_id, answer, tokens_in,
+                                   tokens_out, now)
 
 
 def _failed(conn: sqlite3.Connection, segment_id: str, error: str, tokens: int,
             now: datetime, counted: bool) -> bool:
     with immediate_transaction(conn):
         cursor = conn.execute(
+            # Not the segment's fault (the provider down, slow, refusing): it goes to the
+            # back of the queue, so one segment a model always chokes on holds up no other.
             "UPDATE distill_queue SET attempts = attempts + ?, error = ?,"
-            " tokens_in = tokens_in + ? WHERE segment_id = ? AND state = 'pending'"
-            " RETURNING attempts", (1 if counted else 0, error, tokens, segment_id))
+            " tokens_in = tokens_in + ?, queued_at = CASE WHEN ? THEN queued_at ELSE ? END"
+            " WHERE segment_id = ? AND state = 'pending' RETURNING attempts",
+            (1 if counted else 0, error, tokens, counted, utc_text(now), segment_id))
         row = cursor.fetchone()
         skipped = row is not None and row[0] >= MAX_ATTEMPTS
         if skipped:

@@ -27,6 +27,7 @@ import aiosqlite
 
 from daemon.clock import utc_text
 from daemon.store.connection import transaction
+from daemon.store.distill_queue import drop_forgotten
 
 #: A message row `m` of session `s` that an agent may be shown (nothing forgotten).
 VISIBLE = (
@@ -100,6 +101,8 @@ async def remember_forgotten(
             " ON CONFLICT (kind, value) DO UPDATE"
             " SET forgotten_at = MAX(forgotten_at, excluded.forgotten_at)",
             [(kind, value, at) for kind, value in scopes])
+        await drop_forgotten(conn, chosen, agent_session=agent_session,
+                             everything=everything, at=at)
         if not chosen:
             return 0
         marks = ",".join("?" for _ in chosen)

@@ -512,3 +512,40 @@ async def test_the_agent_cli_run_as_the_model_is_never_the_users_memory(
     with sqlite3.connect(world.settings.database_path) as db:
         assert db.execute("SELECT message_count, memory_sync_index FROM sessions"
                           ).fetchall() == [(2, 2)]
+
+
+async def test_the_backlog_leaves_out_messages_a_model_was_sent_already(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Recovery saves a live tail early, so its segments' cuts differ from a fresh plan
+    of the whole session: `distill --since` plans only the messages never queued."""
+    from daemon.distill.backlog import plan_backlog
+
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."),
+                ("user", "Settlement runs nightly at two."), ("assistant", "Noted."))
+    await save(world, backend)
+    with sqlite3.connect(world.settings.database_path) as db:
+        db.execute("UPDATE distill_queue SET last_index = 1")  # as if saved in two goes
+    async with open_store(world.settings) as conn:
+        backlog = await plan_backlog(conn, world.settings,
+                                     datetime(2000, 1, 1, tzinfo=UTC))
+    assert [(e.first_index, e.last_index) for entries in backlog.entries.values()
+            for e in entries] == [(2, 3)]
+    assert backlog.messages == 2
+
+
+async def test_forgetting_a_session_drops_its_unfinished_jobs_and_their_answers(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    from daemon.store.forgotten import remember_forgotten
+
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    await save(world, backend)
+    with sqlite3.connect(world.settings.database_path) as db:
+        db.execute("UPDATE distill_queue SET state = 'answered', answer = ?",
+                   (json.dumps([LEDGER]),))
+        session_id, = db.execute("SELECT id FROM sessions").fetchone()
+    async with open_store(world.settings) as conn:
+        await remember_forgotten(conn, world.clock.now(), session_ids=[session_id])
+    assert world.queue() == [("skipped", 0, "forgotten", 0, 0, None)]
+    assert (await distill(world, backend)).jobs == 0
+    assert await backend.recall("invoice ledger", all_projects=True,
+                                types=[MemoryType.OBSERVATION]) == []
