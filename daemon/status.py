@@ -27,7 +27,7 @@ from daemon.memory.opening import is_chain, memory_user, open_memory_backend
 from daemon.memory.protocol import MemoryBackend, vector_queue
 from daemon.store import queries
 from daemon.store.connection import connect
-from daemon.store.distill_queue import distill_counts
+from daemon.store.distill_queue import distill_counts, has_queue
 
 
 def status_path(settings: Settings) -> Path:
@@ -256,10 +256,8 @@ async def _distill_status(conn: aiosqlite.Connection, settings: Settings,
                           clock: Clock) -> dict[str, Any] | None:
     """Distillation's provider, queue and spending today (None: off and never used)."""
     llm = settings.memory.llm
-    async with conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
-                            " AND name = 'distill_queue'") as cursor:
-        if await cursor.fetchone() is None:
-            return None
+    if not await has_queue(conn):  # a database from before distillation, read-only here
+        return None
     counts = await distill_counts(conn, clock.now())
     if not llm.enabled and not (counts["waiting"] or counts["done"] or counts["skipped"]):
         return None

@@ -162,11 +162,13 @@ class SessionEvents(OpsBase):
             # file keeps every message through a compression: a turn's save waits as a
             # Stop's does, and a later turn moves it. `/compress` (manual) saves now.
             event = "stop"
-        if transcript is not None and self._admitted(transcript, kind, args):
+        admitted = transcript is not None and self._admitted(transcript, kind, args)
+        if admitted and transcript is not None:
             await self._runtime.follow(transcript, kind,
                                        read_to_end=event in ("pre_compact", "end"))
         if event in ("pre_compact", "end", "stop"):
-            await self._session_ended_or_synced(event, transcript, agent_session)
+            await self._session_ended_or_synced(event, transcript, agent_session,
+                                                read_first=admitted)
             return {"context": None, "memory_ids": []}
         if not self.settings.agents.inject:
             return {"context": None, "memory_ids": []}
@@ -220,9 +222,10 @@ class SessionEvents(OpsBase):
         return False
 
     async def _session_ended_or_synced(self, event: str, transcript: str | None,
-                                       agent_session: str | None) -> None:
+                                       agent_session: str | None, *,
+                                       read_first: bool = False) -> None:
         session = await self._find_agent_session(transcript, agent_session)
-        if session is None and event == "stop" and transcript is not None:
+        if session is None and event == "stop" and transcript is not None and read_first:
             # A transcript the daemon learnt of from this hook (a new session's, or one
             # outside the watched roots) is not read yet: the turn's save needs its
             # session, so it is read now. The hook may stop waiting meanwhile; the

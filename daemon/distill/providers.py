@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import structlog
 from tenacity import (
     AsyncRetrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     wait_exponential,
 )
@@ -114,7 +114,7 @@ class _HttpProvider:
 
     async def complete(self, system: str, user: str) -> Completion:
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(DistillUnavailable),
+            retry=retry_if_exception(_soon_again),
             stop=stop_after_attempt(ATTEMPTS),
             wait=_wait, reraise=True,
         ):
@@ -148,6 +148,13 @@ class _HttpProvider:
 
     def _read(self, data: Any) -> Completion:
         raise NotImplementedError
+
+
+def _soon_again(error: BaseException) -> bool:
+    """Transient, and not asked to wait longer than a call here may (then the worker's
+    back-off honours Retry-After)."""
+    return isinstance(error, DistillUnavailable) and (
+        error.retry_after is None or error.retry_after <= RETRY_AFTER_CAP)
 
 
 def _wait(retry_state: Any) -> float:

@@ -242,6 +242,13 @@ async def finish(conn: aiosqlite.Connection, segment_id: str, *, now: datetime,
                             stored, duplicates, skipped, now)
 
 
+async def has_queue(conn: aiosqlite.Connection) -> bool:
+    """Whether the database has the queue yet (one opened read-only may predate it)."""
+    async with conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table'"
+                            " AND name = 'distill_queue'") as cursor:
+        return await cursor.fetchone() is not None
+
+
 async def distill_counts(conn: aiosqlite.Connection, now: datetime) -> dict[str, Any]:
     """`counts` as status.json and `memoryd status` carry them."""
     found = await counts(conn, now)

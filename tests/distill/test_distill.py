@@ -549,3 +549,26 @@ async def test_forgetting_a_session_drops_its_unfinished_jobs_and_their_answers(
     assert (await distill(world, backend)).jobs == 0
     assert await backend.recall("invoice ledger", all_projects=True,
                                 types=[MemoryType.OBSERVATION]) == []
+
+
+async def test_a_long_retry_after_is_left_to_the_workers_back_off(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Asked to wait two minutes, a call does not sleep through them: the pass stops at
+    once and no call is made before they have passed."""
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    await save(world, backend)
+    world.model.say("", status=429, headers={"retry-after": "120"})
+    provider = make_provider(world.settings.memory.llm, world.settings.distill_dir)
+    async with open_store(world.settings) as conn:
+        distiller = Distiller(conn, backend, world.clock, world.settings, provider)
+        try:
+            first = await distiller.run(max_jobs=5)
+            world.clock.advance(60)
+            early = await distiller.run(max_jobs=5)
+            world.clock.advance(61)
+            world.model.say(items_text(LEDGER))
+            late = await distiller.run(max_jobs=5)
+        finally:
+            await distiller.close()
+    assert first.stopped == "provider failed" and early.stopped == "backing off"
+    assert late.stored == 1 and len(world.model.requests) == 2
