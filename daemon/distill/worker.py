@@ -40,7 +40,7 @@ from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import EvidenceGrowth
 from daemon.store import distill_queue as queue
 from daemon.store import sessions as store
-from daemon.store.audit import AuditEvent, record
+from daemon.store.audit import AuditEvent
 from daemon.store.sessions import SessionSyncState, StoredMessage
 
 log = structlog.get_logger("memoryd.distill")
@@ -212,14 +212,15 @@ class Distiller:
         try:
             completion = await self._provider.complete(prompt.system, prompt.user)
         except DistillRefused as exc:
-            skipped = await queue.record_failure(self._conn, job.segment_id, str(exc), now=now)
-            await self._audit(session, job, "refused", detail=str(exc))
+            skipped = await queue.record_failure(
+                self._conn, job.segment_id, str(exc), now=now,
+                audit=self._audit(session, "refused", detail=str(exc)))
             report.skipped += skipped
             return None
         except DistillError as exc:
-            await queue.record_failure(self._conn, job.segment_id, str(exc), now=now,
-                                       counted=False)
-            await self._audit(session, job, "unavailable", detail=str(exc))
+            await queue.record_failure(
+                self._conn, job.segment_id, str(exc), now=now, counted=False,
+                audit=self._audit(session, "unavailable", detail=str(exc)))
             self._back_off(exc)
             report.stopped = "provider failed"
             raise _ProviderDown from None
@@ -230,17 +231,16 @@ class Distiller:
             items = [self._masked(i, known) for i in parse_answer(
                 completion.text, prompt.messages, provider=self._provider.name, known=known)]
         except DistillRefused as exc:
-            skipped = await queue.record_failure(self._conn, job.segment_id, str(exc),
-                                                 now=now, tokens=tokens)
-            await self._audit(session, job, "malformed", completion, detail=str(exc))
+            skipped = await queue.record_failure(
+                self._conn, job.segment_id, str(exc), now=now, tokens=tokens,
+                audit=self._audit(session, "malformed", completion, detail=str(exc)))
             log.info("distill_answer_malformed", segment=job.segment_id, skipped=skipped)
             report.skipped += skipped
             return None
-        taken = await queue.record_answer(self._conn, job.segment_id, encode_items(items),
-                                          tokens_in=completion.tokens_in,
-                                          tokens_out=completion.tokens_out, now=now)
-        await self._audit(session, job, "ok" if taken else "answered elsewhere", completion,
-                          count=len(items))
+        taken = await queue.record_answer(
+            self._conn, job.segment_id, encode_items(items), tokens_in=completion.tokens_in,
+            tokens_out=completion.tokens_out, now=now,
+            audit=self._audit(session, "ok", completion, count=len(items)))
         return items if taken else None
 
     def _masked(self, item: Item, known: dict[str, tuple[str, str]]) -> Item:
@@ -328,13 +328,14 @@ class Distiller:
         log.warning("distill_provider_failed", provider=self._provider.name, error=str(exc),
                     retry_in=round(wait, 1))
 
-    async def _audit(self, session: SessionSyncState, job: queue.Job, outcome: str,
-                     completion: Completion | None = None, *, count: int | None = None,
-                     detail: str | None = None) -> None:
+    def _audit(self, session: SessionSyncState, outcome: str,
+               completion: Completion | None = None, *, count: int | None = None,
+               detail: str | None = None) -> AuditEvent:
+        """The call's audit record (provider, model, tokens, outcome; never text or key),
+        written in the transaction that records the call's outcome in the queue."""
         tokens = (f" tokens_in={completion.tokens_in} tokens_out={completion.tokens_out}"
                   if completion is not None else "")
-        await record(self._conn, AuditEvent(
+        return AuditEvent(
             interface="daemon", action="distill", outcome=outcome, agent=session.source,
             agent_session_id=session.external_id, count=count,
-            detail=f"{self.model}{tokens}" + (f": {detail}" if detail else "")),
-            self._clock.now())
+            detail=f"{self.model}{tokens}" + (f": {detail}" if detail else ""))

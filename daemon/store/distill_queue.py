@@ -9,14 +9,15 @@ an answer that failed its checks twice). Items are stored under deterministic id
 a kill between storing them and `done` stores nothing twice.
 
 Every write here is one call on the connection's own thread (`run_on_connection`):
-cancelled or not, a transaction is either whole or absent.
+cancelled or not, a transaction is either whole or absent. A call's audit record is
+written in the transaction that records its outcome.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ import aiosqlite
 
 from daemon.clock import utc_text
 from daemon.sqlite import immediate_transaction
+from daemon.store.audit import AuditEvent, insert_events
 from daemon.store.connection import run_on_connection
 
 #: Attempts at a job whose answer failed its checks (or whose call failed for a reason
@@ -179,7 +181,7 @@ def _spend(conn: sqlite3.Connection, now: datetime, tokens: int,
 
 
 def _answered(conn: sqlite3.Connection, segment_id: str, answer: str, tokens_in: int,
-              tokens_out: int, now: datetime) -> bool:
+              tokens_out: int, now: datetime, event: AuditEvent | None) -> bool:
     with immediate_transaction(conn):
         taken = conn.execute(
             "UPDATE distill_queue SET state = 'answered', answer = ?, tokens_in = tokens_in + ?,"
@@ -187,20 +189,24 @@ def _answered(conn: sqlite3.Connection, segment_id: str, answer: str, tokens_in:
             " WHERE segment_id = ? AND state = 'pending'",
             (answer, tokens_in, tokens_out, segment_id)).rowcount > 0
         _spend(conn, now, tokens_in + tokens_out)
+        if event is not None:
+            insert_events(conn, [event if taken else replace(
+                event, outcome="answered elsewhere")], now)
     return taken
 
 
 async def record_answer(conn: aiosqlite.Connection, segment_id: str, answer: str, *,
-                        tokens_in: int, tokens_out: int, now: datetime) -> bool:
+                        tokens_in: int, tokens_out: int, now: datetime,
+                        audit: AuditEvent | None = None) -> bool:
     """The model's checked answer (JSON of its items), with the tokens it cost today.
     False when another drainer (`memoryd distill` beside a daemon just started) answered
     the job first: this answer is dropped, so its items are never stored beside those."""
     return await run_on_connection(conn, _answered, segment_id, answer, tokens_in,
-                                   tokens_out, now)
+                                   tokens_out, now, audit)
 
 
 def _failed(conn: sqlite3.Connection, segment_id: str, error: str, tokens: int,
-            now: datetime, counted: bool) -> bool:
+            now: datetime, counted: bool, event: AuditEvent | None) -> bool:
     with immediate_transaction(conn):
         cursor = conn.execute(
             # Not the segment's fault (the provider down, slow, refusing): it goes to the
@@ -215,14 +221,18 @@ def _failed(conn: sqlite3.Connection, segment_id: str, error: str, tokens: int,
             conn.execute("UPDATE distill_queue SET state = 'skipped', done_at = ?"
                          " WHERE segment_id = ?", (utc_text(now), segment_id))
         _spend(conn, now, tokens, error)
+        if event is not None:
+            insert_events(conn, [event], now)
     return skipped
 
 
 async def record_failure(conn: aiosqlite.Connection, segment_id: str, error: str, *,
-                         now: datetime, tokens: int = 0, counted: bool = True) -> bool:
+                         now: datetime, tokens: int = 0, counted: bool = True,
+                         audit: AuditEvent | None = None) -> bool:
     """A call that failed (`error`, never the segment's text); a failure `counted` against
     the job skips it after MAX_ATTEMPTS. True if it was skipped."""
-    return await run_on_connection(conn, _failed, segment_id, error, tokens, now, counted)
+    return await run_on_connection(conn, _failed, segment_id, error, tokens, now, counted,
+                                   audit)
 
 
 def _finished(conn: sqlite3.Connection, segment_id: str, state: str, stored: int,

@@ -229,6 +229,11 @@ async def test_a_rate_limited_provider_stops_the_pass_and_is_not_held_against_th
     assert len(world.model.requests) == 3  # retried, honouring Retry-After
     state, attempts, error, *_ = world.queue()[0]
     assert (state, attempts) == ("pending", 0) and "HTTP 429" in error
+    with sqlite3.connect(world.settings.database_path) as db:
+        audited = db.execute("SELECT outcome, detail FROM audit_events"
+                             " WHERE action = 'distill'").fetchall()
+    assert [outcome for outcome, _ in audited] == ["unavailable"]
+    assert "openai:small-model" in audited[0][1] and "HTTP 429" in audited[0][1]
     # Backing off: the next pass sends nothing until the back-off has passed.
     assert (await distill(world, backend)).jobs in (0, 1)
 
