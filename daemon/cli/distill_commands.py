@@ -84,14 +84,14 @@ async def _follow(conn: aiosqlite.Connection, settings: Settings,
     set) or has sent none for a while (its budget spent, its provider down)."""
     from daemon.lock import read_lock_info
     from daemon.status import read_runtime_status
-    from daemon.store.distill_queue import waiting_among
+    from daemon.store.distill_queue import unfinished_among
 
     assert ids
     began = last_progress = time.monotonic()
     with click.progressbar(length=len(ids), label="distilling (the daemon sends them)") as bar:
         done = 0
         while done < len(ids):
-            left = await waiting_among(conn, ids)
+            left = len(await unfinished_among(conn, ids))
             if len(ids) - left > done:
                 last_progress = time.monotonic()
             bar.update(len(ids) - left - done)
@@ -100,7 +100,7 @@ async def _follow(conn: aiosqlite.Connection, settings: Settings,
                 break
             holder = read_lock_info(settings.lock_path)
             if holder is None or holder.command != "run":
-                return await _unfinished(conn, ids)
+                return await unfinished_among(conn, ids)
             runtime = read_runtime_status(settings) or {}
             if "distill" not in runtime and (
                     time.monotonic() - began > NOT_SENDING):
@@ -116,11 +116,6 @@ async def _follow(conn: aiosqlite.Connection, settings: Settings,
     return []
 
 
-async def _unfinished(conn: aiosqlite.Connection, ids: list[str]) -> list[str]:
-    from daemon.store.distill_queue import unfinished_among
-
-    return await unfinished_among(conn, ids)
-
 
 async def _drain(conn: aiosqlite.Connection, settings: Settings, clock: Clock,
                  ids: list[str]) -> None:
@@ -128,7 +123,7 @@ async def _drain(conn: aiosqlite.Connection, settings: Settings, clock: Clock,
     from daemon.distill.providers import make_provider
     from daemon.distill.worker import Distiller
     from daemon.memory.opening import open_memory_backend
-    from daemon.store.distill_queue import waiting_among
+    from daemon.store.distill_queue import unfinished_among
 
     backend = await open_memory_backend(settings, clock)
     provider = make_provider(settings.memory.llm, settings.distill_dir)
@@ -140,7 +135,7 @@ async def _drain(conn: aiosqlite.Connection, settings: Settings, clock: Clock,
             while done < len(ids):
                 report = await distiller.run()
                 stored += report.stored
-                left = await waiting_among(conn, ids)
+                left = len(await unfinished_among(conn, ids))
                 bar.update(len(ids) - left - done)
                 done = len(ids) - left
                 if report.stopped in ("daily budget spent", "provider failed"):

@@ -329,11 +329,7 @@ class ChainBackend:
         text, which says the same less cleanly); True if any layer rewrote it."""
         content = mask_extra(content, self._masks)
         done = False
-        for layer in self.layers:
-            try:
-                backend = await layer.get()
-            except BackendUnavailable:
-                continue
+        async for backend in self._layers_up():
             if isinstance(backend, ContentRewrite):
                 done = await backend.rewrite_content(memory_id, content) or done
         return done
@@ -342,14 +338,18 @@ class ChainBackend:
         """The evidence grown in every layer that can and is up (the others keep what the
         memory rested on first); True if any layer added some."""
         done = False
-        for layer in self.layers:
-            try:
-                backend = await layer.get()
-            except BackendUnavailable:
-                continue
+        async for backend in self._layers_up():
             if isinstance(backend, EvidenceGrowth):
                 done = await backend.add_evidence(memory_id, message_uuids) or done
         return done
+
+    async def _layers_up(self) -> AsyncIterator[MemoryBackend]:
+        """Each layer's backend, in order, passing over those that are down."""
+        for layer in self.layers:
+            try:
+                yield await layer.get()
+            except BackendUnavailable:
+                continue
 
     async def session_memories(self, session_id: int) -> list[Memory]:
         found, _ = await self._first(Capability.RECALL, lambda b: _browse(b).session_memories(

@@ -133,20 +133,6 @@ async def unfinished_among(conn: aiosqlite.Connection, segment_ids: list[str]) -
     return left
 
 
-async def waiting_among(conn: aiosqlite.Connection, segment_ids: list[str]) -> int:
-    """How many of `segment_ids` are not finished yet."""
-    count = 0
-    for start in range(0, len(segment_ids), 500):
-        part = segment_ids[start:start + 500]
-        marks = ", ".join("?" for _ in part)
-        async with conn.execute(
-            f"SELECT COUNT(*) FROM distill_queue WHERE segment_id IN ({marks})"
-            " AND state IN ('pending', 'answered')", part) as cursor:
-            row = await cursor.fetchone()
-        count += row[0] if row else 0
-    return count
-
-
 async def waiting(conn: aiosqlite.Connection, limit: int) -> list[Job]:
     """The oldest jobs not finished, answered ones first (their tokens are spent)."""
     async with conn.execute(

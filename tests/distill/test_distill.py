@@ -74,6 +74,13 @@ def make_world(tmp_path: Path, model: FakeModel, **llm: Any) -> World:
                  model)
 
 
+def with_llm(settings: Settings, **changes: Any) -> Settings:
+    """`settings` with these `memory.llm` settings changed."""
+    llm = settings.memory.llm.model_copy(update=changes)
+    return settings.model_copy(update={"memory": settings.memory.model_copy(
+        update={"llm": llm})})
+
+
 @pytest.fixture
 def model() -> Any:
     with serve() as server:
@@ -305,9 +312,7 @@ async def test_anthropic_messages_with_the_key_from_the_environment(
     key = "sk-ant-" + "k" * 40
     monkeypatch.setenv("MEMORYD_LLM_API_KEY", key)
     world = make_world(tmp_path, model)
-    world.settings = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
-        update={"llm": world.settings.memory.llm.model_copy(update={
-            "provider": "anthropic", "base_url": model.url})})})
+    world.settings = with_llm(world.settings, provider="anthropic", base_url=model.url)
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
     try:
@@ -348,9 +353,7 @@ async def test_the_users_agent_cli_as_the_model(
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     world = make_world(tmp_path, model)
-    world.settings = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
-        update={"llm": world.settings.memory.llm.model_copy(update={
-            "provider": "claude-cli", "model": ""})})})
+    world.settings = with_llm(world.settings, provider="claude-cli", model="")
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
     try:
@@ -455,9 +458,7 @@ async def test_codex_and_gemini_clis_as_the_model(
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     world = make_world(tmp_path, model)
-    world.settings = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
-        update={"llm": world.settings.memory.llm.model_copy(update={
-            "provider": provider, "model": "small"})})})
+    world.settings = with_llm(world.settings, provider=provider, model="small")
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
     try:
@@ -495,9 +496,7 @@ async def test_doctor_checks_the_provider_without_spending_a_token(
     assert refused.level == "fail" and "HTTP 401" in refused.detail
     assert "sk-" not in refused.detail and refused.fix is not None
     assert model.requests[-1]["headers"]["Authorization"] == "Bearer sk-" + "x" * 40
-    cli = world.settings.model_copy(update={"memory": world.settings.memory.model_copy(
-        update={"llm": world.settings.memory.llm.model_copy(update={
-            "provider": "gemini-cli"})})})
+    cli = with_llm(world.settings, provider="gemini-cli")
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     missing = await check_distill(cli)
     assert missing.level == "fail" and "`gemini` is not on PATH" in missing.detail

@@ -736,24 +736,32 @@ def test_a_burst_of_clients_waits_in_the_listen_queue_instead_of_being_refused(
     assert "Traceback" not in text, text[-3000:]
 
 
+def _daemon_with_few_descriptors(
+        tmp_path: Path) -> tuple[Path, Path, subprocess.Popen[bytes]]:
+    """`memoryd run` allowed 128 descriptors (a connection limit of 64), logging to
+    `run.log`: (state, config, process)."""
+    import resource
+
+    _root, state, config = _setup(tmp_path)
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    with (tmp_path / "run.log").open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                                stderr=log, preexec_fn=few_descriptors)
+    return state, config, proc
+
+
 def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> None:
     """Issue 29.8: thousands of idle connections made the API unresponsive and logged a
     traceback per refused accept. Here the daemon may open 128 descriptors and 400
     connections stay open without a byte: a client is still answered at once, the log
     says so once and holds no traceback, and the idle ones are closed."""
-    import resource
     import socket as socket_
 
-    _root, state, config = _setup(tmp_path)
-    log = (tmp_path / "run.log").open("wb")
-
-    def few_descriptors() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
-
-    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
-                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log,
-                            preexec_fn=few_descriptors)
-    log.close()
+    state, config, proc = _daemon_with_few_descriptors(tmp_path)
     idle: list[socket_.socket] = []
     try:
         wait_ready(state, proc.pid)
@@ -799,19 +807,9 @@ def test_a_burst_at_the_connection_limit_never_runs_out_of_descriptors(
     daemon was busy (SIGSTOP): accepted all at once, they took it past its descriptors
     (EMFILE, an error with a traceback from asyncio's accept loop). It accepts a few at a
     time, so the gate closes idle ones before more are taken."""
-    import resource
     import socket as socket_
 
-    _root, state, config = _setup(tmp_path)
-    log = (tmp_path / "run.log").open("wb")
-
-    def few_descriptors() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
-
-    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
-                            env=daemon_env(tmp_path), stdout=subprocess.DEVNULL, stderr=log,
-                            preexec_fn=few_descriptors)
-    log.close()
+    state, config, proc = _daemon_with_few_descriptors(tmp_path)
     idle: list[socket_.socket] = []
     try:
         wait_ready(state, proc.pid)
