@@ -216,6 +216,8 @@ class LlmSettings(BaseModel):
     daily_tokens: int = Field(default=200_000, ge=0, le=1_000_000_000)
     #: Segments sent a minute at most (the background's bounded rate).
     per_minute: float = Field(default=6.0, gt=0, le=600)
+    #: An HTTP provider's longest wait for the next piece of a streamed answer (the whole
+    #: answer may take ten times this); an agent CLI's longest run.
     timeout: Duration = Field(default=60.0, gt=0, le=3600)
     projects: LlmProjects = Field(default_factory=LlmProjects)
 

@@ -6,6 +6,12 @@
 - `claude-cli`, `codex-cli`, `gemini-cli`: the user's own agent CLI, signed in, as the
   model (`claude -p`, `codex exec`, `gemini -p`): no key, billed to the user's plan.
 
+Both HTTP providers are asked to stream their answer (server-sent events, read with
+httpx-sse): `timeout` then bounds each wait for the next piece, not the whole answer, so a
+slow local model (llama.cpp on a CPU) that keeps writing is not cut off, while one that
+stalls is. A server that answers in one JSON body instead is read as such. The whole
+answer still has a deadline (`ANSWER_DEADLINE_FACTOR` x `timeout`) and a size bound.
+
 The key is read from MEMORYD_LLM_API_KEY only, sent only in its header, and never
 appears in a log line or an error (errors name the provider, the URL and the status).
 A 429, a 5xx, a timeout or a refused connection is `DistillUnavailable`: retried here
@@ -25,7 +31,7 @@ import os
 import re
 import shutil
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,6 +60,11 @@ ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 #: An agent CLI's own output read at most (its answer is a few KB).
 CLI_OUTPUT_CAP = 4 << 20
+#: An HTTP answer read at most (1,024 tokens are about 4 KB; a stream past this is not
+#: an answer to this request).
+HTTP_ANSWER_CAP = 256 << 10
+#: A whole streamed answer may take this many times `timeout` (a piece may take one).
+ANSWER_DEADLINE_FACTOR = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +117,7 @@ class _HttpProvider:
         #: The URL as errors, logs and the audit trail may show it: no user:password@, no
         #: query (a key may ride in either).
         self.shown = shown_url(url)
+        self._timeout = timeout
         self._client = httpx.AsyncClient(headers=headers, timeout=timeout,
                                          transport=transport)
 
@@ -123,31 +135,103 @@ class _HttpProvider:
         raise AssertionError("tenacity re-raises the last failure")  # pragma: no cover
 
     async def _once(self, system: str, user: str) -> Completion:
+        from httpx_sse import SSEError, aconnect_sse
+
+        deadline = self._timeout * ANSWER_DEADLINE_FACTOR
         try:
-            response = await self._client.post(self.url, json=self._body(system, user))
+            async with asyncio.timeout(deadline), aconnect_sse(
+                    self._client, "POST", self.url, json=self._body(system, user)) as source:
+                response = source.response
+                await self._check_status(response)
+                if response.headers.get("content-type", "").startswith("text/event-stream"):
+                    stream = _Stream(self.shown, self.name)
+                    async for event in source.aiter_sse():
+                        if self._event(event.event, event.data, stream):
+                            return stream.completion()
+                        stream.check_size()
+                    raise DistillUnavailable(f"{self.shown}: the answer stopped before its"
+                                             " end", provider=self.name)
+                return self._read(json.loads(await _capped_body(response, self.shown,
+                                                                self.name)))
+        except TimeoutError:
+            # Asking again at once would take as long: the worker's back-off waits first.
+            raise DistillUnavailable(f"{self.shown}: no whole answer in {deadline:g} s",
+                                     provider=self.name, retry_after=deadline) from None
         except self._httpx.TransportError as exc:
             # The exception's text may echo the request: its class only.
             raise DistillUnavailable(f"{self.shown}: {type(exc).__name__}",
                                      provider=self.name) from None
+        except (SSEError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+            raise DistillRefused(f"{self.shown}: an answer of an unexpected shape",
+                                 provider=self.name) from None
+
+    async def _check_status(self, response: Any) -> None:
         status = response.status_code
+        if status == 200:
+            return
+        await response.aclose()  # the error's body is never read (nor shown)
         if status == 429 or status >= 500:
             raise DistillUnavailable(f"{self.shown}: HTTP {status}", provider=self.name,
                                      retry_after=_retry_after(response.headers.get("retry-after")))
         if status in (400, 413, 422):
             raise DistillRefused(f"{self.shown}: HTTP {status}", provider=self.name)
-        if status != 200:
-            raise DistillError(f"{self.shown}: HTTP {status}", provider=self.name)
-        try:
-            return self._read(response.json())
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
-            raise DistillRefused(f"{self.shown}: an answer of an unexpected shape",
-                                 provider=self.name) from None
+        raise DistillError(f"{self.shown}: HTTP {status}", provider=self.name)
 
     def _body(self, system: str, user: str) -> dict[str, Any]:
         raise NotImplementedError
 
     def _read(self, data: Any) -> Completion:
         raise NotImplementedError
+
+    def _event(self, event: str, data: str, stream: _Stream) -> bool:
+        """Takes one server-sent event into `stream`; True once the answer is whole."""
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A streamed answer as it arrives."""
+
+    shown: str
+    provider: str
+    parts: list[str] = field(default_factory=list)
+    size: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def add(self, piece: Any) -> None:
+        if isinstance(piece, str) and piece:
+            self.parts.append(piece)
+            self.size += len(piece)
+
+    def check_size(self) -> None:
+        if self.size > HTTP_ANSWER_CAP:
+            raise DistillRefused(f"{self.shown}: an answer longer than"
+                                 f" {HTTP_ANSWER_CAP // 1024} KB", provider=self.provider)
+
+    def failed(self, data: str) -> DistillUnavailable:
+        """An error the provider reports inside the stream (overloaded, mid-answer)."""
+        try:
+            kind = json.loads(data).get("error", {}).get("type")
+        except (ValueError, AttributeError):
+            kind = None
+        label = kind if isinstance(kind, str) and kind.isidentifier() else "an error"
+        return DistillUnavailable(f"{self.shown}: {label} in the stream",
+                                  provider=self.provider)
+
+    def completion(self) -> Completion:
+        text = "".join(self.parts)
+        return Completion(text, self.tokens_in, self.tokens_out or estimate_tokens(text))
+
+
+async def _capped_body(response: Any, shown: str, provider: str) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > HTTP_ANSWER_CAP:
+            raise DistillRefused(f"{shown}: an answer longer than"
+                                 f" {HTTP_ANSWER_CAP // 1024} KB", provider=provider)
+    return bytes(body)
 
 
 def _soon_again(error: BaseException) -> bool:
@@ -181,6 +265,7 @@ class OpenAIChat(_HttpProvider):
     def _body(self, system: str, user: str) -> dict[str, Any]:
         return {"model": self.model, "temperature": 0, "max_tokens": MAX_ANSWER_TOKENS,
                 "response_format": {"type": "json_object"},
+                "stream": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "system", "content": system},
                              {"role": "user", "content": user}]}
 
@@ -191,6 +276,19 @@ class OpenAIChat(_HttpProvider):
         usage = data.get("usage") or {}
         return Completion(text, int(usage.get("prompt_tokens") or 0),
                           int(usage.get("completion_tokens") or 0))
+
+    def _event(self, event: str, data: str, stream: _Stream) -> bool:
+        if data.strip() == "[DONE]":
+            return True
+        chunk = json.loads(data)
+        if chunk.get("error"):
+            raise stream.failed(data)
+        for choice in chunk.get("choices") or []:
+            stream.add((choice.get("delta") or {}).get("content"))
+        usage = chunk.get("usage") or {}
+        stream.tokens_in = int(usage.get("prompt_tokens") or stream.tokens_in)
+        stream.tokens_out = int(usage.get("completion_tokens") or stream.tokens_out)
+        return False
 
 
 class AnthropicMessages(_HttpProvider):
@@ -209,7 +307,7 @@ class AnthropicMessages(_HttpProvider):
 
     def _body(self, system: str, user: str) -> dict[str, Any]:
         return {"model": self.model, "max_tokens": MAX_ANSWER_TOKENS, "temperature": 0,
-                "system": system, "messages": [{"role": "user", "content": user}]}
+                "stream": True, "system": system, "messages": [{"role": "user", "content": user}]}
 
     def _read(self, data: Any) -> Completion:
         text = "".join(block["text"] for block in data["content"]
@@ -217,6 +315,27 @@ class AnthropicMessages(_HttpProvider):
         usage = data.get("usage") or {}
         return Completion(text, int(usage.get("input_tokens") or 0),
                           int(usage.get("output_tokens") or 0))
+
+    def _event(self, event: str, data: str, stream: _Stream) -> bool:
+        # message_start, content_block_start/_delta/_stop, message_delta, message_stop,
+        # ping, error (https://docs.anthropic.com/en/api/messages-streaming)
+        if event == "message_stop":
+            return True
+        if event == "error":
+            raise stream.failed(data)
+        if event == "message_start":
+            usage = json.loads(data)["message"].get("usage") or {}
+            stream.tokens_in = int(usage.get("input_tokens") or 0) + int(
+                usage.get("cache_read_input_tokens") or 0) + int(
+                usage.get("cache_creation_input_tokens") or 0)
+        elif event == "content_block_delta":
+            delta = json.loads(data).get("delta") or {}
+            if delta.get("type") == "text_delta":
+                stream.add(delta.get("text"))
+        elif event == "message_delta":
+            usage = json.loads(data).get("usage") or {}
+            stream.tokens_out = int(usage.get("output_tokens") or stream.tokens_out)
+        return False
 
 
 #: How each agent CLI is asked (the instructions as the argument, the conversation on

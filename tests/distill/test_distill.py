@@ -576,3 +576,104 @@ async def test_a_long_retry_after_is_left_to_the_workers_back_off(
             await distiller.close()
     assert first.stopped == "provider failed" and early.stopped == "backing off"
     assert late.stored == 1 and len(world.model.requests) == 2
+
+
+def _in_world(tmp_path: Path, model: FakeModel, provider: str, **llm: Any) -> World:
+    world = make_world(tmp_path, model, **llm)
+    if provider == "anthropic":
+        world.settings = with_llm(world.settings, provider="anthropic", base_url=model.url)
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    return world
+
+
+async def _save_and_distill(world: World) -> DistillReport:
+    opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
+    try:
+        await save(world, opened)
+        return await distill(world, opened)
+    finally:
+        await opened.close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_streamed_answer_may_take_longer_than_the_timeout_while_it_keeps_coming(
+        tmp_path: Path, model: FakeModel, clean_environment: Path, provider: str) -> None:
+    """Both providers are asked to stream; `timeout` bounds each wait for a piece, so a slow
+    model that keeps writing (here ~2 s in all, against 0.5 s) is read to its end."""
+    model.piece, model.pause = 8, 0.1
+    model.default = lambda _body: (200, {}, items_text(LEDGER))
+    world = _in_world(tmp_path, model, provider, timeout=0.5)
+
+    report = await _save_and_distill(world)
+
+    assert report.stored == 1 and report.stopped is None
+    assert len(model.requests) == 1 and model.requests[0]["body"]["stream"] is True
+    assert {k.lower(): v for k, v in model.requests[0]["headers"].items()}["accept"] \
+        == "text/event-stream"
+    with sqlite3.connect(world.settings.database_path) as db:
+        detail = db.execute("SELECT detail FROM audit_events WHERE action = 'distill'"
+                            ).fetchone()[0]
+    assert "tokens_in=120" in detail and "tokens_out=30" in detail  # the stream's usage
+
+
+@pytest.mark.parametrize(("provider", "how", "said"), [
+    ("openai", "cut", "stopped before its end"),
+    ("anthropic", "cut", "stopped before its end"),
+    ("openai", "stall", "ReadTimeout"),
+    ("anthropic", "error", "overloaded_error in the stream"),
+    ("openai", "error", "server_error in the stream"),
+])
+async def test_a_stream_that_stalls_stops_short_or_fails_is_tried_again_later(
+        tmp_path: Path, model: FakeModel, clean_environment: Path, provider: str, how: str,
+        said: str) -> None:
+    """Never a half answer stored, never held against the segment: the next pass, with the
+    provider well again, extracts it."""
+    model.default = lambda _body: (200, {}, items_text(LEDGER))
+    model.piece = 8
+    if how == "stall":
+        model.pause = 0.6
+    else:
+        model.cut = 3
+        model.cut_with = {"anthropic": "overloaded_error", "openai": "server_error"}[
+            provider] if how == "error" else None
+    world = _in_world(tmp_path, model, provider, timeout=0.3)
+
+    report = await _save_and_distill(world)
+
+    assert report.stopped == "provider failed" and report.stored == 0
+    assert len(model.requests) == 3  # tried again within the call, then left to the worker
+    state, attempts, error, *_ = world.queue()[0]
+    assert (state, attempts) == ("pending", 0) and said in error
+
+    model.cut = None
+    model.pause = 0.0
+    world.clock.advance(7200)  # past the worker's back-off
+    opened = await SQLiteMemoryBackend.open(world.settings.memory_path, clock=world.clock)
+    try:
+        assert (await distill(world, opened)).stored == 1
+    finally:
+        await opened.close()
+
+
+async def test_a_server_that_answers_whole_instead_of_streaming_is_read_too(
+        tmp_path: Path, model: FakeModel, clean_environment: Path) -> None:
+    model.stream = False
+    model.default = lambda _body: (200, {}, items_text(LEDGER))
+    world = _in_world(tmp_path, model, "openai")
+    assert (await _save_and_distill(world)).stored == 1
+    assert model.requests[0]["body"]["stream"] is True
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_an_answer_without_end_is_refused_not_read_forever(
+        tmp_path: Path, model: FakeModel, clean_environment: Path, stream: bool) -> None:
+    model.stream = stream
+    model.piece = 4096
+    model.default = lambda _body: (200, {}, "x" * (300 << 10))
+    world = _in_world(tmp_path, model, "openai")
+
+    report = await _save_and_distill(world)
+
+    assert report.stored == 0
+    _state, attempts, error, *_ = world.queue()[0]
+    assert attempts == 1 and "longer than 256 KB" in error
