@@ -6,7 +6,9 @@ import contextlib
 import math
 import os
 import platform
+import random
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -14,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +135,57 @@ def workspace(name: str, *, keep: bool = False) -> Iterator[tuple[Path, Path, di
             print(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+#: Lines (messages) in each of `earlier_sessions`.
+EARLIER_LINES = 12
+
+
+@contextlib.contextmanager
+def model_down(enabled: bool) -> Iterator[dict[str, Any]]:
+    """`memory.llm` settings (`--llm-down`) naming a model that is down the worst way: a
+    port on 127.0.0.1 that takes connections and never answers, so each call waits out
+    its timeout while the distillation queue stays full. `{}` (no model) when not
+    `enabled`."""
+    if not enabled:
+        yield {}
+        return
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4096)  # never accepted: connected, then silence
+        port = listener.getsockname()[1]
+        yield {"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1",
+               "model": "down", "timeout": 5.0}
+
+
+def earlier_sessions(root: Path, count: int, *, seed: int = 7) -> None:
+    """`count` Claude Code sessions of two days ago under `root`, each a few thousand
+    characters: the daemon saves them at start-up, and with a model configured queues
+    their segments for it (what `--llm-down` keeps waiting)."""
+    from benchmarks.gen_corpus import Pools, SessionWriter
+
+    rng = random.Random(seed)
+    pools = Pools(rng, text_chars=1 << 18)
+    cwd = "/home/dev/code/earlier"
+    folder = root / cwd.replace("/", "-")
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        session = f"eeeeeeee-0000-4000-8000-{n:012d}"
+        writer = SessionWriter(rng, pools, cwd=cwd, session_id=session,
+                               start=datetime.now(UTC) - timedelta(days=2))
+        lines = b"".join(writer.user_text(300) + writer.assistant_text(900)
+                         for _turn in range(EARLIER_LINES // 2))
+        (folder / f"{session}.jsonl").write_bytes(lines)
+
+
+def distillation_report(db: Path) -> str:
+    """What distillation did during a run (`--llm-down`): its queue and the calls it
+    tried, from the store and the audit trail."""
+    queued = sql_value(db, "SELECT COUNT(*) FROM distill_queue") or 0
+    stored = sql_value(db, "SELECT COUNT(*) FROM distill_queue WHERE state = 'done'") or 0
+    failed = sql_value(db, "SELECT COUNT(*) FROM audit_events WHERE action = 'distill'"
+                           " AND outcome != 'ok'") or 0
+    error = sql_value(db, "SELECT error FROM distill_queue WHERE error IS NOT NULL"
+                          " LIMIT 1")
+    return (f"distillation, model down: {queued} segments queued, {failed} calls failed so"
+            f" far ({error or 'the first still waiting'}), {stored} extracted")

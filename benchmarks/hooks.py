@@ -1,6 +1,7 @@
 """Hook latency as agents see it: whole `memoryd hook` processes, daemon up and down.
 
     python -m benchmarks.hooks [--memories 100000] [--prompts 200] [--workdir DIR]
+    python -m benchmarks.hooks --earlier 20 [--llm-down]   # the same with a model down
 
 Fills a memory store with N memories (three template sentences each, spread
 over 50 projects; with the `local` embedder, their vectors too, as
@@ -12,6 +13,10 @@ fallback. Every hook figure is a whole process, start-up included, as the agent
 pays it. Targets (issue 13): daemon up p50 <= 60 ms, p95 <= 150 ms; down p95 <= 1 s.
 It also times recall through the daemon's API (`POST /v1/recall`) on the same
 store, as a client sees it (issue 14: p50 <= 20 ms, p95 <= 50 ms at 100,000).
+
+`--earlier N` adds N finished transcripts the daemon saves at start-up; `--llm-down`
+also turns distillation on with a model that never answers (a port on 127.0.0.1), so
+its queue is full and its worker waiting while the hooks are timed: compare the two.
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks._common import (
+    distillation_report,
+    earlier_sessions,
     isolate_this_process,
     isolated_env,
     machine,
     median,
+    model_down,
     percentile,
     write_config,
 )
@@ -112,11 +121,14 @@ async def fill(state: Path, total: int) -> int:
     return await add_synthetic(state / "memory.db", total, projects, embedder)
 
 
-def run(work: Path, memories: int, prompts: int) -> str:
+def run(work: Path, memories: int, prompts: int, earlier: int = 0,
+        llm: dict[str, Any] | None = None) -> str:
     env = isolated_env(work / "xdg")
     isolate_this_process(work / "xdg")
-    config = write_config(work / "config.yaml", work / "state", work / "claude")
+    config = write_config(work / "config.yaml", work / "state", work / "claude",
+                          **({"memory": {"llm": llm}} if llm else {}))
     (work / "claude").mkdir(exist_ok=True)
+    earlier_sessions(work / "claude", earlier)
     env["MEMORYD_CONFIG"] = str(config)
     began = time.perf_counter()
     (work / "state").mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -142,6 +154,8 @@ def run(work: Path, memories: int, prompts: int) -> str:
             lines.append(f"daemon up, pass {attempt}: {len(timings)} hooks, p50"
                          f" {median(timings):.1f} ms, p95 {percentile(timings, 95):.1f} ms,"
                          f" max {max(timings):.1f} ms; {injected} injected a block")
+        if llm:
+            lines.append(distillation_report(work / "state" / "memoryd.db"))
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(60)
@@ -159,13 +173,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--earlier", type=int, default=0,
+                        help="finished sessions saved at start-up (20 with --llm-down)")
+    parser.add_argument("--llm-down", action="store_true",
+                        help="distillation on, its model down (never answers)")
     args = parser.parse_args(argv)
-    if args.workdir is not None:
-        args.workdir.mkdir(parents=True, exist_ok=True)
-        print(run(args.workdir, args.memories, args.prompts))
-        return
-    with tempfile.TemporaryDirectory(prefix="memoryd-hooks-") as work:
-        print(run(Path(work), args.memories, args.prompts))
+    if args.llm_down and not args.earlier:
+        args.earlier = 20
+    with model_down(args.llm_down) as llm:
+        if args.workdir is not None:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            print(run(args.workdir, args.memories, args.prompts, args.earlier, llm))
+            return
+        with tempfile.TemporaryDirectory(prefix="memoryd-hooks-") as work:
+            print(run(Path(work), args.memories, args.prompts, args.earlier, llm))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python -m benchmarks.latency                     # 20 lines/s for 30 s into 4 sessions
     python -m benchmarks.latency --rate 50 --seconds 10 --sessions 8
+    python -m benchmarks.latency --earlier 20 [--llm-down]   # the same with a model down
 
 `memoryd run` runs as a subprocess on a fresh state_dir and a temporary Claude
 root, with its default settings (poll_interval 2 s, file notifications on). A
@@ -11,6 +12,11 @@ write+flush. A reader thread polls the daemon's database read-only in a tight
 loop (`--poll-ms`, 1 ms by default) and notes when each line's row, found by its
 uuid, first becomes visible, i.e. committed. Both clocks are this process's
 `perf_counter`, so latency = seen - appended, overstated by at most one poll.
+
+`--earlier N` adds N finished sessions of two days ago, which the daemon saves at
+start-up; `--llm-down` also configures distillation with a model that takes
+connections and never answers, so its queue is full and its worker waiting throughout
+the run: compare the two (capture must not notice).
 """
 
 from __future__ import annotations
@@ -28,13 +34,18 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from benchmarks._common import (
+    EARLIER_LINES,
     REPO,
     count_rows,
+    distillation_report,
+    earlier_sessions,
     isolated_env,
     machine,
     memoryd_command,
+    model_down,
     percentile,
     write_config,
 )
@@ -87,7 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=float, default=1.0, help="reader poll interval")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--earlier", type=int, default=0,
+                        help="finished sessions saved at start-up (20 with --llm-down)")
+    parser.add_argument("--llm-down", action="store_true",
+                        help="distillation on, its model down (never answers)")
     args = parser.parse_args(argv)
+    if args.llm_down and not args.earlier:
+        args.earlier = 20
+    with model_down(args.llm_down) as llm:
+        return _run(args, llm)
+
+
+def _run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
 
     rng = random.Random(args.seed)
     pools = Pools(rng, text_chars=1 << 20)
@@ -106,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         path.write_bytes(writer.user_text(200))
         writers.append((writer, path))
 
-    config = write_config(work / "config.yaml", state, root)
+    earlier_sessions(root, args.earlier)
+    config = write_config(work / "config.yaml", state, root,
+                          **({"memory": {"llm": llm}} if llm else {}))
     log_path = work / "memoryd.log"
     print(f"machine: {machine()}")
     print(f"memoryd run: subprocess, default settings (poll_interval 2 s); work dir {work}")
@@ -115,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
         started = time.perf_counter()
-        _wait_for(lambda: count_rows(db, "session_messages") >= args.sessions,
+        _wait_for(lambda: count_rows(db, "session_messages")
+                  >= args.sessions + EARLIER_LINES * args.earlier,
                   60, "the daemon to store the first line of every transcript")
         print(f"daemon up and caught up in {time.perf_counter() - started:.2f} s")
         # Let the start-up recovery pass and file watches settle before measuring.
@@ -179,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 <= 2500 ms: {'met' if p99 <= 2500 else 'MISSED'}")
     if missing:
         print(f"WARNING: {missing} appended lines never appeared within 15 s")
+    if llm:
+        print(distillation_report(db))
     print(f"SIGTERM -> exit {code} in {stopped_in:.2f} s")
     if args.keep:
         print(f"kept {work} (daemon log: {log_path})")

@@ -21,6 +21,11 @@
    append (the session goes quiet) to the row's commit and to `backend.recall(word)`
    finding it is measured. (A question alone is held for its answer, up to
    `sync_max_lag`: the trial would measure that instead.)
+
+`--llm-down` runs all of it with distillation on and its model down (a port on
+127.0.0.1 that takes connections and never answers): every saved segment is queued
+for the model in the transaction that saves it, and the daemon's worker keeps waiting
+on it. Compare with a run without: recovery must not notice.
 """
 
 from __future__ import annotations
@@ -51,11 +56,13 @@ from benchmarks._common import (
     MB,
     REPO,
     db_size,
+    distillation_report,
     isolate_this_process,
     isolated_env,
     machine,
     median,
     memoryd_command,
+    model_down,
     sql_value,
     write_config,
 )
@@ -296,7 +303,8 @@ async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]
 
 
 async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay: float,
-                              check_interval: float, seed: int) -> list[tuple[float, float]]:
+                              check_interval: float, seed: int,
+                              extra: dict[str, Any]) -> list[tuple[float, float]]:
     from daemon.clock import SystemClock
     from daemon.memory import SQLiteMemoryBackend
 
@@ -312,7 +320,7 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
     path.write_bytes(writer.user_text(300) + writer.assistant_text(600))
 
     config = write_config(work / "config.yaml", settings.state_dir, root,
-                          sync_delay=sync_delay, sync_check_interval=check_interval)
+                          sync_delay=sync_delay, sync_check_interval=check_interval, **extra)
     db = settings.database_path
     log_path = work / "memoryd-run.log"
     proc = _start_daemon(config, work, log_path)
@@ -375,14 +383,14 @@ async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay
     return results
 
 
-def sync_through_cli(settings: Any, root: Path, work: Path) -> None:
+def sync_through_cli(settings: Any, root: Path, work: Path, extra: dict[str, Any]) -> None:
     """`memoryd sync` as a process on two copies of the built state: messages/s as a user
     gets them (start-up, default settings, a fresh memory store each time)."""
     for run in (1, 2):
         state = work / f"state-{run}"
         shutil.copytree(settings.state_dir, state)
         config = write_config(work / f"config-{run}.yaml", state, root,
-                              log_level="warning")
+                              log_level="warning", **extra)
         began = time.perf_counter()
         done = subprocess.run(memoryd_command(config, "sync"), env=isolated_env(work / "xdg"),
                               cwd=REPO, capture_output=True, text=True)
@@ -419,7 +427,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--huge", type=int, metavar="N", default=None,
                         help="one session of N messages of about 4 KB each (the audit's long"
                              " session) instead of many sessions")
+    parser.add_argument("--llm-down", action="store_true",
+                        help="distillation on, its model down (a port that never answers):"
+                             " every saved segment is queued for it")
     args = parser.parse_args(argv)
+    with model_down(args.llm_down) as llm:
+        return _run(args, parser, {"memory": {"llm": llm}} if llm else {})
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
+         extra: dict[str, Any]) -> int:
     if args.quick:
         args.sessions, args.messages = 100, 100_000
     if args.huge is not None:
@@ -435,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir()
     settings = load_settings(None, state_dir=work / "state",
                              sources=[{"kind": "claude", "root": str(root)}],
-                             log_format="json", log_level="warning")
+                             log_format="json", log_level="warning", **extra)
     from daemon.logging import configure_logging
 
     configure_logging(settings.log_level, settings.log_format, stream=sys.stderr)
@@ -453,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{settings.segment_idle_gap:.0f} s; fresh embedded SQLite memory backend")
 
         if args.cli:
-            sync_through_cli(settings, root, work)
+            sync_through_cli(settings, root, work, extra)
             return 0
 
         profiler = cProfile.Profile() if args.profile else None
@@ -486,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({args.messages} messages already in memory)")
             results = asyncio.run(quiet_to_recallable(
                 settings, work, args.trials, args.sync_delay, args.sync_check_interval,
-                args.seed))
+                args.seed, extra))
             commits = [c for c, _ in results]
             totals = [t for _, t in results]
             print(f"append -> commit: median {median(commits) * 1000:.0f} ms, max "
@@ -494,6 +511,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"quiet -> recallable: median {median(totals):.2f} s, max {max(totals):.2f} s; "
                   f"minus sync_delay: median {median(totals) - args.sync_delay:.2f} s, max "
                   f"{max(totals) - args.sync_delay:.2f} s")
+        if extra:
+            print(distillation_report(settings.database_path))
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -536,7 +536,8 @@ class Service:
              PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
              PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
                          exclusive=False),
-             *([PeriodicJob("distill", DISTILL_INTERVAL, distill, exclusive=False)]
+             *([PeriodicJob("distill", DISTILL_INTERVAL, distill, exclusive=False,
+                           interruptible=True)]
                if self._distill_conn is not None else []),
              PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit),
              PeriodicJob("retention", AUDIT_EXPIRY_INTERVAL, retention,

@@ -38,6 +38,10 @@ class PeriodicJob:
     exclusive: bool = True
     #: A crontab line (local time): the job runs then instead of every `interval`.
     cron: str | None = None
+    #: Stopping cancels it at once instead of granting it `shutdown_grace`: what it holds
+    #: while it waits is safe to drop (distillation waiting on a model: its work is
+    #: committed in steps that a kill at any moment neither loses nor doubles).
+    interruptible: bool = False
 
 
 def cron_trigger(line: str) -> CronTrigger:
@@ -104,6 +108,12 @@ class LifecycleScheduler:
         if not self._scheduler.running:
             return
         self._scheduler.pause()
+        interruptible = {job.name for job in self._jobs if job.interruptible}
+        dropped = [task for task in self._running if task.get_name() in interruptible]
+        for task in dropped:
+            task.cancel()
+        if dropped:
+            await asyncio.wait(dropped, timeout=CANCEL_WAIT)
 
         async def all_idle() -> None:
             for lock in (self._busy, *self._own.values()):
