@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.clock import FakeClock
-from daemon.memory import ConversationSegment, MemoryType
+from daemon.memory import ConversationSegment, DistilledMemory, MemoryType
 from daemon.memory.backends.jsonl import NO_PROJECT, JsonlMemoryBackend
 
 
@@ -26,7 +26,8 @@ def lines_of(directory: Path) -> list[str]:
 
 
 async def test_reopening_reads_back_every_event(tmp_path: Path) -> None:
-    """Remember, correct, soft forget, use and a superseded tail all survive a reopen."""
+    """Remember, correct, soft forget, use, grown evidence and a superseded tail all
+    survive a reopen."""
     clock = FakeClock()
     backend = await JsonlMemoryBackend.open(tmp_path, clock=clock)
     fact = await backend.remember("the cache holds 512 entries", project="/work/app")
@@ -34,6 +35,11 @@ async def test_reopening_reads_back_every_event(tmp_path: Path) -> None:
     gone = await backend.remember("a note to forget")
     await backend.forget(gone.id)
     await backend.record_use([fixed.id])
+    observed = await backend.save_distilled_memory(DistilledMemory(
+        source="claude", session_id=1, session_external_id="s1", project="/work/app",
+        segment="seg1", kind="fact", content="Prices are in cents.", first_index=0,
+        last_index=1, message_uuids=("u0", "u1")))
+    assert await backend.add_evidence(observed.id, ["u1", "v7"])
     await backend.save_conversation_segment(segment(3))
     longer = segment(5)
     await backend.save_conversation_segment(longer)
@@ -44,6 +50,8 @@ async def test_reopening_reads_back_every_event(tmp_path: Path) -> None:
     assert [r.memory_id for r in await again.recall("cache entries")] == [fixed.id]
     assert (await again.get(gone.id)).deleted_at is not None  # type: ignore[union-attr]
     assert (await again.get(fixed.id)).access_count == 1  # type: ignore[union-attr]
+    grown = await again.get(observed.id)
+    assert grown is not None and grown.provenance.message_uuids == ("u0", "u1", "v7")
     assert [r.memory_id for r in await again.recall("rollout")] == [longer.id]
     assert all(isinstance(json.loads(line), dict) for line in lines_of(tmp_path))
 

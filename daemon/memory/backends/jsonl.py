@@ -9,6 +9,7 @@ diffable:
     {"op": "supersede", "id": ..., "by": ..., "at": ...}   a correction or a longer tail
     {"op": "forget", "id": ..., "mode": "soft", ...}     a tombstone (never content)
     {"op": "use", "id": ..., "at": ...}                   opened by id (`record_use`)
+    {"op": "evidence", "id": ..., "messages": [...], "at": ...}   what it rests on, grown
     {"op": "forgotten", "kind": ..., "value": ..., "at": ...}   in _scopes.jsonl
 
 Every append is one `write` on an O_APPEND descriptor followed by `fsync`, so a
@@ -194,6 +195,13 @@ class JsonlMemoryBackend:
                 old = self._memories[record.memory_id]
                 self._memories[old.id] = replace(old, deleted_at=record.deleted_at,
                                                  updated_at=record.deleted_at)
+        elif op == "evidence" and event.get("id") in self._memories:
+            old = self._memories[event["id"]]
+            grown = writes.grow_evidence(old.provenance.message_uuids,
+                                         [str(u) for u in event.get("messages") or ()])
+            self._memories[old.id] = replace(
+                old, provenance=replace(old.provenance, message_uuids=tuple(grown)),
+                updated_at=from_utc_text(event["at"]))
         elif op == "use" and event.get("id") in self._memories:
             old = self._memories[event["id"]]
             self._memories[old.id] = replace(old, access_count=old.access_count + 1,
@@ -337,6 +345,20 @@ class JsonlMemoryBackend:
                         {"op": "use", "id": memory_id, "at": to_utc_text(self._clock.now())}])
         except BackendError as exc:
             log.warning("memory_use_not_recorded", backend=BACKEND_NAME, error=str(exc))
+
+    async def add_evidence(self, memory_id: str, message_uuids: Sequence[str]) -> bool:
+        async with self._lock:
+            memory = self._memories.get(memory_id)
+            if memory is None or not memory.is_live:
+                return False
+            have = memory.provenance.message_uuids
+            added = writes.grow_evidence(have, message_uuids)[len(have):]
+            if not added:
+                return False
+            await self._write(_file_name(memory.project), [
+                {"op": "evidence", "id": memory_id, "messages": added,
+                 "at": to_utc_text(self._clock.now())}])
+        return True
 
     def _chain(self, memory_id: str) -> list[Memory]:
         if memory_id not in self._memories:
