@@ -3,6 +3,7 @@
     python -m benchmarks.distill                  # a model server on 127.0.0.1 (no model here)
     MEMORYD_LLM_API_KEY=... python -m benchmarks.distill --provider openai \\
         --base-url https://api.openai.com/v1 --model gpt-4o-mini   # any endpoint you have
+    python -m benchmarks.distill --quality llm.yaml   # recall and the hook, with and without
 
 The real Claude Code fixture transcripts (`shared/fixtures/transcripts/claude`) are laid
 out under a fresh Claude root, ingested, and saved to a fresh embedded memory store by
@@ -17,8 +18,14 @@ avoided, and what a second pass over the same sessions' segments (as `memoryd di
 Without `--provider`, the model is a server on 127.0.0.1 answering each segment with one
 fact per message of the person (its first sentence), so the figures are the plumbing's
 (HTTP, checks, masking, duplicate search, stores), not a model's quality. With a real
-endpoint, the same run measures what that model extracts; recall with and without the
-items on LoCoMo and LongMemEval-dev is not automated yet (see benchmarks/README.md).
+endpoint, the same run measures what that model extracts. The server streams its answer
+when asked to, as the real endpoints do.
+
+`--quality LLM_YAML` (a YAML file holding the `memory.llm` settings, or `local` for the
+plumbing's server) is the quality run in one command: `benchmarks.locomo --modes cli`,
+`benchmarks.longmemeval` and `benchmarks.injection`, each with `--distill LLM_YAML`:
+recall on LoCoMo and LongMemEval-dev, and the hook's evidence and silence, with and
+without the items the model extracts.
 """
 
 from __future__ import annotations
@@ -45,17 +52,36 @@ FIXTURES = REPO.parent / "shared" / "fixtures" / "transcripts" / "claude"
 _USER_LINE = re.compile(r"^\[(\d+)\] user: (.+)$", re.M)
 
 
-def _answer(body: dict[str, Any]) -> dict[str, Any]:
+def _items(body: dict[str, Any]) -> tuple[str, int, int]:
+    """(the model's text, tokens in, tokens out) for a request."""
     text = str(body["messages"][-1]["content"])
     items = []
     for number, said in _USER_LINE.findall(text):
         sentence = re.split(r"(?<=[.!?])\s", said.strip(), maxsplit=1)[0][:200]
         if len(sentence) > 12:
             items.append({"type": "fact", "content": sentence, "evidence": [int(number)]})
-    return {"choices": [{"index": 0, "message": {"role": "assistant",
-                                                 "content": json.dumps({"items": items})}}],
-            "usage": {"prompt_tokens": len(text) // 4 + 300,
-                      "completion_tokens": len(json.dumps(items)) // 4}}
+    answer = json.dumps({"items": items})
+    return answer, len(text) // 4 + 300, len(answer) // 4
+
+
+def _answer(body: dict[str, Any]) -> dict[str, Any]:
+    answer, tokens_in, tokens_out = _items(body)
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": answer}}],
+            "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out}}
+
+
+def _stream(body: dict[str, Any]) -> Iterator[bytes]:
+    """The answer as OpenAI streams it: chunks of the text, the usage, `[DONE]`."""
+    answer, tokens_in, tokens_out = _items(body)
+    chunks: list[dict[str, Any]] = [
+        {"choices": [{"index": 0, "delta": {"content": answer[i:i + 64]}}]}
+        for i in range(0, len(answer), 64)]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": tokens_in,
+                                            "completion_tokens": tokens_out}})
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+    yield b"data: [DONE]\n\n"
 
 
 @contextmanager
@@ -70,6 +96,15 @@ def local_model() -> Iterator[str]:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                for frame in _stream(body):
+                    self.wfile.write(frame)
+                return
             data = json.dumps(_answer(body)).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -198,6 +233,21 @@ async def run(args: argparse.Namespace, work: Path, base_url: str | None) -> Non
           f" {second['tokens']:,} tokens")
 
 
+def quality(llm: str) -> int:
+    """The quality run: each benchmark in turn, with `--distill llm`; the first failure
+    stops it."""
+    import subprocess
+    import sys
+
+    for command in (["benchmarks.locomo", "--modes", "cli"], ["benchmarks.longmemeval"],
+                    ["benchmarks.injection"]):
+        print(f"$ python -m {' '.join(command)} --distill {llm}", flush=True)
+        done = subprocess.run([sys.executable, "-m", *command, "--distill", llm], cwd=REPO)
+        if done.returncode != 0:
+            return done.returncode
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--provider", choices=["openai", "anthropic", "claude-cli",
@@ -205,7 +255,11 @@ def main() -> int:
     parser.add_argument("--base-url")
     parser.add_argument("--model")
     parser.add_argument("--daily-tokens", type=int, default=10_000_000)
+    parser.add_argument("--quality", metavar="LLM_YAML|local",
+                        help="run the recall and hook benchmarks with and without the items")
     args = parser.parse_args()
+    if args.quality:
+        return quality(args.quality)
     work = Path(tempfile.mkdtemp(prefix="memoryd-bench-distill-"))
     try:
         key = os.environ.get("MEMORYD_LLM_API_KEY")
