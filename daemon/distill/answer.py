@@ -56,9 +56,11 @@ class Item:
     replaces: str | None = None
 
 
-def parse_answer(text: str, messages: int, *, provider: str,
+def parse_answer(text: str, shown: int | Collection[int], *, provider: str,
                  known: Collection[str] = ()) -> list[Item]:
-    """The items of a model's `text` about a segment of `messages` messages; raises
+    """The items of a model's `text` about a segment whose messages `shown` (their
+    numbers, or how many from 0) were in the prompt; an item citing another is dropped,
+    whether the segment does not hold it or the prompt left it out. Raises
     DistillAnswerError when it is not JSON of the schema (the caller retries once). An
     item's `replaces` is kept only when it is one of the `known` keys."""
     fenced = _FENCE.match(text)
@@ -73,6 +75,7 @@ def parse_answer(text: str, messages: int, *, provider: str,
         kind = "not JSON" if isinstance(exc, json.JSONDecodeError) else (
             "not the schema asked for")
         raise DistillAnswerError(f"the answer is {kind}", provider=provider) from None
+    cited = range(shown) if isinstance(shown, int) else shown
     items: list[Item] = []
     seen: set[tuple[str, str]] = set()
     for candidate in answer.items:
@@ -81,8 +84,8 @@ def parse_answer(text: str, messages: int, *, provider: str,
         except ValidationError:
             continue
         content = " ".join(raw.content.split())
-        if not content or any(n < 0 or n >= messages for n in raw.evidence):
-            continue  # cites what the segment does not hold: not evidence
+        if not content or any(n not in cited for n in raw.evidence):
+            continue  # cites what the model was not shown: not evidence
         if len(content) > MAX_CONTENT:
             content = content[:MAX_CONTENT - 1].rstrip() + "…"
         key = (raw.type, content.casefold())

@@ -48,6 +48,9 @@ class Prompt:
     messages: int
     #: How many messages gave a line (0: nothing to send).
     lines: int
+    #: The numbers of the messages in it: all that evidence may cite (a message that
+    #: rendered empty, was forgotten or fell past MAX_PROMPT_CHARS was never shown).
+    shown: frozenset[int] = frozenset()
 
 
 def build_prompt(messages: Sequence[StoredMessage], first_index: int, last_index: int,
@@ -56,6 +59,7 @@ def build_prompt(messages: Sequence[StoredMessage], first_index: int, last_index
     """The prompt for the segment of messages `first_index`..`last_index`; `known`: the
     project's observations it may replace, (key, text)."""
     lines: list[str] = []
+    shown: set[int] = set()
     size = 0
     for message in messages:
         if message.forgotten or not first_index <= message.index <= last_index:
@@ -67,9 +71,10 @@ def build_prompt(messages: Sequence[StoredMessage], first_index: int, last_index
         if size + len(line) > MAX_PROMPT_CHARS:
             break
         lines.append(line)
+        shown.add(message.index - first_index)
         size += len(line) + 1
     user = ("<conversation>\n" + "\n".join(lines) + "\n</conversation>") if lines else ""
     if user and known:
         user = ("Already remembered about this project:\n"
                 + "\n".join(f"[{key}] {text}" for key, text in known) + "\n\n" + user)
-    return Prompt(SYSTEM, user, last_index - first_index + 1, len(lines))
+    return Prompt(SYSTEM, user, last_index - first_index + 1, len(lines), frozenset(shown))

@@ -229,7 +229,7 @@ class Distiller:
         report.tokens += tokens
         try:
             items = [self._masked(i, known) for i in parse_answer(
-                completion.text, prompt.messages, provider=self._provider.name, known=known)]
+                completion.text, prompt.shown, provider=self._provider.name, known=known)]
         except DistillRefused as exc:
             skipped = await queue.record_failure(
                 self._conn, job.segment_id, str(exc), now=now, tokens=tokens,

@@ -62,3 +62,30 @@ def test_whatever_a_model_says_only_checked_items_come_back(raw: list[dict[str, 
         assert item.content.strip() and len(item.content) <= 400
         assert item.evidence and all(0 <= n < 10 for n in item.evidence)
     assert decode_items(encode_items(items)) == items
+
+
+def test_evidence_may_cite_only_what_the_prompt_showed() -> None:
+    """A message the prompt left out (forgotten, rendering to nothing, or past
+    MAX_PROMPT_CHARS) is in the segment but was never read: an item citing it is a guess."""
+    from daemon.distill.prompt import MAX_PROMPT_CHARS, build_prompt
+    from daemon.store.sessions import StoredMessage
+
+    def said(index: int, text: str, **extra: object) -> StoredMessage:
+        return StoredMessage(index, "user", "text", text, None, f"u{index}", None,
+                             **extra)  # type: ignore[arg-type]
+
+    messages = [said(10, "Prices are in cents."), said(11, "a secret", forgotten=True),
+                StoredMessage(12, "tool", "tool_result", "ok", None, "u12", None)]
+    messages += [said(13 + n, f"paragraph {n} " + "word " * 2000) for n in range(60)]
+    messages.append(said(73, "Totals round half up."))
+    prompt = build_prompt(messages, 10, 73)
+    last = max(prompt.shown)
+    assert prompt.messages == 64 and 3 < last < 63
+    assert prompt.shown == {0, *range(3, last + 1)}
+    assert len(prompt.user) <= MAX_PROMPT_CHARS + 200 and f"[{last + 1}]" not in prompt.user
+    items = parse_answer(json.dumps({"items": [
+        {**ITEM, "evidence": [0]}, {**ITEM, "content": "b", "evidence": [1]},
+        {**ITEM, "content": "b2", "evidence": [2]},
+        {**ITEM, "content": "c", "evidence": [0, 63]}, {**ITEM, "content": "d", "evidence": [3]},
+    ]}), prompt.shown, provider="p")
+    assert [i.evidence for i in items] == [(0,), (3,)]
