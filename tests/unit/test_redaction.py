@@ -218,3 +218,19 @@ def test_a_tool_calls_escaped_json_is_masked_as_its_strings() -> None:
                                         None))
     for planted in ("dXNlcjpwYXNzd29yZDEyMw", "S3cr3tPw", "abcd1234efgh5678"):
         assert planted not in line, line
+
+
+def test_detect_secrets_rules_load_without_its_http_client() -> None:
+    """detect-secrets imports `requests` only to verify secrets online, which memoryd
+    never does: the daemon must not carry it (about 14 MB for its lifetime)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from daemon.memory.privacy import redaction as r;"
+            " rules = r._plugin_rules();"
+            " print(len(rules), 'requests' in sys.modules, 'urllib3' in sys.modules,"
+            " r.redact('ghp_' + 'a' * 36))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert int(out[0]) >= 20 and out[1:3] == ["False", "False"]
+    assert out[3] == "[REDACTED:github_token]"

@@ -32,8 +32,11 @@ MIN_GROUP characters (the secret inside its context), else the whole match.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable
+import sys
+import types
+from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
 
@@ -153,14 +156,41 @@ _PLUGIN_MARKERS: dict[str, tuple[str, ...]] = {
 }
 
 
+class _NotLoaded(types.ModuleType):
+    """What detect-secrets' plugins see as `requests` while memoryd reads their rules:
+    any name is a placeholder (they name it at import only in annotations and `except`
+    clauses of `verify`, which memoryd never calls)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (Exception,), {"__module__": self.__name__})
+
+
+@contextlib.contextmanager
+def _without_requests() -> Iterator[None]:
+    """detect-secrets imports `requests` (with urllib3, charset_normalizer and idna,
+    about 14 MB a daemon kept for its lifetime) only to verify secrets online, which
+    memoryd never does: its plugins are imported against a placeholder instead."""
+    if "requests" in sys.modules:
+        yield
+        return
+    sys.modules["requests"] = _NotLoaded("requests")
+    try:
+        yield
+    finally:
+        sys.modules.pop("requests", None)
+
+
 @cache
 def _plugin_rules() -> tuple[_Rule, ...]:
-    """detect-secrets' regex rules (imported on first use: its plugins import requests)."""
-    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-    from detect_secrets.plugins.base import RegexBasedDetector
+    """detect-secrets' regex rules (imported on first use, without `requests`)."""
+    with _without_requests():
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
 
-    rules: list[_Rule] = []
-    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
+        rules: list[_Rule] = []
+        plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
     for secret_type, plugin in sorted(plugins.items()):
         if plugin.__name__ in _SKIPPED_PLUGINS or not issubclass(plugin, RegexBasedDetector):
             continue
