@@ -18,7 +18,7 @@ import pytest
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
 from daemon.distill.providers import make_provider
-from daemon.distill.worker import Distiller, DistillReport
+from daemon.distill.worker import BACKOFF_MAX, Distiller, DistillReport
 from daemon.errors import ConfigError
 from daemon.ingest.ingester import Ingester
 from daemon.lifecycle.recovery import Recovery, recovery_policy
@@ -677,3 +677,46 @@ async def test_an_answer_without_end_is_refused_not_read_forever(
     assert report.stored == 0
     _state, attempts, error, *_ = world.queue()[0]
     assert attempts == 1 and "longer than 256 KB" in error
+
+
+async def test_a_provider_down_for_an_hour_costs_a_few_calls_and_loses_nothing(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """The daemon's worker every 5 s for an hour (a fake clock), the model answering 503
+    throughout, while sessions keep being saved: the calls back off (not three every
+    pass), no segment is held against itself or skipped, each new segment is queued, and
+    when the model is back the whole queue is extracted."""
+    world.model.default = lambda _body: (503, {}, {"error": "overloaded"})
+    provider = make_provider(world.settings.memory.llm, world.settings.distill_dir)
+    async with open_store(world.settings) as conn:
+        distiller = Distiller(conn, backend, world.clock, world.settings, provider)
+        try:
+            for minute in range(60):
+                world.write(f"5b1c0b9e-0000-4000-8000-{minute:012d}",
+                            ("user", f"Service {minute} listens on port {9000 + minute}."),
+                            ("assistant", "Noted."))
+                await save(world, backend)
+                for _tick in range(12):
+                    report = await distiller.run()
+                    assert report.stored == 0
+                    world.clock.advance(5)
+            calls = len(world.model.requests)
+            states = {row[:2] for row in world.queue()}
+            assert states == {("pending", 0)}  # never counted against a segment
+            assert len(world.queue()) == 60  # each saved segment queued, none lost
+            # From 30 s doubling to 30 min: a handful of bouts of three tries in an hour,
+            # against 2,160 calls at three a pass.
+            assert 9 <= calls <= 30, calls
+
+            world.model.default = lambda body: (200, {}, items_text(
+                {"type": "fact", "content": "A service listens on its own port.",
+                 "evidence": [0]}))
+            world.clock.advance(BACKOFF_MAX)
+            stored = 0
+            for _tick in range(30):
+                stored += (await distiller.run(max_jobs=10)).stored
+                world.clock.advance(60)
+        finally:
+            await distiller.close()
+    assert {row[0] for row in world.queue()} == {"done"}
+    assert stored == 1  # the same item from every segment: stored once, counted after
+    assert sum(row[4] for row in world.queue()) == 59
