@@ -146,6 +146,8 @@ class _HttpProvider:
                 if response.headers.get("content-type", "").startswith("text/event-stream"):
                     stream = _Stream(self.shown, self.name)
                     async for event in source.aiter_sse():
+                        if not event.data.strip() and event.event != "message_stop":
+                            continue  # a keep-alive: no data to read
                         if self._event(event.event, event.data, stream):
                             return stream.completion()
                         stream.check_size()

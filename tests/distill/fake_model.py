@@ -153,6 +153,9 @@ def serve() -> Iterator[FakeModel]:
             self.send_header("connection", "close")  # the body ends where the stream does
             self.end_headers()
             self.close_connection = True
+            # Proxies and local servers keep a slow stream open with comments and empty
+            # events: neither is part of the answer.
+            self.wfile.write(b": keep-alive\n\ndata:\n\n")
             pieces = 0
             for event, data in _events_for(self.path, text, model.piece):
                 is_piece = event == "content_block_delta" or (
