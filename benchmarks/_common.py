@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -141,12 +142,27 @@ def workspace(name: str, *, keep: bool = False) -> Iterator[tuple[Path, Path, di
 EARLIER_LINES = 12
 
 
+def add_model_down_options(parser: argparse.ArgumentParser, *, earlier: bool = True) -> None:
+    """`--llm-down` (and `--earlier N`, which it sets to 20 when not given: see
+    `earlier_of`)."""
+    if earlier:
+        parser.add_argument("--earlier", type=int, default=0,
+                            help="finished sessions saved at start-up (20 with --llm-down)")
+    parser.add_argument("--llm-down", action="store_true",
+                        help="distillation on, its model down (a port that never answers)")
+
+
+def earlier_of(args: argparse.Namespace) -> int:
+    """`--earlier`, or 20 with `--llm-down`: sessions to fill the model's queue."""
+    return int(args.earlier or (20 if args.llm_down else 0))
+
+
 @contextlib.contextmanager
 def model_down(enabled: bool) -> Iterator[dict[str, Any]]:
-    """`memory.llm` settings (`--llm-down`) naming a model that is down the worst way: a
-    port on 127.0.0.1 that takes connections and never answers, so each call waits out
-    its timeout while the distillation queue stays full. `{}` (no model) when not
-    `enabled`."""
+    """Settings (`{"memory": {"llm": ...}}`, for `write_config` or `load_settings`) naming
+    a model that is down the worst way (`--llm-down`): a port on 127.0.0.1 that takes
+    connections and never answers, so each call waits out its timeout while the
+    distillation queue stays full. `{}` (no model) when not `enabled`."""
     if not enabled:
         yield {}
         return
@@ -154,8 +170,8 @@ def model_down(enabled: bool) -> Iterator[dict[str, Any]]:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4096)  # never accepted: connected, then silence
         port = listener.getsockname()[1]
-        yield {"provider": "openai", "base_url": f"http://127.0.0.1:{port}/v1",
-               "model": "down", "timeout": 5.0}
+        yield {"memory": {"llm": {"provider": "openai", "model": "down", "timeout": 5.0,
+                                  "base_url": f"http://127.0.0.1:{port}/v1"}}}
 
 
 def earlier_sessions(root: Path, count: int, *, seed: int = 7) -> None:

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import (
+    add_model_down_options,
     distillation_report,
+    earlier_of,
     earlier_sessions,
     isolate_this_process,
     isolated_env,
@@ -122,11 +124,10 @@ async def fill(state: Path, total: int) -> int:
 
 
 def run(work: Path, memories: int, prompts: int, earlier: int = 0,
-        llm: dict[str, Any] | None = None) -> str:
+        model: dict[str, Any] | None = None) -> str:
     env = isolated_env(work / "xdg")
     isolate_this_process(work / "xdg")
-    config = write_config(work / "config.yaml", work / "state", work / "claude",
-                          **({"memory": {"llm": llm}} if llm else {}))
+    config = write_config(work / "config.yaml", work / "state", work / "claude", **(model or {}))
     (work / "claude").mkdir(exist_ok=True)
     earlier_sessions(work / "claude", earlier)
     env["MEMORYD_CONFIG"] = str(config)
@@ -154,7 +155,7 @@ def run(work: Path, memories: int, prompts: int, earlier: int = 0,
             lines.append(f"daemon up, pass {attempt}: {len(timings)} hooks, p50"
                          f" {median(timings):.1f} ms, p95 {percentile(timings, 95):.1f} ms,"
                          f" max {max(timings):.1f} ms; {injected} injected a block")
-        if llm:
+        if model:
             lines.append(distillation_report(work / "state" / "memoryd.db"))
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -173,20 +174,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memories", type=int, default=100_000)
     parser.add_argument("--prompts", type=int, default=200)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--earlier", type=int, default=0,
-                        help="finished sessions saved at start-up (20 with --llm-down)")
-    parser.add_argument("--llm-down", action="store_true",
-                        help="distillation on, its model down (never answers)")
+    add_model_down_options(parser)
     args = parser.parse_args(argv)
-    if args.llm_down and not args.earlier:
-        args.earlier = 20
-    with model_down(args.llm_down) as llm:
+    args.earlier = earlier_of(args)
+    with model_down(args.llm_down) as model:
         if args.workdir is not None:
             args.workdir.mkdir(parents=True, exist_ok=True)
-            print(run(args.workdir, args.memories, args.prompts, args.earlier, llm))
+            print(run(args.workdir, args.memories, args.prompts, args.earlier, model))
             return
         with tempfile.TemporaryDirectory(prefix="memoryd-hooks-") as work:
-            print(run(Path(work), args.memories, args.prompts, args.earlier, llm))
+            print(run(Path(work), args.memories, args.prompts, args.earlier, model))
 
 
 if __name__ == "__main__":

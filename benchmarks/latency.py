@@ -39,8 +39,10 @@ from typing import Any
 from benchmarks._common import (
     EARLIER_LINES,
     REPO,
+    add_model_down_options,
     count_rows,
     distillation_report,
+    earlier_of,
     earlier_sessions,
     isolated_env,
     machine,
@@ -98,18 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-ms", type=float, default=1.0, help="reader poll interval")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--earlier", type=int, default=0,
-                        help="finished sessions saved at start-up (20 with --llm-down)")
-    parser.add_argument("--llm-down", action="store_true",
-                        help="distillation on, its model down (never answers)")
+    add_model_down_options(parser)
     args = parser.parse_args(argv)
-    if args.llm_down and not args.earlier:
-        args.earlier = 20
-    with model_down(args.llm_down) as llm:
-        return _run(args, llm)
+    args.earlier = earlier_of(args)
+    with model_down(args.llm_down) as model:
+        return _run(args, model)
 
 
-def _run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
+def _run(args: argparse.Namespace, model: dict[str, Any]) -> int:
 
     rng = random.Random(args.seed)
     pools = Pools(rng, text_chars=1 << 20)
@@ -129,8 +127,7 @@ def _run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
         writers.append((writer, path))
 
     earlier_sessions(root, args.earlier)
-    config = write_config(work / "config.yaml", state, root,
-                          **({"memory": {"llm": llm}} if llm else {}))
+    config = write_config(work / "config.yaml", state, root, **model)
     log_path = work / "memoryd.log"
     print(f"machine: {machine()}")
     print(f"memoryd run: subprocess, default settings (poll_interval 2 s); work dir {work}")
@@ -204,7 +201,7 @@ def _run(args: argparse.Namespace, llm: dict[str, Any]) -> int:
               f"p99 <= 2500 ms: {'met' if p99 <= 2500 else 'MISSED'}")
     if missing:
         print(f"WARNING: {missing} appended lines never appeared within 15 s")
-    if llm:
+    if model:
         print(distillation_report(db))
     print(f"SIGTERM -> exit {code} in {stopped_in:.2f} s")
     if args.keep:

@@ -55,6 +55,7 @@ import orjson
 from benchmarks._common import (
     MB,
     REPO,
+    add_model_down_options,
     db_size,
     distillation_report,
     isolate_this_process,
@@ -427,12 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--huge", type=int, metavar="N", default=None,
                         help="one session of N messages of about 4 KB each (the audit's long"
                              " session) instead of many sessions")
-    parser.add_argument("--llm-down", action="store_true",
-                        help="distillation on, its model down (a port that never answers):"
-                             " every saved segment is queued for it")
+    add_model_down_options(parser, earlier=False)
     args = parser.parse_args(argv)
-    with model_down(args.llm_down) as llm:
-        return _run(args, parser, {"memory": {"llm": llm}} if llm else {})
+    with model_down(args.llm_down) as extra:
+        return _run(args, parser, extra)
 
 
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,

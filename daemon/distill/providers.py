@@ -208,8 +208,7 @@ class _Stream:
 
     def check_size(self) -> None:
         if self.size > HTTP_ANSWER_CAP:
-            raise DistillRefused(f"{self.shown}: an answer longer than"
-                                 f" {HTTP_ANSWER_CAP // 1024} KB", provider=self.provider)
+            raise _too_long(self.shown, self.provider)
 
     def failed(self, data: str) -> DistillUnavailable:
         """An error the provider reports inside the stream (overloaded, mid-answer)."""
@@ -231,9 +230,13 @@ async def _capped_body(response: Any, shown: str, provider: str) -> bytes:
     async for chunk in response.aiter_bytes():
         body += chunk
         if len(body) > HTTP_ANSWER_CAP:
-            raise DistillRefused(f"{shown}: an answer longer than"
-                                 f" {HTTP_ANSWER_CAP // 1024} KB", provider=provider)
+            raise _too_long(shown, provider)
     return bytes(body)
+
+
+def _too_long(shown: str, provider: str) -> DistillRefused:
+    return DistillRefused(f"{shown}: an answer longer than {HTTP_ANSWER_CAP // 1024} KB",
+                          provider=provider)
 
 
 def _soon_again(error: BaseException) -> bool:
