@@ -31,7 +31,14 @@ from daemon.store.sessions import StoredMessage
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})
 _BASE64_MIN = 200
 _BASE64_RUN = re.compile(rf"[A-Za-z0-9+/=]{{{_BASE64_MIN},}}")
-_WHITESPACE_RUNS = re.compile(r"\n{3,}")
+#: The whole of a text whose every run of base64 characters is shorter than _BASE64_MIN:
+#: each run is read once (possessive), where a search for _BASE64_RUN starts again at
+#: every character of every word.
+_SHORT_RUNS = re.compile(rf"(?:[A-Za-z0-9+/=]{{0,{_BASE64_MIN - 1}}}+[^A-Za-z0-9+/=]++)*+"
+                         rf"[A-Za-z0-9+/=]{{0,{_BASE64_MIN - 1}}}+")
+# Three newlines as a literal start, which the regex engine looks for as fast as `in`:
+# `\n{3,}` was tried at every character (0.2 s for a 20,000-message session, now 0.01).
+_WHITESPACE_RUNS = re.compile(r"\n\n\n+")
 
 TOOL_RESULT_CHARS = 300
 TOOL_CALL_CHARS = 200
@@ -55,10 +62,23 @@ class SegmentPlan:
         return self.messages[-1].index
 
 
+def _spaced(text: str) -> bool:
+    """Whether every _BASE64_MIN characters of `text` hold a space (so it has no run of
+    base64): a window's last space found by `rfind`, a few C scans for prose."""
+    end, at = len(text), 0
+    while end - at >= _BASE64_MIN:
+        space = text.rfind(" ", at, at + _BASE64_MIN)
+        if space < 0:
+            return False
+        at = space + 1
+    return True
+
+
 def _without_base64(text: str) -> str:
-    # A run of base64 has no whitespace in it: text whose every word is shorter has
-    # none, and splitting is several times cheaper than the search.
-    if len(text) < _BASE64_MIN or all(len(word) < _BASE64_MIN for word in text.split()):
+    # Most text has no run to omit, which the spaces in prose tell fastest; other text
+    # (code, JSON, paths) is read once by _SHORT_RUNS. Splitting every text into words
+    # took ten times as long as the first test, searching for a run twice the second.
+    if len(text) < _BASE64_MIN or _spaced(text) or _SHORT_RUNS.fullmatch(text) is not None:
         return text
     return _BASE64_RUN.sub("[base64 omitted]", text)
 

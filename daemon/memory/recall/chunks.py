@@ -26,6 +26,9 @@ _MESSAGE_START = re.compile(
     r"|tool result:|\[conversation compacted\]|\[compacted\] )",
     re.MULTILINE,
 )
+#: The same after a newline: a literal start, which the regex engine looks for quickly,
+#: where `^` is tried at every character.
+_LATER_START = re.compile("\n" + _MESSAGE_START.pattern.removeprefix("^"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,9 @@ def _message_spans(text: str, provenance: Provenance) -> list[tuple[int, int]] |
     first, last = provenance.first_index, provenance.last_index
     if first is None or last is None:
         return None
-    starts = [m.start() for m in _MESSAGE_START.finditer(text)]
+    starts = [m.start() + 1 for m in _LATER_START.finditer(text)]
+    if _MESSAGE_START.match(text):
+        starts.insert(0, 0)
     if len(starts) != last - first + 1 or not starts or starts[0] != 0:
         return None
     ends = [s - 1 for s in starts[1:]] + [len(text)]  # drop the joining newline
