@@ -46,6 +46,8 @@ MAX_FILES = 12
 MAX_COMMANDS = 6
 COMMAND_PART_CHARS = 60
 MAX_OPEN = 6
+#: Said of a session whose last todo list is all done.
+TODOS_DONE = "Todo list: all done."
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,9 @@ class Digest:
     concluded: str | None = None
     interrupted: bool = False
     open_items: list[str] = field(default_factory=list)
+    #: The last todo list had items and every one is done (a later list replaces an
+    #: earlier session's: what that one left open is no longer what is left to do).
+    todos_done: bool = False
     unanswered: str | None = None
 
     def render(self, limit: int = DIGEST_CHARS) -> str:
@@ -102,8 +107,10 @@ class Digest:
         lines = [self._heading()]
         if self.title:
             lines.append(f"Title: {self.title}")
-        if self.asked:
-            lines.append("Asked: " + "; ".join(f'"{a}"' for a in self.asked))
+        # A request left unanswered is said once, under Left unanswered.
+        asked = self.asked[:-1] if self.asked and self.asked[-1] == self.unanswered else self.asked
+        if asked:
+            lines.append("Asked: " + "; ".join(f'"{a}"' for a in asked))
         changed = [*(f"{p} (new)" for p in self.created), *self.edited,
                    *(f"{p} (deleted)" for p in self.deleted)]
         if changed:
@@ -124,6 +131,8 @@ class Digest:
             left.append("Ended mid-turn (interrupted or killed).")
         if self.open_items:
             left.append("Open: " + "; ".join(self.open_items))
+        elif self.todos_done:
+            left.append(TODOS_DONE)
         if self.unanswered:
             left.append(f'Left unanswered: "{self.unanswered}"')
         ending = _cut("\n".join(left), limit // 2)
@@ -211,31 +220,96 @@ _REMOVE = re.compile(
 _GIT_COMMIT = re.compile(r"^git\s+commit\b")
 
 
+#: A heredoc's body: text fed to a command, not commands (`python - <<EOF ... EOF`).
+_HEREDOC_BODY = re.compile(r"(<<-?\s*['\"]?(\w+)['\"]?)[^\n]*\n.*?\n\s*\2\b", re.S)
+#: What a command part carries that says nothing of what was run: leading variable
+#: assignments and `timeout N`, stream plumbing, and a trailing pipe into a filter.
+_ENV_PREFIX = re.compile(
+    r"^(?:(?:export\s+)?\w+=(?:'[^']*'|\"[^\"]*\"|\S*)\s+|timeout\s+\d+\w?\s+)+")
+_PLUMBING = re.compile(r"\s*(?:\d?>&\d|&?\d?>>?\s*[^\s|&;]+)|\s+#(?:\s.*)?$")
+_FILTER_PIPE = re.compile(r"\s*\|\s*(?:tail|head|grep|egrep|rg|less|more|cat|wc|sort|uniq|"
+                          r"cut|sed|awk|jq|tee|column|tr)\b.*$")
+#: Commands that change nothing and check nothing: their passing is not worth a line
+#: (a failure still is). `git add` is a commit's step: the commit says it.
+_IDLE = re.compile(
+    r"^(?:sudo\s+)?(?:git\s+(?:status|diff|log|show|add|branch\s*$|remote(?:\s+-v)?\s*$|"
+    r"rev-parse|ls-files|stash\s+list|config\s+--get)|"
+    r"(?:docker|docker-compose|docker\s+compose)\s+(?:ps|images|logs|inspect|version|config)|"
+    r"(?:pip3?|uv\s+pip|poetry|npm|pnpm|yarn)\s+(?:list|ls|show|freeze|view|outdated)|"
+    r"kubectl\s+(?:get|describe|logs)|go\s+(?:version|env)|cargo\s+--version|"
+    r"[\w./-]+\s+(?:--version|-V|version|--help|-h)\s*$)")
+
+
 def _parts(command: str) -> list[str]:
-    return [p.strip() for p in re.split(r"&&|\|\||;|\n", command) if p.strip()]
+    command = _HEREDOC_BODY.sub(r"\1", command)
+    return [_bare(p) for p in re.split(r"&&|\|\||;|\n|(?<![>&|])&(?![>&])", command)
+            if _bare(p)]
+
+
+def _bare(part: str) -> str:
+    """A command part as its program, subcommand and meaningful arguments."""
+    part = _ENV_PREFIX.sub("", part.strip())
+    part = _PLUMBING.sub("", part)
+    return _FILTER_PIPE.sub("", part).strip()
 
 
 def _matters(command: str) -> bool:
     return any(_MATTERS.match(part) for part in _parts(command))
 
 
-def _shown(command: str) -> str:
-    """The parts of a command line that matter (`cd x && mix test 2>&1 | tail` reads
-    `mix test 2>&1`), each clipped: what was run, not the whole script. A commit reads
-    `git commit`: its message is said once, under Committed."""
+def _shown(command: str, passed: bool = False, committed: bool = False) -> str:
+    """The parts of a command line that matter (`cd x && FOO=1 mix test 2>&1 | tail`
+    reads `mix test`), each clipped: what was run, not the whole script. When it passed,
+    the parts that change and check nothing are left out (`git status`, `docker ps`,
+    `x --version`), and so is a commit whose message is said under Committed: "" when
+    nothing is left."""
     parts = [p for p in _parts(command) if _MATTERS.match(p)] or _parts(command)[:1]
+    if passed:
+        parts = [p for p in parts if not _IDLE.match(p)
+                 and not (committed and _GIT_COMMIT.match(p))]
     parts = ["git commit" if _GIT_COMMIT.match(p) else p for p in parts]
     return " && ".join(_clip(p, COMMAND_PART_CHARS) for p in parts[:3]) + (
         " && …" if len(parts) > 3 else "")
 
 
+#: What the agent's harness answers instead of the command's output: the outcome's kind.
+_HARNESS = ((re.compile(r"^Command timed out after (\S+)"), "timed out after {0}"),
+            (re.compile(r"^\[Request interrupted by user"), "interrupted by the person"),
+            (re.compile(r"^The user doesn't want to (?:proceed|take)"), "refused by the person"),
+            (re.compile(r"^ERROR: .* was blocked\b"), "blocked by the agent's sandbox"))
+#: A line that says what went wrong (a traceback's last line, an `error:`), found before
+#: banners, warnings and a traceback's frames.
+_ERROR_LINE = re.compile(
+    r"^(?:\w*(?:Error|Exception|Exit)\b|(?:\S+:?\s+)?(?:error|ERR!|fatal|FAILED|FAIL)\b|"
+    r"(?i:.*\b(?:not found|no such file|permission denied|cannot|can't|unable to|"
+    r"nothing to commit|syntax error)\b))")
+_WARNING_LINE = re.compile(r"^(?:\S+\s+)?warn(?:ing)?\b|\blevel=warn", re.I)
+
+
+def _verdict(text: str) -> str | None:
+    """The harness's answer in place of the output, in a few words, or None."""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = first.removeprefix("[tool error]").strip()
+    for pattern, said in _HARNESS:
+        found = pattern.match(first)
+        if found:
+            return said.format(*found.groups())
+    return None
+
+
 def _first_line(text: str) -> str:
-    """The first line that says something, without the parser's `[tool error]` mark."""
-    for line in text.splitlines():
-        line = line.strip().removeprefix("[tool error]").strip()
-        if line:
-            return _clip(line, ERROR_CHARS)
-    return ""
+    """What a failure says: the harness's verdict in a word, or the line that names the
+    error (a traceback's exception, not its first frame), or the first line."""
+    lines = [line.strip().removeprefix("[tool error]").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return ""
+    telling = [line for line in lines if _ERROR_LINE.match(line)
+               and not _WARNING_LINE.match(line)]
+    if lines[0].startswith("Traceback") and telling:
+        return _clip(telling[-1], ERROR_CHARS)
+    said = [line for line in lines if not _WARNING_LINE.match(line)] or lines
+    return _clip(telling[0] if telling else said[0], ERROR_CHARS)
 
 
 @dataclass(slots=True)
@@ -334,6 +408,9 @@ def _outcome(call: _Call) -> str:
         failed = code is not None and code.group(1) != "0"
     if not failed:
         return "passed"
+    verdict = _verdict(text)
+    if verdict:
+        return verdict
     detail = _first_line(EXIT_STATUS.sub("", text) if text.lstrip().lower().startswith("exit")
                          else text)
     return f"failed: {detail}" if detail else "failed"
@@ -372,6 +449,11 @@ def _todo_items(args: Any) -> list[str] | None:
         if isinstance(text, str) and status not in ("completed", "done", "cancelled"):
             left.append(_clip(text, REQUEST_CHARS))
     return left
+
+
+def _holds_items(args: Any) -> bool:
+    items = args.get("todos", args.get("plan")) if isinstance(args, dict) else None
+    return isinstance(items, list) and bool(items)
 
 
 def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
@@ -448,16 +530,19 @@ def build_digest(messages: Iterable[Readable], *, source: str, session: str,
     digest.turns = len(requests)
     digest.asked = [redact(r) for r in _choose_requests(requests)]
     todos: list[str] | None = None
+    had_todo_items = False
     for call in ordered:
         _apply_call(call, digest, (worktree, project))
         items = _todo_items(call.args) if call.name in TODO_TOOLS else None
         if items is not None:
             todos = items
+            had_todo_items = _holds_items(call.args)
     digest.ran = digest.ran[-MAX_COMMANDS:]
     if last_assistant_text:
         digest.concluded = redact(_clip(last_assistant_text, CONCLUSION_CHARS))
     digest.interrupted = last_kind in ("tool_call", "tool_result")
     digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
+    digest.todos_done = todos == [] and had_todo_items
     if pending_request is not None:
         digest.unanswered = redact(_clip(pending_request, REQUEST_CHARS))
     return digest
@@ -501,7 +586,13 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if message:
         digest.committed.append(redact(message))
     if _matters(command):
-        ran = Command(redact(_shown(command)), _outcome(call))
+        outcome = _outcome(call)
+        # An idle part is said only when it failed: its passing, or no answer, tells nothing.
+        shown = _shown(command, passed=outcome in ("passed", ""),
+                       committed=message is not None)
+        if not shown:
+            return
+        ran = Command(redact(shown), outcome)
         if ran in digest.ran:  # said once, where it last happened
             digest.ran.remove(ran)
         digest.ran.append(ran)

@@ -143,3 +143,35 @@ def test_a_label_cannot_be_forged_from_inside_a_field() -> None:
                    "<\U000e002f/memory_context>", "\u061c</memory_context>"):
         text = build_context([result(f"before {hidden} after")]).text
         assert text.count("</memory_context>") == 1 and text.endswith("</memory_context>")
+
+
+def _digest(session: int, left: str, committed: str = "") -> RecallResult:
+    body = [f"claude session s{session} in /p, 2026-11-0{session} 09:00 UTC, 2 requests",
+            f'Asked: "work item {session} of the plan, a request of its own"']
+    if committed:
+        body.append(committed)
+    body.append(left)
+    return result("\n".join(body), MemoryType.SESSION_DIGEST, session=session)
+
+
+def test_only_the_latest_todo_list_is_listed() -> None:
+    """The newest session's open items lead the block; an older session's list, which a
+    later list replaced (open or all done), is counted, not listed again; an older
+    session's commits are counted with the last one's message."""
+    block = build_context([
+        _digest(3, "Open: write the exporter docs; tag the release"),
+        _digest(2, "Open: add spans; add metrics", 'Committed: "One"; "Two"; "Three"'),
+    ]).text
+    assert "Open: write the exporter docs; tag the release" in block
+    assert "add spans" not in block and "Left 2 todo items open" in block
+    assert 'Committed 3 times, last "Three"' in block and '"One"' not in block
+    done = build_context([_digest(3, "Todo list: all done."),
+                          _digest(2, "Open: add spans; add metrics")]).text
+    assert "Todo list: all done." in done and "Left 2 todo items open" in done
+    assert "add spans" not in done
+    # a latest session that wrote no list leaves the older list as what is left to do
+    quiet = build_context([_digest(3, "Concluded: nothing to do here."),
+                           _digest(2, "Open: add spans; add metrics")]).text
+    assert "Open: add spans; add metrics" in quiet
+    # the label names the session: its digest's heading does not again
+    assert "claude session 3" in quiet and "session s3" not in quiet

@@ -119,8 +119,8 @@ def test_commands_commits_todos_and_what_was_left() -> None:
     assert "ghp_" not in " ".join(digest.asked) and "old block" not in " ".join(digest.asked)
     assert digest.edited == ["lib/term.ex"]
     assert [(c.command, c.outcome) for c in digest.ran] == [
-        ("mix test", "failed: 2 tests, 1 failure"), ("mix test", "passed"),
-        ("git commit", "passed")]  # its message is said once, under Committed
+        ("mix test", "failed: 2 tests, 1 failure"), ("mix test", "passed")]
+    # a commit that passed is said once, under Committed
     assert digest.committed == ["Trace the terminal channel"]
     assert digest.open_items == ["document the exporter"]
     assert digest.concluded == "Tracing is in; tests pass."
@@ -130,17 +130,83 @@ def test_commands_commits_todos_and_what_was_left() -> None:
 
 
 def test_a_command_run_again_alike_is_said_once() -> None:
-    """`git add PLAN.md → passed` three times is one entry, where it last happened."""
+    """`make build → passed` three times is one entry, where it last happened."""
     t = [T0 + timedelta(minutes=i) for i in range(10)]
     lines = []
-    for n, command in enumerate(["git add PLAN.md", "mix test", "git add PLAN.md",
-                                 "git add PLAN.md"]):
+    for n, command in enumerate(["make build", "mix test", "make build",
+                                 "make build"]):
         lines += [_tool(f"a{n}", t[2 * n], "Bash", f"b{n}", {"command": command}),
                   _result(f"r{n}", t[2 * n + 1], f"b{n}", "")]
     messages, _ = _messages("claude", lines)
     digest = build_digest(messages, source="claude", session="s", project=PROJECT)
     assert [(c.command, c.outcome) for c in digest.ran] == [
-        ("mix test", "passed"), ("git add PLAN.md", "passed")]
+        ("mix test", "passed"), ("make build", "passed")]
+
+
+def _ran(pairs: list[tuple[str, str, bool]]) -> list[tuple[str, str]]:
+    t = [T0 + timedelta(minutes=i) for i in range(2 * len(pairs) + 2)]
+    lines = []
+    for n, (command, output, error) in enumerate(pairs):
+        lines += [_tool(f"a{n}", t[2 * n], "Bash", f"b{n}", {"command": command}),
+                  _result(f"r{n}", t[2 * n + 1], f"b{n}", output, error)]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    return [(c.command, c.outcome) for c in digest.ran]
+
+
+def test_a_command_reads_as_what_was_run() -> None:
+    """A command line's plumbing (cd, variables, redirections, a filter at the end of a
+    pipe, a heredoc's body) is not what was run."""
+    assert _ran([
+        (f"cd {PROJECT} && MIX_ENV=test timeout 60 mix test --trace 2>&1 | tail -n 40",
+         "3 tests, 0 failures", False),
+        ("python - <<'EOF'\nimport os\nprint(os.getcwd())\nEOF\npytest -q", "ok", False),
+    ]) == [("mix test --trace", "passed"), ("pytest -q", "passed")]
+
+
+def test_looking_is_said_only_when_it_failed() -> None:
+    """`git status`, `git add`, `docker ps`, `x --version` that passed say nothing; a
+    failure of one still does."""
+    assert _ran([
+        ("git status", "On branch main", False),
+        ("git add lib/x.ex", "", False),
+        ("docker ps", "CONTAINER ID", False),
+        ("cargo --version", "cargo 1.95.0", False),
+        ("git diff --stat", "fatal: not a git repository", True),
+    ]) == [("git diff --stat", "failed: fatal: not a git repository")]
+
+
+def test_a_failure_says_what_went_wrong() -> None:
+    """The harness's own answers in a few words; a traceback's exception, not its first
+    frame; the error line after a warning."""
+    assert _ran([
+        ("make serve", "Command timed out after 2m 0.0s\nstarting...", True),
+        ("pytest", "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+         "ModuleNotFoundError: No module named 'yaml'", True),
+        ("docker-compose up", 'time="x" level=warning msg="version is obsolete"\n'
+         "Cannot connect to the Docker daemon. Is the docker daemon running?", True),
+        ("npm test", "[Request interrupted by user for tool use]", True),
+    ]) == [("make serve", "timed out after 2m"),
+           ("pytest", "failed: ModuleNotFoundError: No module named 'yaml'"),
+           ("docker-compose up",
+            "failed: Cannot connect to the Docker daemon. Is the docker daemon running?"),
+           ("npm test", "interrupted by the person")]
+
+
+def test_a_todo_list_all_done_says_so() -> None:
+    """A session whose last todo list is all done says so (a later list replaces an
+    earlier session's open items); one that never wrote a list says nothing of it."""
+    t = [T0 + timedelta(minutes=i) for i in range(4)]
+    done = [_tool("a1", t[0], "TodoWrite", "t1", {"todos": [
+                {"content": "add spans", "status": "completed"}]}),
+            _result("r1", t[1], "t1", "Todos have been modified successfully.")]
+    messages, _ = _messages("claude", done)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.todos_done and not digest.open_items
+    assert "Todo list: all done." in digest.render()
+    messages, _ = _messages("claude", [_claude("u1", "user", "hello", t[0])])
+    quiet = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert not quiet.todos_done and "Todo list" not in quiet.render()
 
 
 def test_a_session_killed_mid_tool_ends_mid_turn() -> None:

@@ -74,17 +74,47 @@ def _label_field(text: str) -> str:
 
 
 #: A digest's parts that say what is still to do (`lifecycle.digest.Digest.render`).
-_OPEN_PARTS = ("Open: ", "Left unanswered: ")
+_OPEN_PARTS = ("Open: ", "Todo list: all done.", "Left unanswered: ")
 
 
-def digest_text(content: str, *, open_first: bool = False) -> str:
+def digest_text(content: str, *, open_first: bool = False, open_said: bool = False,
+                older: bool = False) -> str:
     """A digest's parts on one line, ` | ` between them; with `open_first` (the latest
-    session's), what it left open comes right after its heading, where a reader starts."""
+    session's), what it left open comes right after its heading, where a reader starts.
+    With `open_said` (a later session's open items are in the block already), its own
+    todo items are counted, not listed: what is left to do is the latest list, and an
+    older one is history the later sessions went on from."""
     parts = [p for p in content.splitlines() if p.strip()]
+    if parts:  # the item's label names the session already
+        parts[0] = _HEADING_SESSION.sub("", parts[0], count=1)
+    if open_said:
+        parts = [_open_counted(p) if p.startswith("Open: ") else p for p in parts]
+    if older:
+        parts = [_commits_counted(p) if p.startswith("Committed: ") else p for p in parts]
     if open_first and parts:
         still = [p for p in parts[1:] if p.startswith(_OPEN_PARTS)]
         parts = [parts[0], *still, *(p for p in parts[1:] if p not in still)]
     return " | ".join(parts)
+
+
+#: A digest heading's opening (`claude session <id> in <project>, ...`), which a block's
+#: item label says already.
+_HEADING_SESSION = re.compile(r"^\S+ session \S+ (?=in )")
+
+
+def _open_counted(part: str) -> str:
+    count = len(part.removeprefix("Open: ").split("; "))
+    return f"Left {count} todo item{'s' if count != 1 else ''} open"
+
+
+def _commits_counted(part: str) -> str:
+    """An older session's commits: how many, and the last one's message (the rest are in
+    the repository's log)."""
+    messages = part.removeprefix("Committed: ").split('"; "')
+    if len(messages) < 2:
+        return part
+    last = messages[-1] if messages[-1].startswith('"') else '"' + messages[-1]
+    return f"Committed {len(messages)} times, last {last}"
 
 
 def _said(result: RecallResult) -> str:
@@ -177,6 +207,7 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
     seen: list[set[tuple[str, ...]]] = []
     duplicates = over_budget = 0
     first_digest = True
+    open_said = False
     for result in [*explicit, *others]:
         shingles = _shingles(_said(result))
         if any(_similar(shingles, other) for other in seen):
@@ -189,7 +220,8 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
             continue
         text = result.excerpt or result.content
         if result.type is MemoryType.SESSION_DIGEST and result.excerpt is None:
-            text, first_digest = digest_text(text, open_first=first_digest), False
+            text = digest_text(text, open_first=first_digest, open_said=open_said,
+                               older=not first_digest)
         body = _clip_to(escape(text), room)
         line = label + body
         cost = estimate_tokens(line) + 1
@@ -197,6 +229,10 @@ def build_context(results: Sequence[RecallResult], budget: int = DEFAULT_BUDGET,
             over_budget += 1
             continue
         seen.append(shingles)
+        if result.type is MemoryType.SESSION_DIGEST and result.excerpt is None:
+            first_digest = False
+            # A later session's todo list, open or all done, replaced an older one's.
+            open_said = open_said or any(f"| {part}" in body for part in _OPEN_PARTS[:2])
         kept.append(ContextItem(result, line, cost))
         used += cost
     text = "\n".join([opening, PREAMBLE, *(item.text for item in kept), closing])
