@@ -242,8 +242,8 @@ _IDLE = re.compile(
 
 def _parts(command: str) -> list[str]:
     command = _HEREDOC_BODY.sub(r"\1", command)
-    return [_bare(p) for p in re.split(r"&&|\|\||;|\n|(?<![>&|])&(?![>&])", command)
-            if _bare(p)]
+    bare = (_bare(p) for p in re.split(r"&&|\|\||;|\n|(?<![>&|])&(?![>&])", command))
+    return [part for part in bare if part]
 
 
 def _bare(part: str) -> str:
@@ -298,8 +298,9 @@ def _verdict(text: str) -> str | None:
 
 
 def _first_line(text: str) -> str:
-    """What a failure says: the harness's verdict in a word, or the line that names the
-    error (a traceback's exception, not its first frame), or the first line."""
+    """What a failure says (the harness's own verdicts are read before, by `_verdict`):
+    the line that names the error (a traceback's exception, not its first frame), else
+    the first line that is not a warning."""
     lines = [line.strip().removeprefix("[tool error]").strip() for line in text.splitlines()]
     lines = [line for line in lines if line]
     if not lines:
