@@ -101,6 +101,17 @@ class Digest:
     #: earlier session's: what that one left open is no longer what is left to do).
     todos_done: bool = False
     unanswered: str | None = None
+    #: The first and last index of the messages it was built from (None: from none).
+    first_index: int | None = None
+    last_index: int | None = None
+
+    def place(self, *, branch: str | None, title: str | None) -> None:
+        """What the session's own record says: its branch (over any a line named) and the
+        agent's title or summary line, if it wrote one."""
+        if branch is not None:
+            self.branch = branch
+        if title:
+            self.title = _clip(redact(title), REQUEST_CHARS)
 
     def render(self, limit: int = DIGEST_CHARS) -> str:
         """Short readable text, one part a line, within about `limit` characters."""
@@ -322,9 +333,9 @@ class _Call:
     failed: bool | None = None
 
 
-def _calls_of(message: Readable) -> list[_Call]:
-    """The tool calls a message made, with their ids where the line has them."""
-    record = parse_json(message.raw)
+def _calls_of(message: Readable, record: Any) -> list[_Call]:
+    """The tool calls a message made (`record`: its line, parsed), with their ids where the
+    line has them."""
     if isinstance(record, dict) and isinstance(record.get("toolCalls"), list):  # Gemini
         calls = []
         for call in record["toolCalls"]:
@@ -365,9 +376,9 @@ def _gemini_output(call: dict[str, Any]) -> str | None:
     return display if isinstance(display, str) else None
 
 
-def _results_of(message: Readable) -> list[tuple[str | None, str, bool | None]]:
-    """(call id, text, failed) for each tool result a message holds."""
-    record = parse_json(message.raw)
+def _results_of(message: Readable,
+                record: Any) -> list[tuple[str | None, str, bool | None]]:
+    """(call id, text, failed) for each tool result a message holds (`record`: its line)."""
     if isinstance(record, dict):
         payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
         if payload is not None:  # Codex
@@ -475,8 +486,7 @@ def _add(paths: list[str], path: str, *already: list[str]) -> None:
         paths.append(path)
 
 
-def _branch(message: Readable) -> str | None:
-    record = parse_json(message.raw)
+def _branch(record: Any) -> str | None:
     if isinstance(record, dict):
         branch = record.get("gitBranch")
         if isinstance(branch, str) and branch not in ("", "HEAD") and not branch.startswith("["):
@@ -484,68 +494,99 @@ def _branch(message: Readable) -> str | None:
     return None
 
 
-def build_digest(messages: Iterable[Readable], *, source: str, session: str,
-                 project: str | None, title: str | None = None, worktree: str | None = None,
-                 branch: str | None = None) -> Digest:
-    """The digest of a session's messages, in order. Secrets are masked in every part."""
-    digest = Digest(source=source, session=session, project=project, branch=branch,
-                    title=_clip(redact(title), REQUEST_CHARS) if title else None)
-    requests: list[str] = []
-    calls: dict[str, _Call] = {}
-    ordered: list[_Call] = []
-    last_assistant_text: str | None = None
-    pending_request: str | None = None
-    last_kind = ""
-    for message in messages:
+class DigestBuilder:
+    """A session's digest built as its messages arrive, in order (`add`), then `finish`ed:
+    recovery feeds it the messages it saves, so a session's messages are read once."""
+
+    def __init__(self, *, source: str, session: str, project: str | None,
+                 worktree: str | None = None) -> None:
+        self._digest = Digest(source=source, session=session, project=project)
+        self._roots: Roots = (worktree, project)
+        self._requests: list[str] = []
+        self._calls: dict[str, _Call] = {}
+        self._ordered: list[_Call] = []
+        self._last_assistant_text: str | None = None
+        self._pending_request: str | None = None
+        self._last_kind = ""
+
+    def add(self, message: Readable) -> None:
+        digest = self._digest
+        if digest.first_index is None:
+            digest.first_index = message.index
+        digest.last_index = message.index
         if message.timestamp is not None:
             digest.started_at = digest.started_at or message.timestamp
             digest.ended_at = message.timestamp
         if message.is_sidechain:
-            continue
-        if digest.branch is None and message.raw:
-            digest.branch = _branch(message)
+            return
+        kind = message.kind
+        tool_row = kind in ("tool_call", "tool_result")
+        # One parse of a line serves both what it says of the branch and of its tools.
+        record = parse_json(message.raw) if message.raw and (
+            tool_row or digest.branch is None) else None
+        if digest.branch is None and record is not None:
+            digest.branch = _branch(record)
         words = _own_words(message)
         if words is not None:
-            requests.append(words)
-            pending_request = words
-            last_kind = "request"
-            continue
-        if message.kind == "tool_call":
-            for call in _calls_of(message):
-                ordered.append(call)
+            self._requests.append(words)
+            self._pending_request = words
+            self._last_kind = "request"
+            return
+        if kind == "tool_call":
+            for call in _calls_of(message, record):
+                self._ordered.append(call)
                 if call.call_id:
-                    calls[call.call_id] = call
-            last_kind = "tool_call"
-        elif message.kind == "tool_result":
-            for call_id, text, failed in _results_of(message):
-                found = calls.get(call_id) if call_id else next(
-                    (c for c in reversed(ordered) if c.result is None), None)
+                    self._calls[call.call_id] = call
+            self._last_kind = "tool_call"
+        elif kind == "tool_result":
+            for call_id, text, failed in _results_of(message, record):
+                found = self._calls.get(call_id) if call_id else next(
+                    (c for c in reversed(self._ordered) if c.result is None), None)
                 if found is not None:
                     found.result = text
                     found.failed = failed if failed is not None else found.failed
-            last_kind = "tool_result"
-        elif message.role == "assistant" and message.kind == "message" and message.content.strip():
-            last_assistant_text = message.content
-            pending_request = None
-            last_kind = "answer"
-    digest.turns = len(requests)
-    digest.asked = [redact(r) for r in _choose_requests(requests)]
-    todos: list[str] | None = None
-    had_todo_items = False
-    for call in ordered:
-        _apply_call(call, digest, (worktree, project))
-        items = _todo_items(call.args) if call.name in TODO_TOOLS else None
-        if items is not None:
-            todos = items
-            had_todo_items = _holds_items(call.args)
-    digest.ran = digest.ran[-MAX_COMMANDS:]
-    if last_assistant_text:
-        digest.concluded = redact(_clip(last_assistant_text, CONCLUSION_CHARS))
-    digest.interrupted = last_kind in ("tool_call", "tool_result")
-    digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
-    digest.todos_done = todos == [] and had_todo_items
-    if pending_request is not None:
-        digest.unanswered = redact(_clip(pending_request, REQUEST_CHARS))
+            self._last_kind = "tool_result"
+        elif message.role == "assistant" and kind == "message" and message.content.strip():
+            self._last_assistant_text = message.content
+            self._pending_request = None
+            self._last_kind = "answer"
+
+    def finish(self) -> Digest:
+        """The digest of the messages added, secrets masked in every part (what the
+        session's own record says is `Digest.place`d on it). Once: the builder is spent."""
+        digest = self._digest
+        digest.turns = len(self._requests)
+        digest.asked = [redact(r) for r in _choose_requests(self._requests)]
+        todos: list[str] | None = None
+        had_todo_items = False
+        for call in self._ordered:
+            _apply_call(call, digest, self._roots)
+            items = _todo_items(call.args) if call.name in TODO_TOOLS else None
+            if items is not None:
+                todos = items
+                had_todo_items = _holds_items(call.args)
+        digest.ran = digest.ran[-MAX_COMMANDS:]
+        if self._last_assistant_text:
+            digest.concluded = redact(_clip(self._last_assistant_text, CONCLUSION_CHARS))
+        digest.interrupted = self._last_kind in ("tool_call", "tool_result")
+        digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
+        digest.todos_done = todos == [] and had_todo_items
+        if self._pending_request is not None:
+            digest.unanswered = redact(_clip(self._pending_request, REQUEST_CHARS))
+        self._ordered, self._calls = [], {}
+        return digest
+
+
+def build_digest(messages: Iterable[Readable], *, source: str, session: str,
+                 project: str | None, title: str | None = None, worktree: str | None = None,
+                 branch: str | None = None) -> Digest:
+    """The digest of a session's messages, in order. Secrets are masked in every part."""
+    builder = DigestBuilder(source=source, session=session, project=project,
+                            worktree=worktree)
+    for message in messages:
+        builder.add(message)
+    digest = builder.finish()
+    digest.place(branch=branch, title=title)
     return digest
 
 

@@ -40,7 +40,7 @@ from tenacity import (
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import BackendError
-from daemon.lifecycle.digest import build_digest
+from daemon.lifecycle.digest import Digest, DigestBuilder, build_digest
 from daemon.lifecycle.extraction import extract_requests
 from daemon.lifecycle.segments import SegmentPlan, open_question, plan_segments
 from daemon.memory import (
@@ -162,6 +162,14 @@ class _Saving:
             await task
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """A session's digest built by this pass from the messages it saved before `end`."""
+
+    end: int
+    digest: Digest
+
+
 class Recovery:
     def __init__(
         self, conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
@@ -175,6 +183,8 @@ class Recovery:
         self._clock = clock
         self.policy = policy or RecoveryPolicy()
         self._backoff: dict[int, tuple[float, float]] = {}  # session -> (retry at, delay)
+        # This pass's digests built from the messages it saved (`_Built`), by session.
+        self._built: dict[int, _Built] = {}
 
     async def run(self, *, force: bool = False, session_id: int | None = None,
                   settle_questions: bool = False) -> SyncReport:
@@ -188,6 +198,7 @@ class Recovery:
         sync`, a session's end, compaction, another session's start) saves it as it is.
         """
         report = SyncReport()
+        self._built = {}
         candidates = await store.sessions_to_sync(self._conn, session_id)
         saving = _Saving()
         try:
@@ -221,41 +232,79 @@ class Recovery:
             await store.advance_sync_index(self._conn, session.id, index,
                                            session.message_count)
             return
-        page = PAGE
-        while index < session.message_count:
-            messages = await store.messages_from(self._conn, session.id, index, page)
-            if not messages:
-                break
-            more = len(messages) == page
-            if not more and settle:
-                messages = messages[:self._answered_up_to(session, messages)]
+        # A session saved from its first message has its digest built from the messages
+        # read here (`_sync_digests` uses it when every one of them was saved), instead of
+        # reading them all a second time; a later pass rebuilds it from the store.
+        building = DigestBuilder(
+            source=session.source, session=session.external_id or str(session.id),
+            project=session.project, worktree=session.worktree) if index == 0 else None
+        fed_to = await self._read_and_save(session, index, force=force, report=report,
+                                           saving=saving, settle=settle, building=building)
+        if building is not None and fed_to > 0:
+            self._built[session.id] = _Built(fed_to, building.finish())
+
+    async def _read_and_save(
+        self, session: SessionSyncState, index: int, *, force: bool, report: SyncReport,
+        saving: _Saving, settle: bool, building: DigestBuilder | None,
+    ) -> int:
+        """Save the session's messages from `index` on, batch by batch, feeding `building`
+        the messages of each batch it starts saving; the index past the last of those."""
+        if index >= session.message_count:
+            return index
+        raw = building is not None
+        # The next page is read (on the store's thread) while this one is cut and saved;
+        # the open tail of a page is kept and cut again with the next, not read again.
+        reading: asyncio.Future[list[store.StoredMessage]] | None = asyncio.ensure_future(
+            store.messages_from(self._conn, session.id, index, PAGE, raw=raw))
+        read_to = index
+        kept: list[store.StoredMessage] = []
+        try:
+            while reading is not None:
+                fresh = await reading
+                reading = None
+                read_to += len(fresh)
+                more = len(fresh) == PAGE and read_to < session.message_count
+                if more:
+                    reading = asyncio.ensure_future(
+                        store.messages_from(self._conn, session.id, read_to, PAGE, raw=raw))
+                messages = kept + fresh if kept else fresh
+                if not more and settle:
+                    messages = messages[:self._answered_up_to(session, messages)]
                 if not messages:
                     break
-            plans = plan_segments(messages, max_chars=self.policy.max_chars,
-                                  idle_gap=self.policy.idle_gap,
-                                  project=(session.worktree, session.project))
-            # The last plan may still grow: past this page, or with messages not written yet.
-            ready, tail = plans[:-1], plans[-1]
-            if more and not ready:
-                page *= 2  # one segment longer than a page: read a bigger page
-                continue
-            if not more and (force or self._tail_due(session, tail)):
-                ready.append(tail)
-            for batch in _batches(ready):
-                if self._stopping():
-                    return
-                # A run of forgotten messages only (`store.forgotten`) is passed over.
-                segments = [self._segment(session, plan) for plan in batch if plan.text]
-                # The batch before is saved (on the memory store's thread) while this one
-                # was prepared; this one starts once that one's index has moved.
-                if not await saving.hand_over(session.id):
-                    return
-                await saving.start(session.id, self._store_batch(session, index, batch, segments,
-                                                           report, saving))
-                index = batch[-1].last_index + 1
-            if not more:
-                break
-            page = PAGE
+                plans = plan_segments(messages, max_chars=self.policy.max_chars,
+                                      idle_gap=self.policy.idle_gap,
+                                      project=(session.worktree, session.project))
+                # The last plan may still grow: with the next page, or with messages not
+                # written yet.
+                ready, tail = plans[:-1], plans[-1]
+                if not more and (force or self._tail_due(session, tail)):
+                    ready.append(tail)
+                kept = list(tail.messages) if more else []
+                for batch in _batches(ready):
+                    if self._stopping():
+                        return index
+                    # A run of forgotten messages only (`store.forgotten`) is passed over.
+                    segments = [self._segment(session, plan) for plan in batch if plan.text]
+                    # The batch before is saved (on the memory store's thread) while this
+                    # one was prepared; this one starts once that one's index has moved.
+                    if not await saving.hand_over(session.id):
+                        return index
+                    await saving.start(session.id, self._store_batch(
+                        session, index, batch, segments, report, saving))
+                    index = batch[-1].last_index + 1
+                    if building is not None:
+                        # While the batch is saved on the store's thread.
+                        for plan in batch:
+                            for message in plan.messages:
+                                if not message.forgotten:
+                                    building.add(message)
+        finally:
+            if reading is not None:
+                reading.cancel()
+                with suppress(asyncio.CancelledError, Exception):
+                    await reading
+        return index
 
     async def _store_batch(
         self, session: SessionSyncState, index: int, batch: list[SegmentPlan],
@@ -428,21 +477,15 @@ class Recovery:
                 return
             session = due.state
             end = session.memory_sync_index
-            own = self._own(session)
-            messages = [] if own else await store.digest_messages(self._conn, session.id, end)
-            if messages:
-                digest = build_digest(messages, source=session.source,
-                                      session=session.external_id or str(session.id),
-                                      project=session.project, branch=due.git_branch,
-                                      title=due.title,
-                                      worktree=session.worktree)
+            digest = await self._digest_of(due)
+            if digest is not None and digest.first_index is not None:
                 try:
                     result = await self._retrying(self._backend.save_session_summary,
                                                   SessionSummary(
                         source=session.source, session_id=session.id,
                         session_external_id=session.external_id, project=session.project,
                         kind=DIGEST_KIND, content=redact(digest.render()),
-                        first_index=messages[0].index, last_index=messages[-1].index,
+                        first_index=digest.first_index, last_index=digest.last_index,
                         message_uuids=(), started_at=digest.started_at,
                         ended_at=digest.ended_at,
                         private_to=self._private_to(session.source)))
@@ -452,6 +495,26 @@ class Recovery:
                 if result.created:
                     report.digests_saved += 1
             await store.mark_digested(self._conn, session.id, end)
+
+    async def _digest_of(self, due: store.DigestDue) -> Digest | None:
+        """The digest of a session's messages saved to memory: the one this pass built
+        while saving them, when it saved them all, else built from the store."""
+        session = due.state
+        end = session.memory_sync_index
+        if self._own(session):
+            return None
+        built = self._built.pop(session.id, None)
+        if built is not None and built.end == end:
+            digest = built.digest
+        else:
+            messages = await store.digest_messages(self._conn, session.id, end)
+            if not messages:
+                return None
+            digest = build_digest(messages, source=session.source,
+                                  session=session.external_id or str(session.id),
+                                  project=session.project, worktree=session.worktree)
+        digest.place(branch=due.git_branch, title=due.title)
+        return digest
 
     def _backing_off(self, session_id: int) -> bool:
         entry = self._backoff.get(session_id)

@@ -158,13 +158,20 @@ async def get_sync_state(conn: aiosqlite.Connection, session_id: int) -> Session
     return found[0] if found else None
 
 
+#: The transcript line of the rows a digest reads it from (`digest_messages`).
+_DIGEST_RAW = "CASE WHEN kind IN ('tool_call', 'tool_result') OR message_index < 8 THEN raw END"
+
+
 async def messages_from(
-    conn: aiosqlite.Connection, session_id: int, start: int, limit: int
+    conn: aiosqlite.Connection, session_id: int, start: int, limit: int, *,
+    raw: bool = False,
 ) -> list[StoredMessage]:
-    """Up to `limit` messages of a session from `message_index` `start` on, in order."""
+    """Up to `limit` messages of a session from `message_index` `start` on, in order;
+    with `raw`, each with the line a digest reads (as `digest_messages` gives it)."""
     async with conn.execute(
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" {MESSAGE_FORGOTTEN}, tool_input FROM session_messages m WHERE session_id = ?"
+        f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}"
+        " FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
         (session_id, start, limit),
     ) as cursor:
@@ -172,7 +179,8 @@ async def messages_from(
     return [
         StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
                       uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
-                      forgotten=bool(r[8]), tool_input=r[9])
+                      forgotten=bool(r[8]), tool_input=r[9],
+                      raw=b"" if r[10] is None else _raw_bytes(r[10]))
         for r in rows
     ]
 
@@ -235,8 +243,7 @@ async def digest_messages(conn: aiosqlite.Connection, session_id: int,
     forgotten messages are left out."""
     async with conn.execute(
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        " tool_input, CASE WHEN kind IN ('tool_call', 'tool_result') OR message_index < 8"
-        " THEN raw END"
+        f" tool_input, {_DIGEST_RAW}"
         f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
         f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
         (session_id, end),

@@ -650,3 +650,121 @@ async def test_a_gemini_session_belongs_to_the_project_gemini_recorded(
         await ingester.run_once()
     with sqlite3.connect(settings.database_path) as db:
         assert db.execute("SELECT project FROM sessions").fetchall() == [(str(repo),)]
+
+
+_PARALLEL = "5b0c1d2e-3f40-4152-8637-48596a7b8c9d"
+
+
+def _use(call_id: str, command: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": command}}
+
+
+def _parallel_line(uuid: str, role: str, content: Any) -> str:
+    return json.dumps({
+        "parentUuid": None, "isSidechain": False, "userType": "external",
+        "cwd": "/home/user/parallel", "sessionId": _PARALLEL, "version": "2.0.24",
+        "gitBranch": "main", "type": role, "uuid": uuid,
+        "timestamp": f"2025-10-01T10:00:0{len(uuid)}.000Z",
+        "message": {"role": role, "content": content}}) + "\n"
+
+
+class _DigestsFromTheStore(Recovery):
+    """Recovery that never uses the digests it built while saving: each one is read
+    back from the store and built again, as a later pass does."""
+
+    async def _digest_of(self, due: Any) -> Any:
+        self._built.clear()
+        return await super()._digest_of(due)
+
+
+async def test_digests_built_while_saving_match_those_built_from_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that saves a session from its first message builds the digest from the
+    messages it saved, without reading them again; on the real transcripts of the three
+    agents, every digest is the one built afterwards from the store."""
+    import shutil
+
+    from daemon.store import sessions as store
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    roots = lay_out_fixtures(tmp_path / "agents")
+    # Parallel calls whose results come in the calls' order: only the lines' call ids
+    # tell which result is whose (the failure is the tests', not the linter's).
+    parallel = roots["claude"] / "-home-user-parallel"
+    parallel.mkdir()
+    (parallel / f"{_PARALLEL}.jsonl").write_text("".join([
+        _parallel_line("u1", "user", "run the tests and the linter"),
+        _parallel_line("a1", "assistant", [_use("toolu_A", "pytest -q")]),
+        _parallel_line("a2", "assistant", [_use("toolu_B", "ruff check .")]),
+        _parallel_line("r1", "user", [{"type": "tool_result", "tool_use_id": "toolu_A",
+                                       "is_error": True, "content":
+                                       "FAILED tests/test_app.py::test_one - AssertionError"}]),
+        _parallel_line("r2", "user", [{"type": "tool_result", "tool_use_id": "toolu_B",
+                                       "content": "All checks passed!"}]),
+        _parallel_line("a3", "assistant", [{"type": "text", "text": "One test fails."}]),
+    ]))
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), sources=sources_for(roots))
+    await ingest(World(settings, FakeClock(), roots["claude"]))
+    other = settings.model_copy(update={"state_dir": tmp_path / "state-2"})
+    shutil.copytree(tmp_path / "state", tmp_path / "state-2")
+
+    reads: list[int] = []
+    read = store.digest_messages
+
+    async def counted(conn: Any, session_id: int, end: int) -> Any:
+        reads.append(session_id)
+        return await read(conn, session_id, end)
+
+    monkeypatch.setattr(store, "digest_messages", counted)
+    found = []
+    for state, recovery in ((settings, Recovery), (other, _DigestsFromTheStore)):
+        policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
+        async with open_store(state) as conn, await SQLiteMemoryBackend.open(
+                state.memory_path, clock=FakeClock()) as backend:
+            report = await recovery(conn, backend, FakeClock(), policy).run(force=True)
+            digests = await _digests(backend)
+        assert report.digests_saved == len(digests) > 20
+        found.append(sorted((d["provenance"]["session_external_id"], d["provenance"]["first_index"],
+                             d["provenance"]["last_index"], d["content"]) for d in digests))
+        if recovery is Recovery:
+            assert reads == []  # no session's messages were read twice
+    assert len(reads) == len(found[1])
+    assert found[0] == found[1]
+    texts = "\n".join(d[3] for d in found[0])
+    # What the comparison covers: branches, commands with outcomes, files, each agent.
+    assert all(f"{agent} session" in texts for agent in ("claude", "codex", "gemini"))
+    assert "branch " in texts and "Ran: " in texts and "Changed: " in texts
+    assert "Ran: pytest -q → failed: FAILED tests/test_app.py::test_one" in texts
+    assert "ruff check . → passed" in texts
+
+
+@pytest.mark.parametrize("page", [1, 4, 37])
+async def test_the_pages_a_pass_reads_do_not_change_what_it_saves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int) -> None:
+    """A pass reads a session a page at a time (the next page while it saves this one)
+    and cuts the open tail of a page again with the next: on the real transcripts, any
+    page size saves the same segments, facts and digests as one read of everything."""
+    import shutil
+
+    from daemon.lifecycle import recovery as recovery_module
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    roots = lay_out_fixtures(tmp_path / "agents")
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), sources=sources_for(roots))
+    await ingest(World(settings, FakeClock(), roots["claude"]))
+    paged = settings.model_copy(update={"state_dir": tmp_path / "state-2"})
+    shutil.copytree(tmp_path / "state", tmp_path / "state-2")
+    saved = []
+    for state, size in ((settings, 100_000), (paged, page)):
+        monkeypatch.setattr(recovery_module, "PAGE", size)
+        policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
+        async with open_store(state) as conn, await SQLiteMemoryBackend.open(
+                state.memory_path, clock=FakeClock()) as backend:
+            await Recovery(conn, backend, FakeClock(), policy).run(force=True)
+            saved.append(sorted([(r["id"], r["type"], r["content"])
+                                 async for r in backend.export()]))
+        with sqlite3.connect(state.database_path) as db:
+            assert db.execute("SELECT count(*) FROM sessions WHERE memory_sync_index"
+                              " != message_count").fetchone()[0] == 0
+    assert len(saved[0]) > 60
+    assert saved[0] == saved[1]

@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import aiosqlite
+import orjson
 import structlog
 
 from daemon.clock import Clock
@@ -183,7 +184,13 @@ def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
 
 
 def _chunks_json(chunks: Iterable[tuple[int, *ChunkSpan]]) -> str:
-    return json.dumps(list(chunks))
+    # orjson: a fifth of the time json.dumps takes on a backfill's batches (same values);
+    # json.dumps for what orjson refuses (a lone surrogate in a transcript's uuid).
+    listed = list(chunks)
+    try:
+        return orjson.dumps(listed).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(listed)
 
 
 async def _insert_chunks(conn: aiosqlite.Connection, seq: int, memory: Memory) -> None:
