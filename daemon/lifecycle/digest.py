@@ -445,8 +445,9 @@ def _commit_message(command: str, result: str | None) -> str | None:
     return None
 
 
-def _todo_items(args: Any) -> list[str] | None:
-    """The unfinished items of a todo list or plan a call wrote; None if it wrote none."""
+def _todo_items(args: Any) -> tuple[list[str], bool] | None:
+    """The unfinished items of a todo list or plan a call wrote, and whether the list had
+    any item at all; None if it wrote none."""
     if not isinstance(args, dict):
         return None
     items = args.get("todos", args.get("plan"))
@@ -460,12 +461,7 @@ def _todo_items(args: Any) -> list[str] | None:
         text = item.get("content", item.get("step", item.get("description")))
         if isinstance(text, str) and status not in ("completed", "done", "cancelled"):
             left.append(_clip(text, REQUEST_CHARS))
-    return left
-
-
-def _holds_items(args: Any) -> bool:
-    items = args.get("todos", args.get("plan")) if isinstance(args, dict) else None
-    return isinstance(items, list) and bool(items)
+    return left, bool(items)
 
 
 def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
@@ -561,10 +557,9 @@ class DigestBuilder:
         had_todo_items = False
         for call in self._ordered:
             _apply_call(call, digest, self._roots)
-            items = _todo_items(call.args) if call.name in TODO_TOOLS else None
-            if items is not None:
-                todos = items
-                had_todo_items = _holds_items(call.args)
+            written = _todo_items(call.args) if call.name in TODO_TOOLS else None
+            if written is not None:
+                todos, had_todo_items = written
         digest.ran = digest.ran[-MAX_COMMANDS:]
         if self._last_assistant_text:
             digest.concluded = redact(_clip(self._last_assistant_text, CONCLUSION_CHARS))
