@@ -258,6 +258,10 @@ class Recovery:
             store.messages_from(self._conn, session.id, index, PAGE, raw=raw))
         read_to = index
         kept: list[store.StoredMessage] = []
+        # After a cut found no closed segment, cut again only once twice as much is in
+        # hand: a segment of many pages (a long forgotten run) is cut a few times, not
+        # once a page.
+        cut_at = 0
         try:
             while reading is not None:
                 fresh = await reading
@@ -272,12 +276,16 @@ class Recovery:
                     messages = messages[:self._answered_up_to(session, messages)]
                 if not messages:
                     break
+                if more and len(messages) < cut_at:
+                    kept = messages
+                    continue
                 plans = plan_segments(messages, max_chars=self.policy.max_chars,
                                       idle_gap=self.policy.idle_gap,
                                       project=(session.worktree, session.project))
                 # The last plan may still grow: with the next page, or with messages not
                 # written yet.
                 ready, tail = plans[:-1], plans[-1]
+                cut_at = 2 * len(messages) if more and not ready else 0
                 if not more and (force or self._tail_due(session, tail)):
                     ready.append(tail)
                 kept = list(tail.messages) if more else []
