@@ -768,3 +768,34 @@ async def test_the_pages_a_pass_reads_do_not_change_what_it_saves(
                               " != message_count").fetchone()[0] == 0
     assert len(saved[0]) > 60
     assert saved[0] == saved[1]
+
+
+async def test_a_segment_of_many_pages_is_cut_a_few_times_not_once_a_page(
+        world: World, backend: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tool results that worked give memory no line, so a long run of them is one
+    segment however many pages it spans: a pass cuts it again only once twice as much is
+    in hand (all the cutting together reads each message a few times, not once a page)."""
+    from daemon.lifecycle import recovery as recovery_module
+
+    results = 300
+    lines = [_parallel_line("u0", "user", "read every file")]
+    lines += [_parallel_line(f"r{n}", "user", [{"type": "tool_result", "tool_use_id": f"t{n}",
+                                                "content": "ok"}]) for n in range(results)]
+    lines.append(_parallel_line("a0", "assistant", [{"type": "text", "text": "All read."}]))
+    (world.project / f"{_PARALLEL}.jsonl").write_text("".join(lines))
+    await ingest(world)
+    cut: list[int] = []
+    plan = recovery_module.plan_segments
+
+    def counted(messages: Any, **kwargs: Any) -> Any:
+        cut.append(len(messages))
+        return plan(messages, **kwargs)
+
+    monkeypatch.setattr(recovery_module, "plan_segments", counted)
+    monkeypatch.setattr(recovery_module, "PAGE", 4)
+    report = await recover(world, backend, force=True)
+    count = results + 2
+    assert report.messages_synced == count
+    assert_partitioned((await conversation_ranges(backend))[1], count)
+    # Once a page, the cuts would read about count**2 / 8 (11,000) messages.
+    assert sum(cut) <= 4 * count
