@@ -40,7 +40,7 @@ from tenacity import (
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import BackendError
-from daemon.lifecycle.digest import Digest, DigestBuilder, build_digest
+from daemon.lifecycle.digest import Digest, DigestBuilder
 from daemon.lifecycle.extraction import extract_requests
 from daemon.lifecycle.segments import SegmentPlan, open_question, plan_segments
 from daemon.memory import (
@@ -170,6 +170,11 @@ class _Built:
     digest: Digest
 
 
+def _digest_builder(session: SessionSyncState) -> DigestBuilder:
+    return DigestBuilder(source=session.source, session=session.external_id or str(session.id),
+                         project=session.project, worktree=session.worktree)
+
+
 class Recovery:
     def __init__(
         self, conn: aiosqlite.Connection, backend: MemoryBackend, clock: Clock,
@@ -235,9 +240,7 @@ class Recovery:
         # A session saved from its first message has its digest built from the messages
         # read here (`_sync_digests` uses it when every one of them was saved), instead of
         # reading them all a second time; a later pass rebuilds it from the store.
-        building = DigestBuilder(
-            source=session.source, session=session.external_id or str(session.id),
-            project=session.project, worktree=session.worktree) if index == 0 else None
+        building = _digest_builder(session) if index == 0 else None
         fed_to = await self._read_and_save(session, index, force=force, report=report,
                                            saving=saving, settle=settle, building=building)
         if building is not None and fed_to > 0:
@@ -518,9 +521,10 @@ class Recovery:
             messages = await store.digest_messages(self._conn, session.id, end)
             if not messages:
                 return None
-            digest = build_digest(messages, source=session.source,
-                                  session=session.external_id or str(session.id),
-                                  project=session.project, worktree=session.worktree)
+            builder = _digest_builder(session)
+            for message in messages:
+                builder.add(message)
+            digest = builder.finish()
         digest.place(branch=due.git_branch, title=due.title)
         return digest
 
