@@ -162,6 +162,44 @@ class _Saving:
             await task
 
 
+_PageKey = tuple[int, int, bool]  # session, first message index, with the digest's lines
+
+
+class _Pages:
+    """Pages of messages read on the store's thread while the event loop's thread cuts
+    and saves the page before: the next page of a session, and at a session's last page
+    the first page of the session after it (most sessions are a page or two)."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+        self._ahead: dict[_PageKey, asyncio.Future[list[store.StoredMessage]]] = {}
+        #: The first page the pass will read after the current session's last, if any.
+        self.next_up: _PageKey | None = None
+
+    def read(self, session_id: int, start: int, raw: bool,
+             ) -> asyncio.Future[list[store.StoredMessage]]:
+        """The page of `session_id` from `start` on: the one read ahead, or read now."""
+        found = self._ahead.pop((session_id, start, raw), None)
+        if found is not None:
+            return found
+        return asyncio.ensure_future(
+            store.messages_from(self._conn, session_id, start, PAGE, raw=raw))
+
+    def read_next_up(self) -> None:
+        """Start reading the next session's first page (it is used, or cancelled by
+        `close`)."""
+        key, self.next_up = self.next_up, None
+        if key is not None and key not in self._ahead:
+            self._ahead[key] = self.read(*key)
+
+    async def close(self) -> None:
+        ahead, self._ahead = list(self._ahead.values()), {}
+        for page in ahead:
+            page.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await page
+
+
 @dataclass(frozen=True, slots=True)
 class _Built:
     """A session's digest built by this pass from the messages it saved before `end`."""
@@ -206,17 +244,20 @@ class Recovery:
         self._built = {}
         candidates = await store.sessions_to_sync(self._conn, session_id)
         saving = _Saving()
+        pages = _Pages(self._conn)
         try:
-            for session in candidates:
+            for position, session in enumerate(candidates):
                 if self._stopping():
                     break
                 if not force and self._backing_off(session.id):
                     continue
+                pages.next_up = self._first_page(candidates[position + 1:], force=force)
                 await self._sync_session(session, force=force, report=report, saving=saving,
-                                         settle=settle_questions or not force)
+                                         settle=settle_questions or not force, pages=pages)
             await saving.settle()
         finally:
             await saving.abandon()
+            await pages.close()
         report.sessions = len(saving.touched)
         await self._sync_summaries(session_id, report)
         await self._sync_digests(session_id, report)
@@ -227,9 +268,19 @@ class Recovery:
                      requested_memories=report.requests_saved, digests=report.digests_saved)
         return report
 
+    def _first_page(self, later: list[SessionSyncState], *, force: bool) -> _PageKey | None:
+        """The page `_read_and_save` reads first for the next of `later` it will save."""
+        for session in later:
+            if not force and self._backing_off(session.id):
+                continue
+            index = session.memory_sync_index
+            if not self._own(session) and index < session.message_count:
+                return session.id, index, index == 0
+        return None
+
     async def _sync_session(
         self, session: SessionSyncState, *, force: bool, report: SyncReport, saving: _Saving,
-        settle: bool,
+        settle: bool, pages: _Pages,
     ) -> None:
         index = session.memory_sync_index
         if self._own(session):
@@ -242,13 +293,14 @@ class Recovery:
         # reading them all a second time; a later pass rebuilds it from the store.
         building = _digest_builder(session) if index == 0 else None
         fed_to = await self._read_and_save(session, index, force=force, report=report,
-                                           saving=saving, settle=settle, building=building)
+                                           saving=saving, settle=settle, building=building,
+                                           pages=pages)
         if building is not None and fed_to > 0:
             self._built[session.id] = _Built(fed_to, building.finish())
 
     async def _read_and_save(
         self, session: SessionSyncState, index: int, *, force: bool, report: SyncReport,
-        saving: _Saving, settle: bool, building: DigestBuilder | None,
+        saving: _Saving, settle: bool, building: DigestBuilder | None, pages: _Pages,
     ) -> int:
         """Save the session's messages from `index` on, batch by batch, feeding `building`
         the messages of each batch it starts saving; the index past the last of those."""
@@ -257,8 +309,8 @@ class Recovery:
         raw = building is not None
         # The next page is read (on the store's thread) while this one is cut and saved;
         # the open tail of a page is kept and cut again with the next, not read again.
-        reading: asyncio.Future[list[store.StoredMessage]] | None = asyncio.ensure_future(
-            store.messages_from(self._conn, session.id, index, PAGE, raw=raw))
+        reading: asyncio.Future[list[store.StoredMessage]] | None = pages.read(
+            session.id, index, raw)
         read_to = index
         kept: list[store.StoredMessage] = []
         # After a cut found no closed segment, cut again only once twice as much is in
@@ -272,8 +324,9 @@ class Recovery:
                 read_to += len(fresh)
                 more = len(fresh) == PAGE and read_to < session.message_count
                 if more:
-                    reading = asyncio.ensure_future(
-                        store.messages_from(self._conn, session.id, read_to, PAGE, raw=raw))
+                    reading = pages.read(session.id, read_to, raw)
+                else:
+                    pages.read_next_up()
                 messages = kept + fresh if kept else fresh
                 if not more and settle:
                     messages = messages[:self._answered_up_to(session, messages)]

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import aiosqlite
 
 from daemon.clock import utc_text
-from daemon.sqlite import immediate_transaction
+from daemon.sqlite import call_on_connection, immediate_transaction
 from daemon.store import audit
 from daemon.store.audit import AuditEvent
 from daemon.store.connection import run_on_connection, transaction
@@ -52,7 +52,10 @@ class SessionSyncState:
         return self.last_ingested_at or self.last_message_at
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a backfill makes a million of these, and a frozen dataclass's __init__
+# (object.__setattr__ a field) costs three times a plain one. Treated as immutable all
+# the same; hashed by value as a frozen one is.
+@dataclass(slots=True, unsafe_hash=True)
 class StoredMessage:
     index: int
     role: str
@@ -168,19 +171,30 @@ async def messages_from(
 ) -> list[StoredMessage]:
     """Up to `limit` messages of a session from `message_index` `start` on, in order;
     with `raw`, each with the line a digest reads (as `digest_messages` gives it)."""
-    async with conn.execute(
+    return await call_on_connection(
+        conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
         f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}"
         " FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
-        (session_id, start, limit),
-    ) as cursor:
-        rows = await cursor.fetchall()
+        (session_id, start, limit))
+
+
+def _read_messages(conn: sqlite3.Connection, sql: str,
+                   params: tuple[object, ...]) -> list[StoredMessage]:
+    """`sql`'s rows (index, role, kind, content, tool name, uuid, timestamp, sidechain,
+    forgotten, tool input, line) as messages, on the store's thread: one hop through the
+    event loop, where a cursor's execute, fetch and close are three, each waiting for the
+    loop's thread to let go of Python's lock."""
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: a Row a column costs more than the tuple
+    try:
+        rows = cursor.execute(sql, params).fetchall()
+    finally:
+        cursor.close()
     return [
-        StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
-                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
-                      forgotten=bool(r[8]), tool_input=r[9],
-                      raw=b"" if r[10] is None else _raw_bytes(r[10]))
+        StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], parse_utc(r[6]), bool(r[7]),
+                      bool(r[8]), r[9], b"" if r[10] is None else _raw_bytes(r[10]))
         for r in rows
     ]
 
@@ -241,20 +255,13 @@ async def digest_messages(conn: aiosqlite.Connection, session_id: int,
     """A session's messages before `end`, in order, with what a digest reads: a tool
     row's input and line, and the first lines' (where an agent writes the branch). Its
     forgotten messages are left out."""
-    async with conn.execute(
+    return await call_on_connection(
+        conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" tool_input, {_DIGEST_RAW}"
+        f" 0, tool_input, {_DIGEST_RAW}"
         f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
         f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
-        (session_id, end),
-    ) as cursor:
-        rows = await cursor.fetchall()
-    return [
-        StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
-                      uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
-                      tool_input=r[8], raw=_raw_bytes(r[9]))
-        for r in rows
-    ]
+        (session_id, end))
 
 
 async def mark_digested(conn: aiosqlite.Connection, session_id: int, index: int) -> None:

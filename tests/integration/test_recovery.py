@@ -799,3 +799,49 @@ async def test_a_segment_of_many_pages_is_cut_a_few_times_not_once_a_page(
     assert_partitioned((await conversation_ranges(backend))[1], count)
     # Once a page, the cuts would read about count**2 / 8 (11,000) messages.
     assert sum(cut) <= 4 * count
+
+
+@pytest.mark.parametrize("stop_after", [1, 3, 8])
+async def test_a_pass_stopped_midway_leaves_no_read_behind_and_the_next_finishes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_after: int) -> None:
+    """A pass reads the next session's first page while it saves the last of this one; a
+    pass told to stop (the daemon shutting down) ends with no read left running, and
+    the next pass saves exactly what one uninterrupted pass does."""
+    import asyncio
+    import shutil
+
+    from daemon.lifecycle import recovery as recovery_module
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(recovery_module, "PAGE", 5)
+    roots = lay_out_fixtures(tmp_path / "agents")
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), sources=sources_for(roots))
+    await ingest(World(settings, FakeClock(), roots["claude"]))
+    stopped = settings.model_copy(update={"state_dir": tmp_path / "state-2"})
+    shutil.copytree(tmp_path / "state", tmp_path / "state-2")
+    policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
+    saved = []
+    for state, stop in ((settings, None), (stopped, stop_after)):
+        asked = 0
+
+        def stopping(stop: int | None = stop) -> bool:
+            nonlocal asked
+            asked += 1
+            return stop is not None and asked > stop
+
+        async with open_store(state) as conn, await SQLiteMemoryBackend.open(
+                state.memory_path, clock=FakeClock()) as backend:
+            first = await Recovery(conn, backend, FakeClock(), policy, stopping).run(force=True)
+            assert asyncio.all_tasks() == {asyncio.current_task()}
+            if stop is not None:
+                with sqlite3.connect(state.database_path) as db:
+                    assert db.execute("SELECT count(*) FROM sessions WHERE memory_sync_index"
+                                      " < message_count").fetchone()[0] > 0
+                second = await Recovery(conn, backend, FakeClock(), policy).run(force=True)
+                assert first.messages_synced + second.messages_synced > 0
+            saved.append(sorted([(r["id"], r["type"], r["content"])
+                                 async for r in backend.export()]))
+        with sqlite3.connect(state.database_path) as db:
+            assert db.execute("SELECT count(*) FROM sessions WHERE memory_sync_index"
+                              " != message_count").fetchone()[0] == 0
+    assert saved[0] == saved[1]

@@ -56,6 +56,7 @@ from daemon.memory.backends.sqlite import hybrid as sqlite_hybrid
 from daemon.memory.backends.sqlite import recall as sqlite_recall
 from daemon.memory.backends.sqlite.rows import (
     CHAIN,
+    INSERT_MANY,
     INSERT_ONCE,
     chain_order,
     row_memory,
@@ -216,6 +217,34 @@ def _log_not_saved(memory: Memory) -> None:
              project=memory.project)
 
 
+def _insert_new(conn: sqlite3.Connection, memories: list[Memory]) -> dict[str, int]:
+    """Insert each of `memories` neither stored yet nor hard-forgotten; the seq of each
+    inserted, by id. One statement (one step outside Python's lock, where a statement a
+    row must take the lock back after each, waiting for the event loop's thread to let
+    it go), from the rows as JSON."""
+    try:
+        rows: bytes | None = orjson.dumps([row_params(memory) for memory in memories])
+    except orjson.JSONEncodeError:
+        rows = None  # a lone surrogate, which orjson refuses
+    if rows is None or b"\\u0000" in rows:
+        # Bound as values, as a single write binds them: SQLite's JSON text functions
+        # are not trusted with a NUL inside a string.
+        created: dict[str, int] = {}
+        for memory in memories:
+            cursor = conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
+            if cursor.rowcount == 1 and cursor.lastrowid is not None:
+                created[memory.id] = cursor.lastrowid
+            cursor.close()
+        return created
+    # The write lock is held (BEGIN IMMEDIATE): every row past the last seq is one of these.
+    before = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0]
+    conn.execute(INSERT_MANY, (rows.decode(),)).close()
+    # As one row (one step): a row a step takes the lock back a row.
+    inserted = conn.execute("SELECT json_group_array(json_array(id, seq)) FROM memories"
+                            " WHERE seq > ?", (before,)).fetchone()[0]
+    return dict(orjson.loads(inserted))
+
+
 def _save_segments(conn: sqlite3.Connection,
                    batch: list[tuple[ConversationSegment, Memory, list[ChunkSpan]]],
                    now: str) -> list[tuple[bool, bool, list[str]]]:
@@ -228,18 +257,22 @@ def _save_segments(conn: sqlite3.Connection,
         # Every cursor read to its end or closed: COMMIT refuses while one is open.
         anything_forgotten = conn.execute(
             "SELECT EXISTS (SELECT 1 FROM forgotten_scopes)").fetchone()[0]
-        for position, (segment, memory, spans) in enumerate(batch):
-            if anything_forgotten and conn.execute(
-                    _FORGOTTEN, _forgotten_params(memory)).fetchall():
-                outcome.append((False, True, []))
-                continue
-            cursor = conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
-            created, seq = cursor.rowcount == 1, cursor.lastrowid
-            cursor.close()
-            if created and seq is not None:
+        kept: list[int] = []  # positions of the segments not forgotten
+        for position, (_segment, memory, _spans) in enumerate(batch):
+            forgotten = anything_forgotten and bool(conn.execute(
+                _FORGOTTEN, _forgotten_params(memory)).fetchall())
+            outcome.append((False, forgotten, []))
+            if not forgotten:
+                kept.append(position)
+        inserted = _insert_new(conn, [batch[position][1] for position in kept])
+        for position in kept:
+            segment, memory, spans = batch[position]
+            # pop: of two saves of one id in a batch, the first is the one inserted
+            seq = inserted.pop(memory.id, None)
+            if seq is not None:
                 chunks += [(seq, *span) for span in spans]
                 new_segments[position] = segment
-            outcome.append((created, False, []))
+                outcome[position] = (True, False, [])
         if new_segments:
             positions = list(new_segments)
             keys = json.dumps([_tail_key(new_segments[p]) for p in positions])

@@ -22,9 +22,18 @@ INSERT_ONCE = (
     "WHERE NOT EXISTS (SELECT 1 FROM memory_deletions WHERE memory_id = ? AND mode = 'hard') "
     "ON CONFLICT (id) DO NOTHING"
 )
+#: INSERT_ONCE for many rows in one statement, from a JSON array of `row_params` arrays
+#: (in order: the rows' seq follow it).
+INSERT_MANY = (
+    f"INSERT INTO memories ({', '.join(COLUMNS)}) SELECT "
+    + ", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(COLUMNS)))
+    + " FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM memory_deletions"
+    " WHERE memory_id = json_extract(j.value, '$[0]') AND mode = 'hard')"
+    " ORDER BY j.key ON CONFLICT (id) DO NOTHING"
+)
 # The versions of one correction chain, walked both ways from one id.
-__all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "row_memory", "row_params",
-           "row_provenance"]
+__all__ = ["CHAIN", "COLUMNS", "INSERT_MANY", "INSERT_ONCE", "chain_order", "row_memory",
+           "row_params", "row_provenance"]
 
 CHAIN = """
 WITH RECURSIVE
