@@ -760,7 +760,20 @@ async def test_the_pages_a_pass_reads_do_not_change_what_it_saves(
         policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
         async with open_store(state) as conn, await SQLiteMemoryBackend.open(
                 state.memory_path, clock=FakeClock()) as backend:
-            await Recovery(conn, backend, FakeClock(), policy).run(force=True)
+            batches: list[int] = []
+            save = backend.save_conversation_segments
+
+            async def counted(segments: Any, save: Any = save) -> Any:
+                batches.append(len(segments))
+                return await save(segments)
+
+            monkeypatch.setattr(backend, "save_conversation_segments", counted)
+            report = await Recovery(conn, backend, FakeClock(), policy).run(force=True)
+            # A batch gathers a session's pages: one a session, and one more for each
+            # BATCH_SEGMENTS of its segments, however small the pages.
+            assert max(batches) <= recovery_module.BATCH_SEGMENTS
+            assert len(batches) <= report.sessions + sum(batches) // \
+                recovery_module.BATCH_SEGMENTS
             saved.append(sorted([(r["id"], r["type"], r["content"])
                                  async for r in backend.export()]))
         with sqlite3.connect(state.database_path) as db:
