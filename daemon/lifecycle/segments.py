@@ -206,7 +206,7 @@ def plan_segments(
             current.append(message)
             continue
         prefix, body = _render(message, project)
-        masked = redact(body)
+        masked = redact(body) if body else ""  # a third of messages: results that worked
         line = prefix + masked
         text = _turn_text(message)
         # Most turns are their line's body: masked once for both.

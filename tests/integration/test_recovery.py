@@ -763,7 +763,8 @@ async def test_the_pages_a_pass_reads_do_not_change_what_it_saves(
             batches: list[int] = []
             save = backend.save_conversation_segments
 
-            async def counted(segments: Any, save: Any = save) -> Any:
+            async def counted(segments: Any, save: Any = save,
+                              batches: list[int] = batches) -> Any:
                 batches.append(len(segments))
                 return await save(segments)
 
