@@ -1,10 +1,11 @@
-"""A batch of segments inserted in one statement stores what binding each row does.
+"""A batch of segments saved in a few statements stores what saving each alone does.
 
-A batch's memories are inserted from one JSON array (one step outside Python's lock);
-what that cannot carry (a lone surrogate orjson refuses, a NUL SQLite's JSON functions
-cut at) is bound row by row. Any text (NUL, quotes, backslashes, escapes, characters
-outside the BMP), a segment given twice, one saved before and one whose id was
-hard-forgotten must come out of the two alike, column for column, and as given.
+A batch's memories and chunks are inserted as many rows a statement (one step outside
+Python's lock), cut where the limit on bound values falls. Any text (NUL, quotes,
+backslashes, escapes, characters outside the BMP), uuids orjson refuses, a segment
+given twice, one saved before and one whose id was hard-forgotten must come out of a
+batch (cut in statements of a few rows, or not cut) and of single saves alike, column
+for column, and as given.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,11 +48,7 @@ def _rows(path: Path) -> list[tuple[Any, ...]]:
     return [*memories, *chunks, *projects]
 
 
-def _refused(_value: Any) -> bytes:
-    raise orjson.JSONEncodeError("refused")
-
-
-async def _save(path: Path, segments: list[ConversationSegment], *, json_rows: bool
+async def _save(path: Path, segments: list[ConversationSegment], *, mode: str
                 ) -> tuple[list[bool], list[tuple[Any, ...]]]:
     async with await SQLiteMemoryBackend.open(path, clock=FakeClock()) as backend:
         # One saved before, then hard-forgotten: its id is never stored again.
@@ -61,9 +57,12 @@ async def _save(path: Path, segments: list[ConversationSegment], *, json_rows: b
         # One saved before and kept: not created again.
         await backend.save_conversation_segment(segments[1])
         with pytest.MonkeyPatch.context() as patch:
-            if not json_rows:  # a fault injected: every row bound as values
-                patch.setattr(sqlite_backend.orjson, "dumps", _refused)
-            saved = await backend.save_conversation_segments(segments)
+            if mode == "single":
+                saved = [await backend.save_conversation_segment(s) for s in segments]
+            else:
+                if mode == "cut":  # two memories, or six chunks, a statement
+                    patch.setattr(sqlite_backend, "MAX_VARIABLES", 60)
+                saved = await backend.save_conversation_segments(segments)
     return [r.created for r in saved], _rows(path)
 
 
@@ -83,13 +82,24 @@ def test_a_batch_saves_what_single_saves_do(tmp_path: Path, texts: list[str],
     # The same segment twice in a batch: only the first is created.
     segments.append(segments[2 + again % (len(segments) - 2)])
     run = next(_runs)
-    bound = asyncio.run(_save(tmp_path / f"bound-{run}.db", segments, json_rows=False))
-    batched = asyncio.run(_save(tmp_path / f"json-{run}.db", segments, json_rows=True))
-    assert batched == bound
+    single = asyncio.run(_save(tmp_path / f"single-{run}.db", segments, mode="single"))
+    cut = asyncio.run(_save(tmp_path / f"cut-{run}.db", segments, mode="cut"))
+    batched = asyncio.run(_save(tmp_path / f"batch-{run}.db", segments, mode="batch"))
+    assert batched == single and cut == single
     created, rows = batched
-    stored = {row[1]: row for row in rows if isinstance(row[1], str)}  # memories by id
+    stored = {row[1]: row for row in rows if len(row) > 10}  # memories by id
     for segment in segments[1:]:
         assert stored[segment.id][3] == segment.text  # content, NUL and all
         assert stored[segment.id][5] == segment.project
+    # Each chunk is its memory's text between its offsets, scoped to its project.
+    by_seq = {row[0]: row for row in stored.values()}
+    scopes = {f"p{row[0]}": row[1] for row in rows if len(row) == 2}
+    chunks = [row for row in rows if len(row) == 10]
+    assert {row[1] for row in chunks} == set(by_seq)
+    for _seq, memory_seq, _ordinal, start, end, content, _f, _l, scope, listed in chunks:
+        memory = by_seq[memory_seq]
+        assert content == memory[3][start:end] and content
+        assert scopes.get(scope) == memory[5]
+        assert listed == [u for u in json.loads(memory[14]) if u in listed]
     assert created[:2] == [False, False]  # forgotten; saved before
     assert created[2:-1] == [True] * (len(texts) - 2) and created[-1] is False

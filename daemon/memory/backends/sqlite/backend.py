@@ -34,6 +34,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -56,9 +57,10 @@ from daemon.memory.backends.sqlite import hybrid as sqlite_hybrid
 from daemon.memory.backends.sqlite import recall as sqlite_recall
 from daemon.memory.backends.sqlite.rows import (
     CHAIN,
-    INSERT_MANY,
+    COLUMNS,
     INSERT_ONCE,
     chain_order,
+    insert_many,
     row_memory,
     row_params,
     row_provenance,
@@ -137,25 +139,44 @@ _SUPERSEDE_TAIL = ("UPDATE memories SET superseded_by = ?, updated_at = ?,"
                    " reason = 'extended by a later save of the same messages' WHERE id = ?")
 _SUPERSEDES = "UPDATE memories SET supersedes = ? WHERE id = ?"
 
-#: A chunk without its memory: ordinal, start and end (characters), start and length in
-#: the content's UTF-8 bytes, first and last message index, uuids.
-ChunkSpan = tuple[int, int, int, int, int, int | None, int | None, tuple[str, ...]]
+#: A chunk without its memory: ordinal, start and end (characters), text, first and last
+#: message index, uuids (as JSON text).
+ChunkSpan = tuple[int, int, int, str, int | None, int | None, str]
 
-# Chunks in one statement, from a JSON array of [memory seq, *ChunkSpan]: a batch's index
-# work then runs in one step outside Python's lock, instead of a step per chunk that must
-# take the lock back each time. The text is cut from the memory's own, as bytes: SQLite's
-# text functions stop at a NUL, which memory text may hold like any other character.
-# The scope token (schema v3) is `p<id>` of the memory's project, `p0` without one.
-_INSERT_CHUNKS = (
-    "INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
-    " first_index, last_index, message_uuids, scope)"
-    " SELECT m.seq, json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'),"
-    " json_extract(j.value, '$[3]'), CAST(substr(CAST(m.content AS BLOB),"
-    " json_extract(j.value, '$[4]') + 1, json_extract(j.value, '$[5]')) AS TEXT),"
-    " json_extract(j.value, '$[6]'), json_extract(j.value, '$[7]'),"
-    " json_extract(j.value, '$[8]'), 'p' || COALESCE(mp.id, 0)"
-    " FROM json_each(?) j JOIN memories m ON m.seq = json_extract(j.value, '$[0]')"
-    " LEFT JOIN memory_projects mp ON mp.project = m.project")
+#: Statements bind at most this many values (SQLite's default limit since 3.32, and
+#: the lowest this module meets: a build with a lower one is asked at run time).
+MAX_VARIABLES = 32_766
+
+
+@functools.lru_cache(maxsize=32)
+def _insert_chunks_sql(rows: int) -> str:
+    """Chunks in one statement, bound as values (memory seq, *ChunkSpan, the memory's
+    project): a batch's index work then runs in one step outside Python's lock, instead
+    of a step per chunk that must take the lock back each time. The scope token (schema
+    v3) is `p<id>` of the memory's project, `p0` without one."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+    return ("INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
+            " first_index, last_index, message_uuids, scope)"
+            " SELECT column1, column2, column3, column4, column5, column6, column7, column8,"
+            " 'p' || COALESCE((SELECT id FROM memory_projects WHERE project = column9), 0)"
+            f" FROM (VALUES {values})")
+
+
+def _per_statement(conn: sqlite3.Connection, width: int) -> int:
+    """How many rows of `width` values one statement may bind on `conn`."""
+    limit = min(MAX_VARIABLES, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+    return max(1, limit // width)
+
+
+def _insert_chunk_rows(conn: sqlite3.Connection,
+                       chunks: Sequence[tuple[int, str | None, ChunkSpan]]) -> None:
+    """Insert (memory seq, memory project, span) chunks, as few statements as the limit
+    on bound values allows."""
+    per = _per_statement(conn, 9)
+    for at in range(0, len(chunks), per):
+        part = chunks[at:at + per]
+        conn.execute(_insert_chunks_sql(len(part)),
+                     [v for seq, project, span in part for v in (seq, *span, project)]).close()
 
 
 #: A session's live digests other than `:id`, the one covering the most messages last.
@@ -169,34 +190,26 @@ _LIVE_DIGESTS = """
 
 
 def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
-    content = memory.content
-    spans: list[ChunkSpan] = []
-    ascii_only = content.isascii()
-    at = at_byte = 0  # a character position and its byte offset
-    for c in chunk_memory(content, memory.type, memory.provenance):
-        if ascii_only:
-            start_byte, length = c.start, c.end - c.start
-        else:
-            at_byte += len(content[at:c.start].encode())
-            start_byte, length, at = at_byte, len(c.text.encode()), c.start
-        spans.append((c.ordinal, c.start, c.end, start_byte, length, c.first_index,
-                      c.last_index, c.message_uuids))
-    return spans
+    return [(c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
+             _uuids_json(c.message_uuids))
+            for c in chunk_memory(memory.content, memory.type, memory.provenance)]
 
 
-def _chunks_json(chunks: Iterable[tuple[int, *ChunkSpan]]) -> str:
-    # orjson: a fifth of the time json.dumps takes on a backfill's batches (same values);
+def _uuids_json(uuids: tuple[str, ...]) -> str:
+    # orjson: a fifth of the time json.dumps takes on a backfill's batches (same text);
     # json.dumps for what orjson refuses (a lone surrogate in a transcript's uuid).
-    listed = list(chunks)
     try:
-        return orjson.dumps(listed).decode()
+        return orjson.dumps(uuids).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(listed)
+        return json.dumps(uuids, separators=(",", ":"))
+
+
+def _insert_chunks_of(conn: sqlite3.Connection, seq: int, memory: Memory) -> None:
+    _insert_chunk_rows(conn, [(seq, memory.project, span) for span in _chunk_spans(memory)])
 
 
 async def _insert_chunks(conn: aiosqlite.Connection, seq: int, memory: Memory) -> None:
-    await conn.execute(_INSERT_CHUNKS,
-                       (_chunks_json((seq, *span) for span in _chunk_spans(memory)),))
+    await call_on_connection(conn, _insert_chunks_of, seq, memory)
 
 
 def _forgotten_params(memory: Memory) -> dict[str, Any]:
@@ -221,24 +234,17 @@ def _insert_new(conn: sqlite3.Connection, memories: list[Memory]) -> dict[str, i
     """Insert each of `memories` neither stored yet nor hard-forgotten; the seq of each
     inserted, by id. One statement (one step outside Python's lock, where a statement a
     row must take the lock back after each, waiting for the event loop's thread to let
-    it go), from the rows as JSON."""
-    try:
-        rows: bytes | None = orjson.dumps([row_params(memory) for memory in memories])
-    except orjson.JSONEncodeError:
-        rows = None  # a lone surrogate, which orjson refuses
-    if rows is None or b"\\u0000" in rows:
-        # Bound as values, as a single write binds them: SQLite's JSON text functions
-        # are not trusted with a NUL inside a string.
-        created: dict[str, int] = {}
-        for memory in memories:
-            cursor = conn.execute(INSERT_ONCE, (*row_params(memory), memory.id))
-            if cursor.rowcount == 1 and cursor.lastrowid is not None:
-                created[memory.id] = cursor.lastrowid
-            cursor.close()
-        return created
+    it go) for as many rows as the limit on bound values allows."""
+    if not memories:
+        return {}
     # The write lock is held (BEGIN IMMEDIATE): every row past the last seq is one of these.
     before = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0]
-    conn.execute(INSERT_MANY, (rows.decode(),)).close()
+    per = _per_statement(conn, len(COLUMNS) + 1)
+    for at in range(0, len(memories), per):
+        part = memories[at:at + per]
+        conn.execute(insert_many(len(part)), [
+            v for position, memory in enumerate(part, at)
+            for v in (position, *row_params(memory))]).close()
     # As one row (one step): a row a step takes the lock back a row.
     inserted = conn.execute("SELECT json_group_array(json_array(id, seq)) FROM memories"
                             " WHERE seq > ?", (before,)).fetchone()[0]
@@ -251,7 +257,7 @@ def _save_segments(conn: sqlite3.Connection,
     """The segments' memories, chunks and tails in one transaction, on the store's
     thread: (created, forgotten, ids superseded) for each."""
     outcome: list[tuple[bool, bool, list[str]]] = []
-    chunks: list[tuple[int, *ChunkSpan]] = []
+    chunks: list[tuple[int, str | None, ChunkSpan]] = []
     new_segments: dict[int, ConversationSegment] = {}  # position in the batch -> segment
     with immediate_transaction(conn):
         # Every cursor read to its end or closed: COMMIT refuses while one is open.
@@ -270,7 +276,7 @@ def _save_segments(conn: sqlite3.Connection,
             # pop: of two saves of one id in a batch, the first is the one inserted
             seq = inserted.pop(memory.id, None)
             if seq is not None:
-                chunks += [(seq, *span) for span in spans]
+                chunks += [(seq, memory.project, span) for span in spans]
                 new_segments[position] = segment
                 outcome[position] = (True, False, [])
         if new_segments:
@@ -284,8 +290,7 @@ def _save_segments(conn: sqlite3.Connection,
                 conn.executemany(_SUPERSEDE_TAIL, [(segment.id, now, old) for old in superseded])
                 conn.execute(_SUPERSEDES, (superseded[-1], segment.id))
                 outcome[position] = (True, False, superseded)
-        if chunks:
-            conn.execute(_INSERT_CHUNKS, (_chunks_json(chunks),))
+        _insert_chunk_rows(conn, chunks)
     return outcome
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from typing import Any
@@ -22,19 +23,26 @@ INSERT_ONCE = (
     "WHERE NOT EXISTS (SELECT 1 FROM memory_deletions WHERE memory_id = ? AND mode = 'hard') "
     "ON CONFLICT (id) DO NOTHING"
 )
-#: INSERT_ONCE for many rows in one statement, from a JSON array of `row_params` arrays
-#: (in order: the rows' seq follow it).
-INSERT_MANY = (
-    f"INSERT INTO memories ({', '.join(COLUMNS)}) SELECT "
-    + ", ".join(f"json_extract(j.value, '$[{i}]')" for i in range(len(COLUMNS)))
-    + " FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM memory_deletions"
-    " WHERE memory_id = json_extract(j.value, '$[0]') AND mode = 'hard')"
-    " ORDER BY j.key ON CONFLICT (id) DO NOTHING"
-)
-# The versions of one correction chain, walked both ways from one id.
-__all__ = ["CHAIN", "COLUMNS", "INSERT_MANY", "INSERT_ONCE", "chain_order", "row_memory",
-           "row_params", "row_provenance"]
 
+
+@functools.lru_cache(maxsize=32)
+def insert_many(rows: int) -> str:
+    """INSERT_ONCE for `rows` rows in one statement, bound as values: each row its
+    position, then its `row_params` (the rows' seq follow the positions). One step
+    outside Python's lock, and no text parsed again: rows given as JSON cost a
+    `json_extract` a column, each parsing the whole row, content and all."""
+    row = f"({', '.join('?' * (len(COLUMNS) + 1))})"
+    return (f"INSERT INTO memories ({', '.join(COLUMNS)}) SELECT "
+            + ", ".join(f"column{i + 2}" for i in range(len(COLUMNS)))
+            + f" FROM (VALUES {', '.join([row] * rows)}) WHERE NOT EXISTS (SELECT 1 FROM"
+            " memory_deletions WHERE memory_id = column2 AND mode = 'hard')"
+            " ORDER BY column1 ON CONFLICT (id) DO NOTHING")
+
+
+__all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "insert_many",
+           "row_memory", "row_params", "row_provenance"]
+
+# The versions of one correction chain, walked both ways from one id.
 CHAIN = """
 WITH RECURSIVE
   back(id, supersedes) AS (
