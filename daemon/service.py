@@ -38,6 +38,7 @@ from daemon.errors import (
     StoreError,
 )
 from daemon.files import atomic_write
+from daemon.heap import return_freed_memory
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -83,6 +84,9 @@ AUDIT_EXPIRY_INTERVAL = 24 * 3600.0
 INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
 MODEL_IDLE_RELEASE = 300.0
+#: A recovery pass that saved at least this many segments (a backfill) hands the heap
+#: it freed back to the system: an idle daemon is not the size of its busiest hour.
+TRIM_AFTER_SEGMENTS = 1000
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: The distillation queue is looked at this often (when a model is configured); how many
@@ -427,7 +431,9 @@ class Service:
             recovery = await self._recovery_for(conn)
             if recovery is not None:
                 async with self._sync_lock:
-                    await recovery.run()
+                    report = await recovery.run()
+                    if report.segments_saved >= TRIM_AFTER_SEGMENTS:
+                        return_freed_memory()
                     if not self.stop_event.is_set():
                         await self._upgrade_step(conn)
 

@@ -13,10 +13,7 @@ drains chunks that have no vector yet, in the background.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -26,6 +23,7 @@ import structlog
 
 from daemon.config import EmbeddingSettings
 from daemon.errors import EmbeddingError, EmbeddingLoading, EmbeddingUnavailable
+from daemon.heap import return_freed_memory
 from daemon.memory.embeddings import local, weights
 from daemon.memory.embeddings.base import (
     Embedder,
@@ -155,7 +153,8 @@ class LazyLocalEmbedder:
             self._model.close()
             self._model = None
         gc.collect()
-        _return_freed_memory()
+        # Freed heap back to the system: 233 -> 174 MB after a release without it, 99 MB with.
+        return_freed_memory()
         log.info("embedding_model_released", idle_seconds=seconds)
         return True
 
@@ -182,15 +181,6 @@ class LazyLocalEmbedder:
                         retry_in_seconds=self.FETCH_RETRY)
             raise
         self._fetch_failed_at = None
-
-
-def _return_freed_memory() -> None:
-    """Hand freed heap back to the system (glibc keeps it otherwise: 233 -> 174 MB after
-    a release without this, 99 MB with it)."""
-    if sys.platform != "linux":
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)
 
 
 def resolve_provider(settings: EmbeddingSettings, models: Path | None = None) -> str:

@@ -10,12 +10,15 @@ Errors, drawn once:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+    Vectors: TypeAlias = npt.NDArray[np.float32]
+else:  # NumPy loads with the first embedder that runs; the name is only an annotation
+    Vectors = Any
 
 
 @runtime_checkable
@@ -39,6 +42,8 @@ class Embedder(Protocol):
 
 def normalise(vectors: npt.NDArray[np.floating]) -> Vectors:
     """Rows scaled to unit length (zero rows stay zero)."""
+    import numpy as np
+
     array = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(array, axis=1, keepdims=True)
     out: Vectors = (array / np.maximum(norms, 1e-12)).astype(np.float32)

@@ -13,6 +13,9 @@ sentence-transformers does. Output matches sentence-transformers' own (cosine
 instead of several hundred MB, and a load of about a second.
 
 Texts are embedded in batches sorted by length, so padding stays small.
+
+NumPy, the encoders and the tokenizer load with the first model: a daemon that never
+embeds (no weights, or another provider) does not carry them (about 15 MB).
 """
 
 from __future__ import annotations
@@ -23,26 +26,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-import numpy.typing as npt
 import structlog
 
 from daemon.errors import EmbeddingError, EmbeddingUnavailable
-from daemon.memory.embeddings import bert_onnx, weights
+from daemon.memory.embeddings import weights
 from daemon.memory.embeddings.base import (
     Vectors,
     normalise,
 )
-from daemon.memory.embeddings.bert import (
-    BertConfig,
-    Encoder,
-    NumpyEncoder,
-    Weights,
-    read_safetensors,
-)
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from daemon.memory.embeddings.bert import BertConfig, Encoder, Weights
+    from daemon.memory.embeddings.bert_onnx import Graph
 
 PROVIDER = "local"
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -64,11 +66,7 @@ log = structlog.get_logger("memoryd.memory.embeddings")
 
 def can_run() -> bool:
     """True when the tokenizer is installed (the weights may still have to be fetched)."""
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return find_spec("tokenizers") is not None
 
 
 def model_dir(models: Path | None = None) -> Path | None:
@@ -83,19 +81,24 @@ def available(models: Path | None = None) -> bool:
 
 def runtime_name(runtime: Runtime = "auto") -> str:
     """The runtime a setting asks for; `auto` is ONNX Runtime when installed, else NumPy."""
-    if runtime == "numpy" or (runtime == "auto" and not bert_onnx.available()):
+    # What bert_onnx.available() answers, without loading bert_onnx (and NumPy with it).
+    onnx = find_spec("onnxruntime") is not None and find_spec("onnx") is not None
+    if runtime == "numpy" or (runtime == "auto" and not onnx):
         return "numpy"
     return "onnxruntime"
 
 
 def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto",
-                 graph: bert_onnx.Graph = "plain", *, threads: int | None = None) -> Encoder:
+                 graph: Graph = "plain", *, threads: int | None = None) -> Encoder:
     """The encoder for `runtime`; `auto` falls back to NumPy if ONNX Runtime fails to load.
 
     `graph` is ONNX Runtime's (NumPy always computes in float32 as written); "fused"
     gets the plain graph where this ONNX Runtime lacks those kernels.
     `threads`: ONNX Runtime's own threads for one call (default: one per core, up to 4).
     """
+    from daemon.memory.embeddings import bert_onnx
+    from daemon.memory.embeddings.bert import NumpyEncoder
+
     if runtime_name(runtime) == "numpy":
         return NumpyEncoder(weights, config)
     try:
@@ -117,6 +120,8 @@ def make_encoder(weights: Weights, config: BertConfig, runtime: Runtime = "auto"
 
 def background_workers() -> int:
     """Threads that embed stored texts: one per core, as many as ONNX Runtime would use."""
+    from daemon.memory.embeddings import bert_onnx
+
     return max(1, min(bert_onnx.MAX_THREADS, os.cpu_count() or 1))
 
 
@@ -157,6 +162,8 @@ class LocalEmbedder:
     def __init__(self, directory: Path, runtime: Runtime = "auto") -> None:
         from tokenizers import Tokenizer
 
+        from daemon.memory.embeddings.bert import BertConfig, read_safetensors
+
         self._directory = directory
         self._runtime = runtime
         self._config = BertConfig.from_file(directory / "config.json")
@@ -189,6 +196,8 @@ class LocalEmbedder:
         return cls(directory, runtime)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
+        import numpy as np
+
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         if not texts:
             return out
@@ -241,6 +250,8 @@ class LocalEmbedder:
         """The query's encoder, built on first use (0.2-0.5 s)."""
         with self._query_encoder_lock:
             if self._query_encoder is None:
+                from daemon.memory.embeddings.bert import read_safetensors
+
                 self._query_encoder = (
                     self._encoder if self._encoder.runtime == "numpy" else make_encoder(
                         read_safetensors(self._directory / "model.safetensors"), self._config,
@@ -260,6 +271,8 @@ class LocalEmbedder:
 
 def _padded(batch_ids: list[list[int]]) -> tuple[npt.NDArray[np.int64], Vectors]:
     """Token ids padded with 0 to the longest, and the mask of the real ones."""
+    import numpy as np
+
     length = max(len(ids) for ids in batch_ids)
     ids = np.zeros((len(batch_ids), length), dtype=np.int64)
     mask = np.zeros((len(batch_ids), length), dtype=np.float32)
@@ -271,5 +284,7 @@ def _padded(batch_ids: list[list[int]]) -> tuple[npt.NDArray[np.int64], Vectors]
 
 def _pooled(hidden: Vectors, mask: Vectors) -> Vectors:
     """sentence-transformers' pooling: the mean over real tokens, L2-normalised."""
+    import numpy as np
+
     counts = np.maximum(mask.sum(axis=1), 1e-9)[:, None]
     return normalise((hidden * mask[:, :, None]).sum(axis=1) / counts)
