@@ -248,9 +248,11 @@ async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]
     from daemon.lifecycle import recovery as recovery_module
     from daemon.lifecycle.recovery import Recovery, recovery_policy
     from daemon.memory.opening import open_memory_backend
+    from daemon.process import tune_threads
     from daemon.store import sessions as store
     from daemon.store.opening import open_store
 
+    tune_threads()  # as `memoryd run` and `memoryd sync` do
     clock = SystemClock()
     for name in ("messages_from", "advance_sync_index"):
         setattr(store, name, breakdown.wrap_async(name, getattr(store, name)))

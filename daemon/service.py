@@ -38,7 +38,6 @@ from daemon.errors import (
     StoreError,
 )
 from daemon.files import atomic_write
-from daemon.heap import return_freed_memory
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -55,6 +54,7 @@ from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.opening import open_memory_backend
 from daemon.memory.protocol import vector_queue
 from daemon.notify import Notifier
+from daemon.process import return_freed_memory, tune_threads
 from daemon.status import status_path
 from daemon.store import audit
 from daemon.store.connection import integrity_problems, translate
@@ -200,6 +200,7 @@ class Service:
 
     async def run(self) -> None:
         settings, clock = self.settings, self.clock
+        tune_threads()
         with hold_lock(settings, "run", clock.now()):
             async with contextlib.AsyncExitStack() as stack:
                 conn = await stack.enter_async_context(open_store(settings))

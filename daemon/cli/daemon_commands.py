@@ -282,10 +282,12 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
 def sync(ctx: click.Context, session: str | None) -> None:
     """Save unsynced messages to memory now (all sessions, or SESSION)."""
     from daemon.lifecycle.recovery import sync_now
+    from daemon.process import tune_threads
 
     settings = settings_for(ctx)
     clock = SystemClock()
 
+    tune_threads()  # as the daemon's own passes run
     report = run_async(sync_now(settings, clock, session))
     if report is None:
         fail(f"no session matches {(session or '')[:80]!r} (see `memoryd sessions`)",

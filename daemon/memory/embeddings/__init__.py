@@ -23,13 +23,13 @@ import structlog
 
 from daemon.config import EmbeddingSettings
 from daemon.errors import EmbeddingError, EmbeddingLoading, EmbeddingUnavailable
-from daemon.heap import return_freed_memory
 from daemon.memory.embeddings import local, weights
 from daemon.memory.embeddings.base import (
     Embedder,
     Vectors,
     normalise,
 )
+from daemon.process import return_freed_memory
 
 log = structlog.get_logger("memoryd.memory.embeddings")
 
