@@ -141,7 +141,9 @@ class Digest:
         if self.interrupted:
             left.append("Ended mid-turn (interrupted or killed).")
         if self.open_items:
-            left.append("Open: " + "; ".join(self.open_items))
+            # "; " between items only: a reader (and `recall.context`, which counts
+            # them) splits the list there.
+            left.append("Open: " + "; ".join(t.replace("; ", ", ") for t in self.open_items))
         elif self.todos_done:
             left.append(TODOS_DONE)
         if self.unanswered:

@@ -345,3 +345,16 @@ def test_a_long_digest_keeps_how_the_session_was_left() -> None:
     assert "…" in text  # the parts above gave way
     short = Digest(source="claude", session="s", open_items=["one thing"]).render()
     assert short.splitlines()[-1] == "Open: one thing" and "…" not in short
+
+
+def test_open_items_are_counted_as_listed() -> None:
+    """An item that holds "; " itself stays one item: the list is split there when a
+    later session's block counts an older session's open items."""
+    from daemon.lifecycle.digest import Digest
+    from daemon.memory.recall.context import digest_text
+
+    items = ["migrate the schema; then backfill", "tag the release", "write docs"]
+    text = Digest(source="claude", session="s", open_items=items).render()
+    assert text.splitlines()[-1] == (
+        "Open: migrate the schema, then backfill; tag the release; write docs")
+    assert "Left 3 todo items open" in digest_text(text, open_said=True)
