@@ -24,6 +24,8 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+#: The fixtures and datasets beside the checkout (`SHARED_DIR` elsewhere, as the tests read it).
+SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
 MB = 1 << 20
 
 

@@ -57,9 +57,9 @@ from typing import Any
 
 import yaml
 
-from benchmarks._common import REPO, machine, median, percentile
+from benchmarks._common import REPO, SHARED, machine, median, percentile
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "transcripts"
+FIXTURES = SHARED / "fixtures" / "transcripts"
 #: Public real sessions that the fixtures lack: projects whose sessions leave todos open.
 DATA = REPO / "benchmarks" / "data" / "continuation"
 DEFAULT_BASELINE = "8bfaf18"

@@ -46,9 +46,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import REPO, isolate_this_process, machine, sql_value
+from benchmarks._common import REPO, SHARED, isolate_this_process, machine, sql_value
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "transcripts" / "claude"
+FIXTURES = SHARED / "fixtures" / "transcripts" / "claude"
 _USER_LINE = re.compile(r"^\[(\d+)\] user: (.+)$", re.M)
 
 

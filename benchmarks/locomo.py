@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from benchmarks._common import REPO, isolate_this_process, machine, percentile, write_config
+from benchmarks._common import REPO, SHARED, isolate_this_process, machine, percentile, write_config
 from daemon.clock import SystemClock
 from daemon.config import load_settings
 from daemon.ingest.once import ingest_once
@@ -76,7 +76,7 @@ from daemon.memory.embeddings.local import LocalEmbedder
 from daemon.memory.recall.fusion import VECTOR_WEIGHT
 from daemon.memory.records import memory_to_record
 
-DATA = REPO.parent / "shared" / "datasets" / "locomo10.json"
+DATA = SHARED / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 MODES = ("cli", "none", "local", "hybrid", "hybrid-rrf")
 CONTEXT_TOKENS = 1000

@@ -33,9 +33,9 @@ from typing import Any
 
 import structlog
 
-from benchmarks._common import REPO, isolate_this_process, machine, write_config
+from benchmarks._common import REPO, SHARED, isolate_this_process, machine, write_config
 
-DATA = REPO.parent / "shared" / "datasets" / "longmemeval-dev" / "longmemeval-dev.jsonl.gz"
+DATA = SHARED / "datasets" / "longmemeval-dev" / "longmemeval-dev.jsonl.gz"
 
 
 def load(path: Path) -> list[dict[str, Any]]:

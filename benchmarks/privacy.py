@@ -35,9 +35,9 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks._common import REPO, isolated_env, machine, memoryd_command, write_config
+from benchmarks._common import SHARED, isolated_env, machine, memoryd_command, write_config
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "transcripts" / "claude"
+FIXTURES = SHARED / "fixtures" / "transcripts" / "claude"
 
 
 def _token(rng: random.Random, n: int, alphabet: str = string.ascii_letters + string.digits
