@@ -549,6 +549,12 @@ class DigestBuilder:
             self._pending_request = None
             self._last_kind = "answer"
 
+    def build(self, messages: Iterable[Readable]) -> Digest:
+        """`add` each of `messages`, then `finish`."""
+        for message in messages:
+            self.add(message)
+        return self.finish()
+
     def finish(self) -> Digest:
         """The digest of the messages added, secrets masked in every part (what the
         session's own record says is `Digest.place`d on it). Once: the builder is spent."""
@@ -578,11 +584,8 @@ def build_digest(messages: Iterable[Readable], *, source: str, session: str,
                  project: str | None, title: str | None = None, worktree: str | None = None,
                  branch: str | None = None) -> Digest:
     """The digest of a session's messages, in order. Secrets are masked in every part."""
-    builder = DigestBuilder(source=source, session=session, project=project,
-                            worktree=worktree)
-    for message in messages:
-        builder.add(message)
-    digest = builder.finish()
+    digest = DigestBuilder(source=source, session=session, project=project,
+                           worktree=worktree).build(messages)
     digest.place(branch=branch, title=title)
     return digest
 

@@ -579,10 +579,7 @@ class Recovery:
             messages = await store.digest_messages(self._conn, session.id, end)
             if not messages:
                 return None
-            builder = _digest_builder(session)
-            for message in messages:
-                builder.add(message)
-            digest = builder.finish()
+            digest = _digest_builder(session).build(messages)
         digest.place(branch=due.git_branch, title=due.title)
         return digest
 
