@@ -36,7 +36,7 @@ import contextlib
 import re
 import sys
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any
 
@@ -259,6 +259,56 @@ _DIGITS = "0123456789"
 _HARMLESS_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::1"})
 
 
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+#: What an IBAN, and an IPv6 address, open with: every match of `_IBAN` and `_IPV6`
+#: begins one of these, and none can begin inside one (those characters are all word
+#: characters, which both patterns refuse before them).
+_IBAN_START = re.compile(r"[A-Z]{2}\d{2}")
+_IPV6_START = re.compile(r"[0-9A-Fa-f]{1,4}:")
+
+
+def _digit_runs(text: str) -> list[int]:
+    """Where each run of digits (as `\\d` reads them) begins."""
+    return _starts(_DIGIT_RUN, text)
+
+
+def _starts(pattern: re.Pattern[str], text: str) -> list[int]:
+    return [found.start() for found in pattern.finditer(text)]
+
+
+def _positions(text: str, char: str) -> list[int]:
+    found = []
+    at = text.find(char)
+    while at >= 0:
+        found.append(at)
+        at = text.find(char, at + 1)
+    return found
+
+
+def _sub_at(pattern: re.Pattern[str], starts: Iterable[int], text: str,
+            repl: str | Callable[[re.Match[str]], str]) -> str:
+    """`pattern.sub(repl, text)` (`repl` taken literally), a match tried only at `starts`,
+    in ascending order: the same text when no match of `pattern` begins anywhere else.
+    `re` finds no quick way through text for a pattern that opens with a lookbehind: on a
+    message of 4 KB each such `sub` took 100-300 us, finding the digit runs a few."""
+    out: list[str] = []
+    last = 0
+    for start in starts:
+        if start < last:
+            continue
+        match = pattern.match(text, start)
+        if match is None:
+            continue
+        out += (text[last:start], repl(match) if callable(repl) else repl)
+        last = match.end()
+    if not out:
+        return text
+    out.append(text[last:])
+    return "".join(out)
+
+
 def _luhn(digits: str) -> bool:
     total = 0
     for position, char in enumerate(reversed(digits)):
@@ -297,16 +347,19 @@ def mask_personal(text: str) -> str:
     digits = sum(map(text.count, _DIGITS))  # ten scans in C: most text has few digits
     if digits < 7:
         return text
+    # Cards, SSNs, IPv4 addresses and phone numbers begin a run of digits (their
+    # lookbehinds refuse a digit before them), or a phone number its "+" or "(".
     if digits >= 13:
-        text = _CARD.sub(_mask_card, text)
-        text = _IBAN.sub(_mask_iban, text)
+        text = _sub_at(_CARD, _digit_runs(text), text, _mask_card)
+        text = _sub_at(_IBAN, _starts(_IBAN_START, text), text, _mask_iban)
     if "-" in text:
-        text = _SSN.sub("[REDACTED:ssn]", text)
-    text = _PHONE.sub("[REDACTED:phone]", text)
+        text = _sub_at(_SSN, _digit_runs(text), text, "[REDACTED:ssn]")
+    text = _sub_at(_PHONE, sorted([*_digit_runs(text), *_positions(text, "+"),
+                                   *_positions(text, "(")]), text, "[REDACTED:phone]")
     if text.count(".") >= 3:
-        text = _IPV4.sub(_mask_ip, text)
+        text = _sub_at(_IPV4, _digit_runs(text), text, _mask_ip)
     if "::" in text or text.count(":") >= 7:
-        text = _IPV6.sub(_mask_ip, text)
+        text = _sub_at(_IPV6, _starts(_IPV6_START, text), text, _mask_ip)
     return text
 
 
