@@ -143,12 +143,16 @@ _SUPERSEDES = "UPDATE memories SET supersedes = ? WHERE id = ?"
 #: message index, uuids (as JSON text).
 ChunkSpan = tuple[int, int, int, str, int | None, int | None, str]
 
-#: Statements bind at most this many values (SQLite's default limit since 3.32, and
-#: the lowest this module meets: a build with a lower one is asked at run time).
+#: Statements bind at most this many values: SQLite's default limit since 3.32 (a
+#: build with a lower one is asked, `Connection.getlimit`).
 MAX_VARIABLES = 32_766
+#: The most rows one statement inserts. Statements come in power-of-two sizes up to it:
+#: `sqlite3` keeps each distinct statement prepared (128 per connection), and one of
+#: many rows holds ~2 KB a row, so a size per batch kept 71 MB after 150 batches.
+MAX_ROWS = 512
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def _insert_chunks_sql(rows: int) -> str:
     """Chunks in one statement, bound as values (memory seq, *ChunkSpan, the memory's
     project): a batch's index work then runs in one step outside Python's lock, instead
@@ -162,20 +166,25 @@ def _insert_chunks_sql(rows: int) -> str:
             f" FROM (VALUES {values})")
 
 
-def _per_statement(conn: sqlite3.Connection, width: int) -> int:
-    """How many rows of `width` values one statement may bind on `conn`."""
+def _cuts(conn: sqlite3.Connection, width: int, count: int) -> Iterator[tuple[int, int]]:
+    """(start, size) of the statements that insert `count` rows of `width` values on
+    `conn`: sizes are powers of two, at most MAX_ROWS and what the limit allows."""
     limit = min(MAX_VARIABLES, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
-    return max(1, limit // width)
+    largest = max(1, min(MAX_ROWS, limit // width))
+    largest = 1 << (largest.bit_length() - 1)
+    at = 0
+    while at < count:
+        size = min(largest, 1 << ((count - at).bit_length() - 1))
+        yield at, size
+        at += size
 
 
 def _insert_chunk_rows(conn: sqlite3.Connection,
                        chunks: Sequence[tuple[int, str | None, ChunkSpan]]) -> None:
-    """Insert (memory seq, memory project, span) chunks, as few statements as the limit
-    on bound values allows."""
-    per = _per_statement(conn, 9)
-    for at in range(0, len(chunks), per):
-        part = chunks[at:at + per]
-        conn.execute(_insert_chunks_sql(len(part)),
+    """Insert (memory seq, memory project, span) chunks, in the statements `_cuts` gives."""
+    for at, size in _cuts(conn, 9, len(chunks)):
+        part = chunks[at:at + size]
+        conn.execute(_insert_chunks_sql(size),
                      [v for seq, project, span in part for v in (seq, *span, project)]).close()
 
 
@@ -234,15 +243,14 @@ def _insert_new(conn: sqlite3.Connection, memories: list[Memory]) -> dict[str, i
     """Insert each of `memories` neither stored yet nor hard-forgotten; the seq of each
     inserted, by id. One statement (one step outside Python's lock, where a statement a
     row must take the lock back after each, waiting for the event loop's thread to let
-    it go) for as many rows as the limit on bound values allows."""
+    it go) for as many rows as `_cuts` allows."""
     if not memories:
         return {}
     # The write lock is held (BEGIN IMMEDIATE): every row past the last seq is one of these.
     before = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM memories").fetchone()[0]
-    per = _per_statement(conn, len(COLUMNS) + 1)
-    for at in range(0, len(memories), per):
-        part = memories[at:at + per]
-        conn.execute(insert_many(len(part)), [
+    for at, size in _cuts(conn, len(COLUMNS) + 1, len(memories)):
+        part = memories[at:at + size]
+        conn.execute(insert_many(size), [
             v for position, memory in enumerate(part, at)
             for v in (position, *row_params(memory))]).close()
     # As one row (one step): a row a step takes the lock back a row.

@@ -25,7 +25,7 @@ INSERT_ONCE = (
 )
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def insert_many(rows: int) -> str:
     """INSERT_ONCE for `rows` rows in one statement, bound as values: each row its
     position, then its `row_params` (the rows' seq follow the positions). One step
