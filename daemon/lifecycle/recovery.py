@@ -66,6 +66,10 @@ log = structlog.get_logger("memoryd.recovery")
 
 #: Messages read per page; a segment never needs more than its size bound anyway.
 PAGE = 500
+#: Digests a pass builds before it saves them, and digests it reads a page: a backfill
+#: of thousands of sessions held every one until the pass ended (20 MB for 6,000 short
+#: sessions), and Python keeps the heap such a peak leaves behind.
+DIGESTS_IN_HAND = 128
 BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
 
 Item = TypeVar("Item")
@@ -251,13 +255,17 @@ class Recovery:
                 pages.next_up = self._first_page(candidates[position + 1:], force=force)
                 await self._sync_session(session, force=force, report=report, saving=saving,
                                          settle=settle_questions or not force, pages=pages)
+                if len(self._built) >= DIGESTS_IN_HAND:
+                    await saving.settle()  # a digest is saved once its messages are
+                    await self._sync_digests(report, sorted(self._built))
+                    self._built.clear()  # any not saved are built again from the store
             await saving.settle()
         finally:
             await saving.abandon()
             await pages.close()
         report.sessions = len(saving.touched)
         await self._sync_summaries(session_id, report)
-        await self._sync_digests(session_id, report)
+        await self._sync_digests(report, None if session_id is None else [session_id])
         if (report.segments_saved or report.summaries_saved or report.requests_saved
                 or report.digests_saved):
             log.info("synced", sessions=report.sessions, segments=report.segments_saved,
@@ -536,34 +544,45 @@ class Recovery:
             await store.mark_summary_synced(self._conn, summary.id, self._clock.now())
             report.summaries_saved += 1
 
-    async def _sync_digests(self, session_id: int | None, report: SyncReport) -> None:
-        """Each session whose saved messages moved on gets its digest built again from
-        them; a new version supersedes the last (history kept), an unchanged one is the
-        same id, stored once. Built from what memory holds (`memory_sync_index`), so a
-        digest never names a message that memory does not."""
-        for due in await store.digests_due(self._conn, session_id):
-            if self._stopping():
-                return
-            session = due.state
-            end = session.memory_sync_index
-            digest = await self._digest_of(due)
-            if digest is not None and digest.first_index is not None:
-                try:
-                    result = await self._retrying(self._backend.save_session_summary,
-                                                  SessionSummary(
-                        source=session.source, session_id=session.id,
-                        session_external_id=session.external_id, project=session.project,
-                        kind=DIGEST_KIND, content=redact(digest.render()),
-                        first_index=digest.first_index, last_index=digest.last_index,
-                        message_uuids=(), started_at=digest.started_at,
-                        ended_at=digest.ended_at,
-                        private_to=self._private_to(session.source)))
-                except BackendError as exc:
-                    log.warning("digest_sync_failed", session_id=session.id, error=str(exc))
+    async def _sync_digests(self, report: SyncReport, session_ids: list[int] | None) -> None:
+        """Each session whose saved messages moved on (of `session_ids`, or any) gets its
+        digest built again from them; a new version supersedes the last (history kept),
+        an unchanged one is the same id, stored once. Built from what memory holds
+        (`memory_sync_index`), so a digest never names a message that memory does not."""
+        after = 0
+        while True:
+            page = await store.digests_due(self._conn, session_ids, after=after,
+                                           limit=DIGESTS_IN_HAND)
+            for due in page:
+                if self._stopping() or not await self._sync_digest(due, report):
                     return
-                if result.created:
-                    report.digests_saved += 1
-            await store.mark_digested(self._conn, session.id, end)
+            if len(page) < DIGESTS_IN_HAND:
+                return
+            after = page[-1].state.id
+
+    async def _sync_digest(self, due: store.DigestDue, report: SyncReport) -> bool:
+        """Save one session's digest; False when the backend failed (the rest wait)."""
+        session = due.state
+        end = session.memory_sync_index
+        digest = await self._digest_of(due)
+        if digest is not None and digest.first_index is not None:
+            try:
+                result = await self._retrying(self._backend.save_session_summary,
+                                              SessionSummary(
+                    source=session.source, session_id=session.id,
+                    session_external_id=session.external_id, project=session.project,
+                    kind=DIGEST_KIND, content=redact(digest.render()),
+                    first_index=digest.first_index, last_index=digest.last_index,
+                    message_uuids=(), started_at=digest.started_at,
+                    ended_at=digest.ended_at,
+                    private_to=self._private_to(session.source)))
+            except BackendError as exc:
+                log.warning("digest_sync_failed", session_id=session.id, error=str(exc))
+                return False
+            if result.created:
+                report.digests_saved += 1
+        await store.mark_digested(self._conn, session.id, end)
+        return True
 
     async def _digest_of(self, due: store.DigestDue) -> Digest | None:
         """The digest of a session's messages saved to memory: the one this pass built

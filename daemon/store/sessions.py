@@ -227,18 +227,19 @@ class DigestDue:
     title: str | None = None
 
 
-async def digests_due(conn: aiosqlite.Connection,
-                      session_id: int | None = None) -> list[DigestDue]:
-    """Sessions with messages saved to memory since their digest was last built."""
+async def digests_due(conn: aiosqlite.Connection, session_ids: Sequence[int] | None = None,
+                      *, after: int = 0, limit: int = -1) -> list[DigestDue]:
+    """Sessions with messages saved to memory since their digest was last built (of
+    `session_ids`, or any), by id, from the first above `after`, at most `limit`."""
     sql = (f"SELECT {_SYNC_COLUMNS}, digest_index, git_branch,"
            " (SELECT content FROM session_summaries t WHERE t.session_id = sessions.id"
            "  AND t.kind = 'summary' ORDER BY t.id DESC LIMIT 1)"
-           " FROM sessions WHERE memory_sync_index > digest_index")
-    params: tuple[object, ...] = ()
-    if session_id is not None:
-        sql += " AND id = ?"
-        params = (session_id,)
-    async with conn.execute(sql + " ORDER BY id", params) as cursor:
+           " FROM sessions WHERE memory_sync_index > digest_index AND id > ?")
+    params: list[object] = [after]
+    if session_ids is not None:
+        sql += f" AND id IN ({', '.join('?' * len(session_ids))})"
+        params.extend(session_ids)
+    async with conn.execute(sql + " ORDER BY id LIMIT ?", (*params, limit)) as cursor:
         return [DigestDue(_sync_state(row), row[10], row[11], row[12])
                 for row in await cursor.fetchall()]
 

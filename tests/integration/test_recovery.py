@@ -677,14 +677,29 @@ class _DigestsFromTheStore(Recovery):
         return await super()._digest_of(due)
 
 
+@pytest.mark.parametrize("in_hand", [None, 3])
 async def test_digests_built_while_saving_match_those_built_from_the_store(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_hand: int | None) -> None:
     """A pass that saves a session from its first message builds the digest from the
     messages it saved, without reading them again; on the real transcripts of the three
-    agents, every digest is the one built afterwards from the store."""
+    agents, every digest is the one built afterwards from the store. A pass over many
+    sessions saves its digests every few sessions (`DIGESTS_IN_HAND`, here 3 as well)
+    instead of holding them all to its end, and that changes none of them."""
     import shutil
 
+    from daemon.lifecycle import recovery as recovery_module
     from daemon.store import sessions as store
+
+    held: list[int] = []
+    if in_hand is not None:
+        monkeypatch.setattr(recovery_module, "DIGESTS_IN_HAND", in_hand)
+        sync_session = Recovery._sync_session
+
+        async def counting(self: Recovery, *args: Any, **kwargs: Any) -> None:
+            await sync_session(self, *args, **kwargs)
+            held.append(len(self._built))
+
+        monkeypatch.setattr(Recovery, "_sync_session", counting)
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     roots = lay_out_fixtures(tmp_path / "agents")
@@ -730,6 +745,8 @@ async def test_digests_built_while_saving_match_those_built_from_the_store(
             assert reads == []  # no session's messages were read twice
     assert len(reads) == len(found[1])
     assert found[0] == found[1]
+    if in_hand is not None:
+        assert max(held) == in_hand and len(held) > 4 * in_hand
     texts = "\n".join(d[3] for d in found[0])
     # What the comparison covers: branches, commands with outcomes, files, each agent.
     assert all(f"{agent} session" in texts for agent in ("claude", "codex", "gemini"))
