@@ -52,9 +52,10 @@ from daemon.memory import MemoryBackend
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.opening import open_memory_backend
-from daemon.memory.protocol import vector_queue
+from daemon.memory.protocol import release_memory, vector_queue
 from daemon.notify import Notifier
 from daemon.process import return_freed_memory, tune_threads
+from daemon.sqlite import shrink_memory
 from daemon.status import status_path
 from daemon.store import audit
 from daemon.store.connection import integrity_problems, translate
@@ -84,8 +85,9 @@ AUDIT_EXPIRY_INTERVAL = 24 * 3600.0
 INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
 MODEL_IDLE_RELEASE = 300.0
-#: A recovery pass that saved at least this many segments (a backfill) hands the heap
-#: it freed back to the system: an idle daemon is not the size of its busiest hour.
+#: Once recovery goes quiet after saving at least this many segments (a backfill), the
+#: daemon hands back SQLite's page caches and the heap it freed: an idle daemon is not
+#: the size of its busiest hour.
 TRIM_AFTER_SEGMENTS = 1000
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
@@ -144,6 +146,8 @@ class Service:
         self._api_conn: aiosqlite.Connection | None = None
         self._jobs_conn: aiosqlite.Connection | None = None
         self._distill_conn: aiosqlite.Connection | None = None
+        self._store_conns: list[aiosqlite.Connection] = []
+        self._saved_since_release = 0  # segments recovery saved since memory was handed back
         self._distiller: Distiller | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -217,6 +221,8 @@ class Service:
                         open_store(settings))
                     stack.push_async_callback(self._close_distiller)
                 stack.push_async_callback(self._close_backend)
+                self._store_conns = [c for c in (conn, jobs_conn, self._api_conn,
+                                                 self._distill_conn) if c is not None]
                 scheduler = self._scheduler(jobs_conn)
                 ingester = self._ingester = Ingester(conn, settings, clock)
                 await ingester.load()
@@ -419,6 +425,14 @@ class Service:
         for task in self._background:
             task.cancel()
 
+    async def _release_memory(self) -> None:
+        """After a backfill: SQLite's page caches and the freed heap back to the system."""
+        for conn in self._store_conns:
+            await shrink_memory(conn)
+        await release_memory(self._backend)
+        return_freed_memory()
+        log.info("memory_released")
+
     async def _close_backend(self) -> None:
         if self._backend is not None:
             await self._backend.close()
@@ -433,8 +447,11 @@ class Service:
             if recovery is not None:
                 async with self._sync_lock:
                     report = await recovery.run()
-                    if report.segments_saved >= TRIM_AFTER_SEGMENTS:
-                        return_freed_memory()
+                    self._saved_since_release += report.segments_saved
+                    if (report.segments_saved == 0
+                            and self._saved_since_release >= TRIM_AFTER_SEGMENTS):
+                        self._saved_since_release = 0
+                        await self._release_memory()
                     if not self.stop_event.is_set():
                         await self._upgrade_step(conn)
 

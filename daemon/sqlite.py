@@ -108,6 +108,14 @@ async def connect(path: Path, *, translate: Translate, pragmas: Sequence[str],
     return conn
 
 
+async def shrink_memory(conn: aiosqlite.Connection) -> None:
+    """Hand back the connection's page cache (`PRAGMA shrink_memory`): up to 2 MB each,
+    filled by a backfill and otherwise kept for the connection's life. Pages are read
+    again on demand, from the system's file cache. A closed connection has none."""
+    with suppress(sqlite3.Error, ValueError):
+        await conn.execute("PRAGMA shrink_memory")
+
+
 def statements(script: str) -> list[str]:
     """A script's statements, keeping trigger bodies (BEGIN ... END;) whole."""
     found: list[str] = []

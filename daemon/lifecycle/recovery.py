@@ -22,7 +22,8 @@ leaves the index where it was; transient failures are retried briefly
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -70,6 +71,8 @@ PAGE = 500
 #: of thousands of sessions held every one until the pass ended (20 MB for 6,000 short
 #: sessions), and Python keeps the heap such a peak leaves behind.
 DIGESTS_IN_HAND = 128
+#: Sessions a pass reads at a time, for the same reason.
+SESSIONS_PAGE = 256
 BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
 
 Item = TypeVar("Item")
@@ -201,6 +204,28 @@ class _Pages:
                 await page
 
 
+class _Candidates:
+    """The sessions a pass saves, oldest first, read a page at a time, and those read
+    already that come next (where the pass looks ahead for the page to read next)."""
+
+    def __init__(self, conn: aiosqlite.Connection, session_id: int | None) -> None:
+        self._conn = conn
+        self._session_id = session_id
+        self.waiting: deque[SessionSyncState] = deque()
+        self._after = 0
+        self._more = True
+
+    async def next(self) -> SessionSyncState | None:
+        if len(self.waiting) < 2 and self._more:
+            page = await store.sessions_to_sync(self._conn, self._session_id,
+                                                after=self._after, limit=SESSIONS_PAGE)
+            self._more = self._session_id is None and len(page) == SESSIONS_PAGE
+            if page:
+                self._after = page[-1].id
+            self.waiting.extend(page)
+        return self.waiting.popleft() if self.waiting else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Built:
     """A session's digest built by this pass from the messages it saved before `end`."""
@@ -243,16 +268,16 @@ class Recovery:
         """
         report = SyncReport()
         self._built = {}
-        candidates = await store.sessions_to_sync(self._conn, session_id)
+        candidates = _Candidates(self._conn, session_id)
         saving = _Saving()
         pages = _Pages(self._conn)
         try:
-            for position, session in enumerate(candidates):
+            while (session := await candidates.next()) is not None:
                 if self._stopping():
                     break
                 if not force and self._backing_off(session.id):
                     continue
-                pages.next_up = self._first_page(candidates[position + 1:], force=force)
+                pages.next_up = self._first_page(candidates.waiting, force=force)
                 await self._sync_session(session, force=force, report=report, saving=saving,
                                          settle=settle_questions or not force, pages=pages)
                 if len(self._built) >= DIGESTS_IN_HAND:
@@ -273,7 +298,8 @@ class Recovery:
                      requested_memories=report.requests_saved, digests=report.digests_saved)
         return report
 
-    def _first_page(self, later: list[SessionSyncState], *, force: bool) -> _PageKey | None:
+    def _first_page(self, later: Iterable[SessionSyncState], *,
+                    force: bool) -> _PageKey | None:
         """The page `_read_and_save` reads first for the next of `later` it will save."""
         for session in later:
             if not force and self._backing_off(session.id):

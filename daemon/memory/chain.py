@@ -76,6 +76,7 @@ from daemon.memory.protocol import (
     ProjectRelabel,
     RecallOrder,
     Relabelled,
+    release_memory,
     vector_queue,
 )
 from daemon.memory.records import from_utc_text, memory_to_record, to_utc_text
@@ -650,6 +651,11 @@ class ChainBackend:
                 if done:
                     return done
         return 0
+
+    async def release_memory(self) -> None:
+        for layer in self.layers:
+            await release_memory(layer.backend)
+        await self.outbox.release_memory()
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Into the primary; while it is down (or its outbox waits), into the next layer

@@ -38,6 +38,7 @@ from daemon.memory.models import (
     Turn,
 )
 from daemon.memory.records import from_utc_text, to_utc_text
+from daemon.sqlite import shrink_memory
 
 log = structlog.get_logger("memoryd.memory.outbox")
 
@@ -268,6 +269,10 @@ class Outbox:
         return Entry(row["seq"], row["layer"], row["op"], row["key"], json.loads(row["payload"]),
                      row["stored_in"], from_utc_text(row["created_at"]), row["attempts"],
                      row["last_error"], bool(row["parked"]))
+
+    async def release_memory(self) -> None:
+        if self._conn is not None:
+            await shrink_memory(self._conn)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -99,6 +99,22 @@ def vector_queue(backend: object) -> VectorQueue | None:
 
 
 @runtime_checkable
+class MemoryRelease(Protocol):
+    """A backend holding caches in the daemon's process (SQLite's pages) that it can hand
+    back once a burst of work is over."""
+
+    async def release_memory(self) -> None:
+        """Drop what can be read again; never fails."""
+        ...
+
+
+async def release_memory(backend: object) -> None:
+    """`backend.release_memory()` when it has such caches."""
+    if isinstance(backend, MemoryRelease):
+        await backend.release_memory()
+
+
+@runtime_checkable
 class SegmentBatch(Protocol):
     """A backend that saves several segments in one transaction (recovery's batches)."""
 

@@ -133,16 +133,18 @@ async def mark_ended(conn: aiosqlite.Connection, session_id: int) -> bool:
 
 
 async def sessions_to_sync(
-    conn: aiosqlite.Connection, session_id: int | None = None
+    conn: aiosqlite.Connection, session_id: int | None = None, *, after: int = 0,
+    limit: int = -1,
 ) -> list[SessionSyncState]:
-    """Sessions with messages not yet saved to memory (or the one asked for), oldest first."""
+    """Sessions with messages not yet saved to memory (or the one asked for), oldest
+    first, from the first above `after`, at most `limit`."""
     if session_id is not None:
         sql = f"SELECT {_SYNC_COLUMNS} FROM sessions WHERE id = ?"
         params: tuple[object, ...] = (session_id,)
     else:
         sql = (f"SELECT {_SYNC_COLUMNS} FROM sessions WHERE message_count > memory_sync_index"
-               " ORDER BY id")
-        params = ()
+               " AND id > ? ORDER BY id LIMIT ?")
+        params = (after, limit)
     async with conn.execute(sql, params) as cursor:
         return [_sync_state(row) for row in await cursor.fetchall()]
 

@@ -103,3 +103,53 @@ def test_an_embedding_endpoint_down_then_back_is_said_once_each(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
+
+
+def test_a_backfill_hands_its_memory_back_once_when_it_is_over(tmp_path: Path) -> None:
+    """After a backfill (here 1,200 sessions, each a segment) the daemon hands SQLite's
+    page caches and the freed heap back once, when recovery has gone quiet: not during
+    the backfill, and not again on every quiet pass after it."""
+    from helpers import unsynced_messages
+
+    old = "2026-01-01T00:00:00.000Z"
+    for n in range(1200):
+        folder = tmp_path / "claude" / f"-p{n % 6}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"s{n}.jsonl").write_text("".join(json.dumps({
+            "type": role, "uuid": f"u{n}-{i}", "sessionId": f"s{n}", "cwd": "/p",
+            "timestamp": old, "message": {"role": role, "content": f"step {i} of task {n}"}})
+            + "\n" for i, role in enumerate(("user", "assistant"))))
+    state = tmp_path / "state"
+    config = write_config(tmp_path / "config.yaml", state, {"claude": tmp_path / "claude"},
+                          sync_delay=0, sync_max_lag="1s", sync_check_interval="0.5s",
+                          log_format="json", memory={"embeddings": {"provider": "none"}})
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                                stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+
+        def records() -> list[dict[str, object]]:
+            found = []
+            for line in log_path.read_text().splitlines():
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue
+            return found
+
+        wait_for(lambda: any(r.get("event") == "memory_released" for r in records()),
+                 timeout=90, what="memory handed back")
+        assert unsynced_messages(state / "memoryd.db") == 0
+        time.sleep(3)  # several quiet passes more
+        seen = [r for r in records() if r.get("event") in ("synced", "memory_released")]
+        assert [r["event"] for r in seen].count("memory_released") == 1
+        released = [r["event"] for r in seen].index("memory_released")
+        saved = sum(int(str(r.get("segments", 0))) for r in seen[:released])
+        assert saved >= 1200 and all(r["event"] != "synced" or not r.get("segments")
+                                     for r in seen[released:])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)

@@ -683,16 +683,28 @@ async def test_digests_built_while_saving_match_those_built_from_the_store(
     """A pass that saves a session from its first message builds the digest from the
     messages it saved, without reading them again; on the real transcripts of the three
     agents, every digest is the one built afterwards from the store. A pass over many
-    sessions saves its digests every few sessions (`DIGESTS_IN_HAND`, here 3 as well)
-    instead of holding them all to its end, and that changes none of them."""
+    sessions reads them a page at a time and saves its digests every few sessions
+    (`SESSIONS_PAGE`, `DIGESTS_IN_HAND`: here 2 and 3 as well) instead of holding them
+    all to its end, and that changes none of them."""
     import shutil
 
     from daemon.lifecycle import recovery as recovery_module
     from daemon.store import sessions as store
 
     held: list[int] = []
+    listed: list[int] = []
     if in_hand is not None:
         monkeypatch.setattr(recovery_module, "DIGESTS_IN_HAND", in_hand)
+        # ...and reads the sessions to save a few at a time.
+        monkeypatch.setattr(recovery_module, "SESSIONS_PAGE", 2)
+        to_sync = store.sessions_to_sync
+
+        async def listing(*args: Any, **kwargs: Any) -> Any:
+            found = await to_sync(*args, **kwargs)
+            listed.append(len(found))
+            return found
+
+        monkeypatch.setattr(store, "sessions_to_sync", listing)
         sync_session = Recovery._sync_session
 
         async def counting(self: Recovery, *args: Any, **kwargs: Any) -> None:
@@ -747,6 +759,7 @@ async def test_digests_built_while_saving_match_those_built_from_the_store(
     assert found[0] == found[1]
     if in_hand is not None:
         assert max(held) == in_hand and len(held) > 4 * in_hand
+        assert max(listed) == 2 and len(listed) > len(held) / 2
     texts = "\n".join(d[3] for d in found[0])
     # What the comparison covers: branches, commands with outcomes, files, each agent.
     assert all(f"{agent} session" in texts for agent in ("claude", "codex", "gemini"))

@@ -16,6 +16,7 @@ from daemon.errors import BackendError, BackendUnavailable
 from daemon.memory import ConversationSegment, SQLiteMemoryBackend
 from daemon.memory.backends.sqlite import backend as sqlite_module
 from daemon.memory.backends.sqlite.schema import LATEST_VERSION, translate
+from daemon.memory.protocol import save_segments
 
 
 @pytest.fixture
@@ -379,3 +380,42 @@ async def test_batches_of_every_size_keep_sqlite_small(tmp_path: Path) -> None:
             await backend.save_conversation_segments(segments)
         used = (lib.sqlite3_memory_used() - before) / 1e6
     assert used < 12, f"SQLite holds {used:.1f} MB"
+
+
+@pytest.mark.parametrize("layers", [None, ["sqlite", "jsonl"]])
+async def test_a_backfill_s_page_cache_is_handed_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layers: list[str] | None) -> None:
+    """After a burst of saves SQLite keeps its page cache (up to 2 MB a connection) for the
+    connection's life; `release_memory` (what the daemon calls once a backfill is over)
+    hands it back, through a chain of layers as well, and memory still answers."""
+    import ctypes
+    import ctypes.util
+
+    from daemon.config import load_settings
+    from daemon.memory.opening import open_layers
+    from daemon.memory.protocol import release_memory
+
+    name = ctypes.util.find_library("sqlite3")
+    if name is None:
+        pytest.skip("SQLite is not a shared library here")
+    lib = ctypes.CDLL(name)
+    lib.sqlite3_memory_used.restype = ctypes.c_int64
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), sources=[],
+                             memory={"backends": layers} if layers else {})
+    backend = await open_layers(settings, FakeClock(), None)
+    try:
+        for n in range(30):
+            await save_segments(backend, [ConversationSegment(
+                source="claude", session_id=n, session_external_id=f"s{n}", project="/p",
+                first_index=i * 2, last_index=i * 2 + 1,
+                text=f"user: step {n} {i} of the migration " + "detail " * 300,
+                message_uuids=(f"u{n}-{i}",)) for i in range(40)])
+        held = lib.sqlite3_memory_used()
+        await release_memory(backend)
+        freed = (held - lib.sqlite3_memory_used()) / 1e6
+        assert freed > 1.0, f"handed back {freed:.2f} MB"
+        found = await backend.recall("step 29 7 of the migration", limit=1)
+        assert found and found[0].provenance.session_id == 29
+    finally:
+        await backend.close()

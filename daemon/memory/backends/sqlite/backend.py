@@ -97,7 +97,7 @@ from daemon.memory.records import (
     record_to_memory,
     to_utc_text,
 )
-from daemon.sqlite import call_on_connection, immediate_transaction
+from daemon.sqlite import call_on_connection, immediate_transaction, shrink_memory
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from daemon.memory.backends.sqlite.vector_index import Floats, VectorIndex
@@ -1198,6 +1198,10 @@ class SQLiteMemoryBackend:
         count = max(cur.rowcount, 0)
         await cur.close()
         return count
+
+    async def release_memory(self) -> None:
+        if self._conn is not None:
+            await shrink_memory(self._conn)
 
     async def close(self) -> None:
         if self._index_loading is not None and not self._index_loading.done():
