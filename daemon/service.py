@@ -85,10 +85,12 @@ AUDIT_EXPIRY_INTERVAL = 24 * 3600.0
 INTEGRITY_INTERVAL = 24 * 3600.0
 #: An idle daemon drops the local model after this long without an embedding or query.
 MODEL_IDLE_RELEASE = 300.0
-#: Once recovery goes quiet after saving at least this many segments (a backfill), the
-#: daemon hands back SQLite's page caches and the heap it freed: an idle daemon is not
-#: the size of its busiest hour.
+#: Once recovery goes quiet after saving at least this many segments (a backfill), and
+#: once after start-up (which reads every file's state and every file), the daemon hands
+#: back SQLite's page caches and the heap it freed: an idle daemon is not the size of its
+#: busiest hour. "Quiet": a pass saved nothing and no file stored a line for RELEASE_QUIET s.
 TRIM_AFTER_SEGMENTS = 1000
+RELEASE_QUIET = 5.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: The distillation queue is looked at this often (when a model is configured); how many
@@ -148,6 +150,7 @@ class Service:
         self._distill_conn: aiosqlite.Connection | None = None
         self._store_conns: list[aiosqlite.Connection] = []
         self._saved_since_release = 0  # segments recovery saved since memory was handed back
+        self._release_after = 0  # ... that make the next quiet pass hand it back (0: start-up)
         self._distiller: Distiller | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -448,9 +451,13 @@ class Service:
                 async with self._sync_lock:
                     report = await recovery.run()
                     self._saved_since_release += report.segments_saved
+                    ingester = self._ingester
                     if (report.segments_saved == 0
-                            and self._saved_since_release >= TRIM_AFTER_SEGMENTS):
+                            and self._saved_since_release >= self._release_after
+                            and ingester is not None and ingester.passes_done > 0
+                            and not ingester.busy(RELEASE_QUIET)):
                         self._saved_since_release = 0
+                        self._release_after = TRIM_AFTER_SEGMENTS
                         await self._release_memory()
                     if not self.stop_event.is_set():
                         await self._upgrade_step(conn)

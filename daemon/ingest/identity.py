@@ -151,9 +151,9 @@ class Tracked:
     # way to skip re-reading a long partial line that has not changed since.
     stalled: tuple[int, str] | None = None
     rejected_logged: bool = False
-    # (device, inode, size, mtime_ns) when a turn last found nothing new: a later turn
+    # (device, inode, size, mtime_ns), packed, when a turn last found nothing new: a later turn
     # that stats the same is idle without opening the file (an idle daemon's polls).
-    idle_stat: tuple[int, int, int, int] | None = None
+    idle_stat: bytes | None = None
 
     @property
     def path(self) -> str:
@@ -227,6 +227,7 @@ class Resolver:
         for path, (candidate, st) in found.items():
             known = states.get(path)
             if known is not None and (known.device, known.inode) == (st.st_dev, st.st_ino):
+                known.path = candidate.path  # the same text: one string a file, not two
                 current = previous.get(path)
                 tracked[path] = (current if current is not None and current.state is known
                                  else Tracked(candidate, known))

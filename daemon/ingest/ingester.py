@@ -90,6 +90,11 @@ class Ingester:
         return self._clock.monotonic() - self._stored_at < within
 
     @property
+    def passes_done(self) -> int:
+        """Passes over the followed files finished since start (the first reads them all)."""
+        return self._passes_done
+
+    @property
     def tracked(self) -> dict[str, Tracked]:
         return self._tracked
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from datetime import datetime
@@ -277,7 +278,7 @@ async def load_states(conn: aiosqlite.Connection) -> list[FileState]:
     ) as cursor:
         rows = await cursor.fetchall()
     return [
-        FileState(path=r[0], source=r[1], device=r[2], inode=r[3], head_hash=r[4],
+        FileState(path=r[0], source=sys.intern(r[1]), device=r[2], inode=r[3], head_hash=r[4],
                   head_length=r[5], session_id=r[6], offset=r[7], last_message_index=r[8],
                   marker_hash=r[9], dedupe=bool(r[10]), rewrites=r[11], missing=bool(r[12]))
         for r in rows

@@ -108,7 +108,8 @@ def test_an_embedding_endpoint_down_then_back_is_said_once_each(
 def test_a_backfill_hands_its_memory_back_once_when_it_is_over(tmp_path: Path) -> None:
     """After a backfill (here 1,200 sessions, each a segment) the daemon hands SQLite's
     page caches and the freed heap back once, when recovery has gone quiet: not during
-    the backfill, and not again on every quiet pass after it."""
+    the backfill, and not again on every quiet pass after it. Restarted, it does so once
+    after its start-up (which reads every file's state and every file)."""
     from helpers import unsynced_messages
 
     old = "2026-01-01T00:00:00.000Z"
@@ -124,10 +125,14 @@ def test_a_backfill_hands_its_memory_back_once_when_it_is_over(tmp_path: Path) -
                           sync_delay=0, sync_max_lag="1s", sync_check_interval="0.5s",
                           log_format="json", memory={"embeddings": {"provider": "none"}})
     log_path = tmp_path / "daemon.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(memoryd_command("--config", str(config), "run"),
-                                env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
-                                stderr=log)
+
+    def start() -> subprocess.Popen[bytes]:
+        with log_path.open("wb") as log:
+            return subprocess.Popen(memoryd_command("--config", str(config), "run"),
+                                    env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
+                                    stderr=log)
+
+    proc = start()
     try:
         wait_ready(state, proc.pid)
 
@@ -150,6 +155,15 @@ def test_a_backfill_hands_its_memory_back_once_when_it_is_over(tmp_path: Path) -
         saved = sum(int(str(r.get("segments", 0))) for r in seen[:released])
         assert saved >= 1200 and all(r["event"] != "synced" or not r.get("segments")
                                      for r in seen[released:])
+
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        proc = start()
+        wait_ready(state, proc.pid)
+        wait_for(lambda: any(r.get("event") == "memory_released" for r in records()),
+                 timeout=60, what="memory handed back after start-up")
+        time.sleep(3)
+        assert [r.get("event") for r in records()].count("memory_released") == 1
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
