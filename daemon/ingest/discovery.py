@@ -8,6 +8,7 @@ import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 
 import structlog
@@ -33,34 +34,66 @@ class Candidate:
     parent_external_id: str | None = None
 
 
+def _parts_under(path: str, root: str) -> tuple[str, ...] | None:
+    """`path`'s parts below `root` as pathlib reads them (None when it is not below it),
+    without a Path for the usual normal form: pathlib interns every part it parses, and
+    Python's table of interned strings stays the size of its fullest (2 MB once 10,000
+    transcripts' names had passed through it)."""
+    if "//" in path or "/./" in path or path.endswith(("/", "/.")):
+        try:  # not in the normal form a walk or a notification gives: as pathlib reads it
+            return Path(path).relative_to(root).parts
+        except ValueError:
+            return None
+    if path == root:
+        return ()
+    prefix = root if root.endswith("/") else root + "/"
+    if not path.startswith(prefix):
+        return None
+    return tuple(path[len(prefix):].split("/"))
+
+
+@lru_cache(maxsize=16)
+def _root_names(root: str) -> tuple[str, str]:
+    """The names of a root's folder and of the root (pathlib's `parent.name`, `name`)."""
+    return Path(root).parent.name, Path(root).name
+
+
+def _stem_and_suffix(name: str) -> tuple[str, str]:
+    """pathlib's `stem` and `suffix` of a final component."""
+    at = name.rfind(".")
+    if 0 < at < len(name) - 1:
+        return name[:at], name[at:]
+    return name, ""
+
+
 def classify(path: str, source: SourceConfig) -> Candidate | None:
     """The candidate for `path` under `source`'s root, or None when it is not a transcript."""
-    p = Path(path)
-    try:
-        relative = p.relative_to(source.root)
-    except ValueError:
+    root = str(source.root)
+    parts = _parts_under(path, root)
+    if parts is None:
         return None
-    name = p.name
+    names = (*_root_names(root), *parts)  # the last two: the file's and its folder's
+    name = names[-1]
+    stem, suffix = _stem_and_suffix(name)
     if source.kind is SourceKind.CLAUDE:
-        if p.suffix != ".jsonl" or name == "journal.jsonl":
+        if suffix != ".jsonl" or name == "journal.jsonl":
             return None
-        parts = relative.parts
         if "subagents" in parts[:-1]:
             at = parts.index("subagents")
             parent = parts[at - 1] if at >= 1 else None
-            return Candidate(path, source.kind, Mode.LINES, p.stem, parent)
-        return Candidate(path, source.kind, Mode.LINES, p.stem)
+            return Candidate(path, source.kind, Mode.LINES, stem, parent)
+        return Candidate(path, source.kind, Mode.LINES, stem)
     if source.kind is SourceKind.CODEX:
-        if not (name.startswith("rollout-") and p.suffix == ".jsonl"):
+        if not (name.startswith("rollout-") and suffix == ".jsonl"):
             return None
-        match = _CODEX_ID.search(p.stem)
-        return Candidate(path, source.kind, Mode.LINES, match.group(1) if match else p.stem)
-    if p.parent.name != "chats":
+        match = _CODEX_ID.search(stem)
+        return Candidate(path, source.kind, Mode.LINES, match.group(1) if match else stem)
+    if names[-2] != "chats":
         return None
-    if p.suffix == ".json":
-        return Candidate(path, source.kind, Mode.DOCUMENT, p.stem)
-    if p.suffix == ".jsonl":
-        return Candidate(path, source.kind, Mode.LINES, p.stem)
+    if suffix == ".json":
+        return Candidate(path, source.kind, Mode.DOCUMENT, stem)
+    if suffix == ".jsonl":
+        return Candidate(path, source.kind, Mode.LINES, stem)
     return None
 
 
