@@ -144,6 +144,27 @@ async def test_quiet_session_pauses_and_new_line_reactivates(world: World, local
     assert sync_state(world)[0][3] == "active"
 
 
+async def test_the_lifecycle_check_reads_only_the_active_sessions(world: World) -> None:
+    """Every minute the check pauses quiet sessions: it must find the active ones by an
+    index, not read every session a store ever held (10,000 sessions refilled an idle
+    daemon's page cache with 2 MB each time)."""
+    async with open_store(world.settings) as conn:
+        await conn.executemany(
+            "INSERT INTO sessions (source, transcript_path, status, created_at)"
+            " VALUES ('claude', ?, ?, '2026-01-01T00:00:00Z')",
+            [(f"/t/{n}.jsonl", "active" if n % 100 == 0 else "paused") for n in range(2000)])
+        statements: list[str] = []
+        await conn.set_trace_callback(statements.append)
+        world.clock.advance(3600)
+        paused = await expire_stale_sessions(conn, world.clock, timedelta(minutes=30))
+        await conn.set_trace_callback(None)
+        assert len(paused) == 20
+        [update] = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+        async with conn.execute("EXPLAIN QUERY PLAN " + update) as cursor:
+            plan = " ".join(str(row[3]) for row in await cursor.fetchall())
+    assert "USING INDEX sessions_active" in plan, plan
+
+
 async def test_boundary_first_then_quiet_tail(world: World, backend: SQLiteMemoryBackend) -> None:
     """What precedes a compaction is saved at once; the open tail only once quiet."""
     (world.project / "compacted.jsonl").write_bytes(COMPACTED.read_bytes())

@@ -59,7 +59,7 @@ _NAMES = st.sampled_from([
 def _paths(draw: st.DrawFn) -> str:
     """Paths below a root, beside one, or anywhere, with the odd `//`, `/./`, `..` and
     trailing separator that only hand-written paths carry."""
-    head = draw(st.sampled_from(ROOTS + ["", ".", "/home/u", "/r2"]))
+    head = draw(st.sampled_from([*ROOTS, "", ".", "/home/u", "/r2"]))
     parts = draw(st.lists(_NAMES, max_size=5))
     sep = draw(st.sampled_from(["/", "/", "/", "//", "/./"]))
     path = head + "".join(sep + part if i or head else part for i, part in enumerate(parts))
