@@ -64,6 +64,7 @@ from daemon.memory.backends.sqlite.rows import (
     row_memory,
     row_params,
     row_provenance,
+    values,
 )
 from daemon.memory.backends.sqlite.schema import (
     BACKEND_NAME,
@@ -158,12 +159,11 @@ def _insert_chunks_sql(rows: int) -> str:
     project): a batch's index work then runs in one step outside Python's lock, instead
     of a step per chunk that must take the lock back each time. The scope token (schema
     v3) is `p<id>` of the memory's project, `p0` without one."""
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     return ("INSERT INTO memory_chunks (memory_seq, ordinal, start_char, end_char, content,"
             " first_index, last_index, message_uuids, scope)"
             " SELECT column1, column2, column3, column4, column5, column6, column7, column8,"
             " 'p' || COALESCE((SELECT id FROM memory_projects WHERE project = column9), 0)"
-            f" FROM (VALUES {values})")
+            f" FROM ({values(9, rows)})")
 
 
 def _cuts(conn: sqlite3.Connection, width: int, count: int) -> Iterator[tuple[int, int]]:

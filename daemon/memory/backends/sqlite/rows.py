@@ -25,22 +25,27 @@ INSERT_ONCE = (
 )
 
 
+def values(width: int, rows: int) -> str:
+    """A `VALUES` list of `rows` rows of `width` parameters each."""
+    row = f"({', '.join('?' * width)})"
+    return f"VALUES {', '.join([row] * rows)}"
+
+
 @functools.lru_cache(maxsize=16)
 def insert_many(rows: int) -> str:
     """INSERT_ONCE for `rows` rows in one statement, bound as values: each row its
     position, then its `row_params` (the rows' seq follow the positions). One step
     outside Python's lock, and no text parsed again: rows given as JSON cost a
     `json_extract` a column, each parsing the whole row, content and all."""
-    row = f"({', '.join('?' * (len(COLUMNS) + 1))})"
     return (f"INSERT INTO memories ({', '.join(COLUMNS)}) SELECT "
             + ", ".join(f"column{i + 2}" for i in range(len(COLUMNS)))
-            + f" FROM (VALUES {', '.join([row] * rows)}) WHERE NOT EXISTS (SELECT 1 FROM"
+            + f" FROM ({values(len(COLUMNS) + 1, rows)}) WHERE NOT EXISTS (SELECT 1 FROM"
             " memory_deletions WHERE memory_id = column2 AND mode = 'hard')"
             " ORDER BY column1 ON CONFLICT (id) DO NOTHING")
 
 
 __all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "insert_many",
-           "row_memory", "row_params", "row_provenance"]
+           "row_memory", "row_params", "row_provenance", "values"]
 
 # The versions of one correction chain, walked both ways from one id.
 CHAIN = """
