@@ -429,7 +429,8 @@ class Service:
             task.cancel()
 
     async def _release_memory(self) -> None:
-        """After a backfill: SQLite's page caches and the freed heap back to the system."""
+        """Once quiet after start-up or a backfill: SQLite's page caches and the freed heap
+        back to the system (see TRIM_AFTER_SEGMENTS)."""
         for conn in self._store_conns:
             await shrink_memory(conn)
         await release_memory(self._backend)
