@@ -56,6 +56,8 @@ RECENT_ITEMS = 4
 #: Digests of the project's latest sessions a session-start block looks at (near-duplicates
 #: are dropped and the budget decides how many fit).
 START_DIGESTS = 40
+#: The project's most important memories besides those (by importance, then recency).
+START_WEIGHTY = 10
 #: At a session's start, sessions of its project not yet saved are saved first: at most
 #: this many, each with at most so many unsaved messages (the hook has seconds).
 START_SYNC_SESSIONS, START_SYNC_MESSAGES = 4, 400
@@ -258,9 +260,11 @@ class SessionEvents(OpsBase):
 
     async def _start_context(self, project: str | None,
                              agent: str) -> tuple[str | None, list[str]]:
-        """Explicit knowledge first; then the digests of the project's latest sessions,
-        newest first (the last one's open items lead, see `build_context`); raw
-        conversation and agents' own summaries only of sessions without a digest."""
+        """Explicit knowledge first (the project's and every project's); then the digests
+        of the project's latest sessions, newest first (the last one's open items lead,
+        see `build_context`); raw conversation and agents' own summaries only of
+        sessions without a digest. Nothing of a session outside the project, nor of one
+        in no project."""
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         explicit = await self._recall(
             "", scope, limit=40,
@@ -283,8 +287,12 @@ class SessionEvents(OpsBase):
                                            order="recent")
                 recent += [r for r in found if r.project == project
                            and _session_of(r) not in digested][:RECENT_ITEMS * 4]
-        weighty = [r for r in await self._recall("", scope, limit=10)
-                   if _session_of(r) not in digested] if project else []
+        # The project's own: a project's recall also holds memories of no project, and
+        # those of a session with no project (a chat in no folder) are not this one's
+        # history; what a person stated for every project comes with `explicit`.
+        weighty = [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
+                   if r.project == project and _session_of(r) not in digested
+                   ][:START_WEIGHTY] if project else []
         chosen: dict[str, RecallResult] = {}
         for result in [*explicit, *digests, *recent, *weighty]:
             chosen.setdefault(result.memory_id, result)

@@ -127,9 +127,11 @@ def in_parallel(count: int, call: Callable[[int], int]) -> list[int]:
     return answers
 
 
-def claude_line(session: str, uuid: str, role: str, text: str, when: datetime) -> str:
+def claude_line(session: str, uuid: str, role: str, text: str, when: datetime, *,
+                cwd: str | None = PROJECT) -> str:
     return json.dumps({
-        "type": role, "uuid": uuid, "sessionId": session, "cwd": PROJECT,
+        "type": role, "uuid": uuid, "sessionId": session,
+        **({"cwd": cwd} if cwd is not None else {}),
         "timestamp": when.isoformat().replace("+00:00", "Z"),
         "message": {"role": role, "content": text if role == "user"
                     else [{"type": "text", "text": text}]},
@@ -780,6 +782,49 @@ def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daem
         "SessionStart", "next", folder / "next.jsonl", source="startup")))
     assert block is not None
     assert "per tenant" in block and block.count("hello there") == 1
+
+
+def test_a_project_s_start_block_holds_no_other_session_s_conversation(
+        daemon: Daemon) -> None:
+    """Sessions that belong to no project (a chat with no working directory) are not the
+    project's: their conversations and digests stay out of its start block, which a
+    hook's reader would otherwise get in every repository; what a person stated for
+    every project (a fact with no project) is still there, and recall still finds the
+    chat when asked about it."""
+    daemon.start()
+    began = datetime.now(UTC) - timedelta(days=1)
+    folder = daemon.claude_root / "-home-user-payments-api"
+    folder.mkdir()
+    (folder / "decided.jsonl").write_text(
+        claude_line("decided", "d1", "user", "Decision: invoices are numbered per tenant,"
+                    " never globally.", began)
+        + claude_line("decided", "d2", "assistant", "Noted: per-tenant invoice numbers.",
+                      began + timedelta(seconds=5)))
+    chats = daemon.claude_root / "-chats"
+    chats.mkdir()
+    for i in range(3):
+        at = began + timedelta(hours=1 + i)
+        (chats / f"chat-{i}.jsonl").write_text(
+            claude_line(f"chat-{i}", f"c{i}", "user", f"Which pelican species dives? ({i})",
+                        at, cwd=None)
+            + claude_line(f"chat-{i}", f"r{i}", "assistant", "The brown pelican dives.",
+                          at + timedelta(seconds=2), cwd=None))
+    made = daemon.api("remember", {"content": "I always want British spelling in docs"})
+    assert made.status_code == 200, made.text
+
+    def digested() -> bool:
+        found = daemon.api("recall", {"query": "", "types": ["session_digest"],
+                                      "all_projects": True, "limit": 50}).json()["results"]
+        return len(found) == 4
+
+    wait_for(digested, timeout=60, what="4 digests")
+    block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "next", folder / "next.jsonl", source="startup")))
+    assert block is not None
+    assert "per tenant" in block and "British spelling" in block
+    assert "pelican" not in block
+    found = daemon.api("recall", {"query": "pelican species", "project": PROJECT}).json()
+    assert any("pelican" in r["content"] for r in found["results"])
 
 
 def test_a_block_the_hook_gave_up_on_is_not_recorded_as_given(daemon: Daemon) -> None:
