@@ -177,13 +177,26 @@ _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
 
 
 def _own_words(message: Readable) -> str | None:
+    """What the person asked, whitespace squeezed: all of it, or (a long message) enough
+    of it that clipping it to REQUEST_CHARS gives what clipping all of it would."""
     if message.role != "user" or message.kind != "message" or message.is_sidechain:
         return None
-    text = without_injected(message.content)
-    text = " ".join(text.split())
+    text = _squeezed_head(without_injected(message.content), REQUEST_CHARS)
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None
     return text
+
+
+def _squeezed_head(text: str, limit: int) -> str:
+    """`" ".join(text.split())`, or a part of it from its start longer than `limit`
+    (`_clip` to `limit` makes the same of both). A long session's requests are kept for
+    its digest: all of each, squeezed twice, was a tenth of a backfill's time."""
+    if len(text) > 4 * limit:
+        # A prefix of the whole squeezed (a word cut short is the start of that word).
+        head = " ".join(text[:4 * limit].split())
+        if len(head) > limit:
+            return head
+    return " ".join(text.split())
 
 
 def _cut(text: str, limit: int) -> str:

@@ -22,6 +22,7 @@ leaves the index where it was; transient failures are retried briefly
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import suppress
@@ -121,49 +122,92 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 class _Saving:
-    """The one batch being saved while recovery prepares the next.
+    """The batches being saved while recovery prepares the next.
 
     Preparing a batch (cutting, rendering, masking) is Python on the event loop's
     thread; saving it is SQLite on the stores' threads, mostly outside Python's lock.
-    One batch in flight lets the two overlap, and keeps each session's batches in
-    order: a batch starts only once the one before it has moved the index."""
+    A batch's memories are written while the next is prepared, and its index moves (on
+    the session store's thread) while the next one's memories are written. Each
+    session's batches stay in order: a batch's memories are written once the one
+    before it has written its own, and its index moves once that one's has moved."""
 
     def __init__(self) -> None:
-        self._task: asyncio.Task[bool] | None = None
+        #: The batches not finished (with their session), oldest first: at most the one
+        #: moving its index and the one writing its memories.
+        self._tasks: list[tuple[asyncio.Task[bool], int]] = []
+        #: The newest batch and whether it wrote its memories, once it knows (False: it
+        #: stopped before).
+        self._newest: tuple[asyncio.Task[bool], asyncio.Future[bool]] | None = None
         self._session: int | None = None
         self.touched: set[int] = set()
 
-    async def start(self, session_id: int, saving: Coroutine[Any, Any, bool]) -> None:
-        self._session, self._task = session_id, asyncio.ensure_future(saving)
+    async def start(self, session_id: int,
+                    saving: Callable[[_Turn], Coroutine[Any, Any, bool]]) -> None:
+        """Start `saving(turn)`; it sets `turn.written` once its memories are written and
+        awaits `turn.before` (the batch before it, None if none) before moving its index."""
+        turn = _Turn(asyncio.get_running_loop().create_future(),
+                     self._tasks[-1][0] if self._tasks else None, self._session == session_id)
+        task = asyncio.ensure_future(saving(turn))
+        self._session, self._newest = session_id, (task, turn.written)
+        self._tasks.append((task, session_id))
         # Let it run up to handing its statements to the store's thread, so that they run
         # while the caller prepares the next batch.
         await asyncio.sleep(0)
 
     async def hand_over(self, session_id: int) -> bool:
-        """Wait for the batch in flight; False if it was `session_id`'s and that session
-        stopped (its later batches must not be saved past a gap)."""
-        task, self._task = self._task, None
-        if task is None:
+        """Wait until the newest batch has written its memories and the one before it has
+        moved its index; False if either was `session_id`'s and stopped there (its later
+        batches must not be saved past a gap)."""
+        newest, self._newest = self._newest, None
+        if newest is None:
             return True
-        ok = await task
-        return ok or self._session != session_id
+        task, written = newest
+        if not await written:
+            # It has stopped: its error, if it failed other than as a backend does, is
+            # the pass's (raised here, not at the end of the pass).
+            await task
+            return self._session != session_id
+        # Those before it have moved their index (two batches in flight at most), or one
+        # stopped (another sync moved its index): then so does this session.
+        for earlier, session in self._tasks[:-1]:
+            if not await earlier and session == session_id:
+                return False
+        del self._tasks[:-1]
+        return True
 
     async def settle(self) -> None:
-        """Until the batch in flight, if any, is saved (or has stopped its session)."""
-        task, self._task = self._task, None
-        if task is not None:
+        """Until every batch in flight is saved and its index moved (or has stopped its
+        session)."""
+        tasks, self._tasks, self._newest = self._tasks, [], None
+        for task, _session in tasks:
             await task
 
     async def abandon(self) -> None:
-        """On the way out of a failed pass: the batch in flight is not waited for (its
-        thread's work ends by itself; an unmoved index saves it again, once), and its own
-        error, if any, is not raised over the first one."""
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with suppress(asyncio.CancelledError, Exception):
-            await task
+        """On the way out of a failed pass: the batches in flight are not waited for
+        (their threads' work ends by itself; an unmoved index saves them again, once),
+        and their own errors, if any, are not raised over the first one."""
+        tasks, self._tasks, self._newest = self._tasks, [], None
+        for task, _session in tasks:
+            task.cancel()
+        for task, _session in tasks:
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+@dataclass(slots=True)
+class _Turn:
+    """A batch's place in `_Saving`'s order."""
+
+    #: Set by the batch: True once its memories are written, False if it stopped before.
+    written: asyncio.Future[bool]
+    #: The batch before it, whose index must move first (its answer: whether it did).
+    before: asyncio.Task[bool] | None
+    #: Whether that one is of the same session (a stop there stops this one too).
+    same_session: bool
+
+    def wrote(self, ok: bool) -> None:
+        if not self.written.done():
+            self.written.set_result(ok)
 
 
 _PageKey = tuple[int, int, bool]  # session, first message index, with the digest's lines
@@ -393,8 +437,8 @@ class Recovery:
                     # one was prepared; this one starts once that one's index has moved.
                     if not await saving.hand_over(session.id):
                         return index
-                    await saving.start(session.id, self._store_batch(
-                        session, index, batch, segments, report, saving))
+                    await saving.start(session.id, functools.partial(
+                        self._store_batch, session, index, batch, segments, report, saving))
                     index = batch[-1].last_index + 1
                     if building is not None:
                         # While the batch is saved on the store's thread.
@@ -412,34 +456,44 @@ class Recovery:
     async def _store_batch(
         self, session: SessionSyncState, index: int, batch: list[SegmentPlan],
         segments: list[ConversationSegment], report: SyncReport, saving: _Saving,
+        turn: _Turn,
     ) -> bool:
         """Save one batch in one memory transaction, then move the index past all of it: a
         crash in between saves the same ids again, stored once. False if the session
         must stop here (its backend failed, or another sync moved its index)."""
         try:
-            saved = iter(await self._save(segments, report) if segments else [])
-            events = []
-            start = index
-            for plan in batch:
-                if not plan.text:
+            try:
+                saved = iter(await self._save(segments, report) if segments else [])
+                events = []
+                start = index
+                for plan in batch:
+                    if not plan.text:
+                        start = plan.last_index + 1
+                        continue
+                    result = next(saved)
+                    requested = await self._save_requests(session, plan, report)
+                    # The daemon's own writes are in the audit trail too (never their text).
+                    events.append(AuditEvent(
+                        interface="daemon", action="save_segment", agent=session.source,
+                        agent_session_id=session.external_id,
+                        memory_ids=(result.id, *requested),
+                        count=plan.last_index + 1 - start,
+                        detail=None if result.created else "already stored"))
                     start = plan.last_index + 1
-                    continue
-                result = next(saved)
-                requested = await self._save_requests(session, plan, report)
-                # The daemon's own writes are in the audit trail too (never their text).
-                events.append(AuditEvent(
-                    interface="daemon", action="save_segment", agent=session.source,
-                    agent_session_id=session.external_id,
-                    memory_ids=(result.id, *requested),
-                    count=plan.last_index + 1 - start,
-                    detail=None if result.created else "already stored"))
-                start = plan.last_index + 1
-        except BackendError as exc:
-            report.failed_sessions.append(session.id)
-            delay = self._back_off(session.id)
-            log.warning("sync_failed", session_id=session.id, backend=exc.backend,
-                        error=str(exc), transient=exc.transient, retry_in=delay)
-            return False
+            except BackendError as exc:
+                turn.wrote(False)
+                report.failed_sessions.append(session.id)
+                delay = self._back_off(session.id)
+                log.warning("sync_failed", session_id=session.id, backend=exc.backend,
+                            error=str(exc), transient=exc.transient, retry_in=delay)
+                return False
+            turn.wrote(True)
+            # The next batch writes its memories meanwhile; the index moves in order, and
+            # not past a batch before whose index did not move.
+            if turn.before is not None and not await turn.before and turn.same_session:
+                return False
+        finally:
+            turn.wrote(False)  # stopped before its memories were written
         distills = self.policy.distills
         queued = [Queued(s.id, s.first_index, s.last_index) for s in segments
                   ] if distills is not None and distills(session.project) else []

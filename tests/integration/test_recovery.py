@@ -15,7 +15,7 @@ from helpers import TRANSCRIPTS, lay_out_fixtures, local_time_zone, sources_for
 
 from daemon.clock import FakeClock
 from daemon.config import Settings, load_settings
-from daemon.errors import BackendUnavailable
+from daemon.errors import BackendError, BackendUnavailable
 from daemon.ingest.ingester import Ingester
 from daemon.lifecycle.expiry import expire_stale_sessions, is_stale
 from daemon.lifecycle.recovery import Recovery, RecoveryPolicy
@@ -287,6 +287,63 @@ async def test_crash_between_save_and_index_update(world: World,
     assert sync_state(world)[0][2] == 0
     report = await recover(world, backend, force=True)
     assert report.segments_already_stored == 1
+    [(sid, count, index, _)] = sync_state(world)
+    assert index == count
+    assert_partitioned((await conversation_ranges(backend))[sid], count)
+
+
+@pytest.mark.parametrize("fault", ["save", "index"])
+async def test_a_batch_that_stopped_stops_its_session_there(
+        world: World, backend: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch,
+        fault: str) -> None:
+    """A session's batches overlap: one's index moves while the next one's memories are
+    written. When one stops (its save fails, or another sync moved its index) the index
+    moves past none after it, at most the one already writing is written, and the next
+    pass saves the rest, each segment once."""
+    from daemon.lifecycle import recovery as recovery_module
+
+    monkeypatch.setattr(recovery_module, "BATCH_SEGMENTS", 2)
+    (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
+    await ingest(world)
+    written: list[list[int]] = []  # each batch written: its segments' first indexes
+    save = backend.save_conversation_segments
+
+    async def saving(segments: Any) -> Any:
+        if fault == "save" and len(written) == 2:
+            written.append([])
+            raise BackendError("injected failure", backend="sqlite")  # not transient
+        written.append([s.first_index for s in segments])
+        return await save(segments)
+
+    monkeypatch.setattr(backend, "save_conversation_segments", saving)
+    moved: list[int] = []
+    advance = recovery_module.store.advance_sync_index
+
+    async def advancing(conn: Any, session_id: int, old: int, new: int,
+                        **kwargs: Any) -> bool:
+        if fault == "index" and len(moved) == 2:
+            moved.append(-1)
+            return False  # as when another sync moved it first
+        moved.append(new)
+        return await advance(conn, session_id, old, new, **kwargs)
+
+    monkeypatch.setattr(recovery_module.store, "advance_sync_index", advancing)
+    # Short segments: the session's 118 messages are a dozen batches.
+    policy = RecoveryPolicy(retry_attempts=2, retry_wait_max=0.01, sync_max_lag=NEVER,
+                            max_chars=400)
+    async with open_store(world.settings) as conn:
+        report = await Recovery(conn, backend, world.clock, policy).run(force=True)
+    third = written[2][0] if fault == "index" else None
+    [(sid, count, index, _)] = sync_state(world)
+    # The index stopped where the third batch begins.
+    assert index == moved[1] and 0 < index < count
+    if fault == "save":
+        assert report.failed_sessions == [sid] and len(written) == 3
+    else:
+        assert third == index and len(written) <= 4 and len(moved) == 3
+    monkeypatch.undo()
+    async with open_store(world.settings) as conn:
+        await Recovery(conn, backend, world.clock, policy).run(force=True)
     [(sid, count, index, _)] = sync_state(world)
     assert index == count
     assert_partitioned((await conversation_ranges(backend))[sid], count)
