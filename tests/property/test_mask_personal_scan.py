@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from daemon.memory.privacy import redaction as r
@@ -17,7 +17,7 @@ def _scanned(text: str) -> str:
     """mask_personal as written before: each pattern's `sub` over the whole text."""
     if "@" in text:
         text = r._EMAIL.sub("[REDACTED:email]", text)
-    digits = sum(map(text.count, r._DIGITS))
+    digits = sum(map(text.count, "0123456789"))
     if digits < 7:
         return text
     if digits >= 13:
@@ -52,7 +52,10 @@ def test_masking_only_where_matches_begin_is_masking_everywhere(text: str) -> No
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(st.characters(codec="utf-8"), max_size=80), st.lists(_PIECES, max_size=20))
+@given(st.text(st.characters(codec="utf-8"), max_size=80)
+       | st.text(st.characters(categories=["Cs", "Nd", "Zs", "Ll"]), max_size=80),
+       st.lists(_PIECES, max_size=20))
+@example("\ud800 ", ["4111 1111 1111 1111"])  # a lone surrogate, as transcripts hold
 def test_any_text_around_numbers(noise: str, pieces: list[str]) -> None:
     text = noise.join(pieces) if pieces else noise
     assert r.mask_personal(text) == _scanned(text)
