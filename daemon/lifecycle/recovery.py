@@ -434,7 +434,8 @@ class Recovery:
                     # A run of forgotten messages only (`store.forgotten`) is passed over.
                     segments = [self._segment(session, plan) for plan in batch if plan.text]
                     # The batch before is saved (on the memory store's thread) while this
-                    # one was prepared; this one starts once that one's index has moved.
+                    # one was prepared; this one starts once that one's memories are
+                    # written (its index moves meanwhile, see `_Saving`).
                     if not await saving.hand_over(session.id):
                         return index
                     await saving.start(session.id, functools.partial(

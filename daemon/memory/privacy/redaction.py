@@ -254,10 +254,10 @@ _IPV4 = re.compile(r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}"
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])"
                    r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}:){0,5}"
                    r"[0-9A-Fa-f]{1,4}(?![\w:])")
-#: Addresses that name no one: loopback, unspecified, documentation-free local ones.
 #: Every byte but an ASCII digit's: what is left of a text's UTF-8 once these are deleted
 #: is its digits (no other character's bytes include one).
 _NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
+#: Addresses that name no one: loopback, unspecified, documentation-free local ones.
 _HARMLESS_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::1"})
 
 
