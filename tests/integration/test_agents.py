@@ -753,6 +753,29 @@ def test_a_prompt_is_read_without_the_hook_context_gemini_puts_before_it(
     assert related is not None and "900/min" in related
 
 
+def _write_decision(folder: Path, began: datetime) -> None:
+    """A Claude session in `folder` that decided something, two messages from `began`."""
+    (folder / "decided.jsonl").write_text(
+        claude_line("decided", "d1", "user", "Decision: invoices are numbered per tenant,"
+                    " never globally.", began)
+        + claude_line("decided", "d2", "assistant", "Noted: per-tenant invoice numbers.",
+                      began + timedelta(seconds=5)))
+
+
+def _start_block_once_digested(daemon: Daemon, folder: Path, digests: int,
+                               **scope: Any) -> str | None:
+    """The SessionStart block of a new session in `folder`, once recall in `scope` holds
+    `digests` session digests."""
+    def digested() -> bool:
+        found = daemon.api("recall", {"query": "", "types": ["session_digest"], "limit": 50,
+                                      **scope}).json()["results"]
+        return len(found) == digests
+
+    wait_for(digested, timeout=60, what=f"{digests} digests")
+    return context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "next", folder / "next.jsonl", source="startup")))
+
+
 def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daemon) -> None:
     """Issue 32.7: near-duplicates are dropped before the budget is spent, so the session
     that decided something is in the start block beside one of twenty "hello there"s."""
@@ -760,11 +783,7 @@ def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daem
     folder = daemon.claude_root / "-home-user-payments-api"
     folder.mkdir()
     began = datetime.now(UTC) - timedelta(days=2)
-    (folder / "decided.jsonl").write_text(
-        claude_line("decided", "d1", "user", "Decision: invoices are numbered per tenant,"
-                    " never globally.", began)
-        + claude_line("decided", "d2", "assistant", "Noted: per-tenant invoice numbers.",
-                      began + timedelta(seconds=5)))
+    _write_decision(folder, began)
     for i in range(20):
         at = began + timedelta(hours=1, minutes=i)
         (folder / f"hello-{i}.jsonl").write_text(
@@ -772,14 +791,7 @@ def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daem
             + claude_line(f"hello-{i}", f"a{i}", "assistant", "Hello! How can I help?",
                           at + timedelta(seconds=2)))
 
-    def digested() -> bool:
-        found = daemon.api("recall", {"query": "", "types": ["session_digest"],
-                                      "project": PROJECT, "limit": 50}).json()["results"]
-        return len(found) == 21
-
-    wait_for(digested, timeout=60, what="21 digests")
-    block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
-        "SessionStart", "next", folder / "next.jsonl", source="startup")))
+    block = _start_block_once_digested(daemon, folder, 21, project=PROJECT)
     assert block is not None
     assert "per tenant" in block and block.count("hello there") == 1
 
@@ -795,11 +807,7 @@ def test_a_project_s_start_block_holds_no_other_session_s_conversation(
     began = datetime.now(UTC) - timedelta(days=1)
     folder = daemon.claude_root / "-home-user-payments-api"
     folder.mkdir()
-    (folder / "decided.jsonl").write_text(
-        claude_line("decided", "d1", "user", "Decision: invoices are numbered per tenant,"
-                    " never globally.", began)
-        + claude_line("decided", "d2", "assistant", "Noted: per-tenant invoice numbers.",
-                      began + timedelta(seconds=5)))
+    _write_decision(folder, began)
     chats = daemon.claude_root / "-chats"
     chats.mkdir()
     for i in range(3):
@@ -812,14 +820,7 @@ def test_a_project_s_start_block_holds_no_other_session_s_conversation(
     made = daemon.api("remember", {"content": "I always want British spelling in docs"})
     assert made.status_code == 200, made.text
 
-    def digested() -> bool:
-        found = daemon.api("recall", {"query": "", "types": ["session_digest"],
-                                      "all_projects": True, "limit": 50}).json()["results"]
-        return len(found) == 4
-
-    wait_for(digested, timeout=60, what="4 digests")
-    block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
-        "SessionStart", "next", folder / "next.jsonl", source="startup")))
+    block = _start_block_once_digested(daemon, folder, 4, all_projects=True)
     assert block is not None
     assert "per tenant" in block and "British spelling" in block
     assert "pelican" not in block
