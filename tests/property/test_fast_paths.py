@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from daemon.lifecycle import extraction, segments
@@ -25,5 +25,6 @@ def test_the_cue_test_agrees_with_its_regular_expression(text: str) -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(_TEXT)
+@example("b/+=" * 60)  # Python 3.11.2 read a possessive pattern's runs wrongly: kept
 def test_base64_removal_agrees_with_its_regular_expression(text: str) -> None:
     assert segments._without_base64(text) == segments._BASE64_RUN.sub("[base64 omitted]", text)
