@@ -43,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
     import tempfile
 
     tempfile.tempdir = None
+    # A shell that exports a narrow COLUMNS would cut the tables the tests read through a
+    # pipe (`render.width` honours it there); the tests that mean a width set their own.
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 
 @pytest.fixture
