@@ -98,6 +98,8 @@ def render_message(message: StoredMessage, project: Roots = None) -> str:
     return prefix + redact(body) if prefix or body else ""
 
 
+#: How Claude's parser marks each thinking block of a message (`ingest.parsers.claude`).
+_THINKING_TAG = re.compile(r"^\[thinking\] ", re.M)
 #: Where a tool call's own line starts inside a message's text (Claude, Codex, Gemini).
 _CALL_TAG = re.compile(r"^\[tool_(?:use|call) ", re.M)
 
@@ -114,8 +116,11 @@ def _render(message: StoredMessage, project: Roots = None) -> tuple[str, str]:
         # do not; a file's contents or a command's output are not memory.
         return ("tool failed: ", _clip(failure, TOOL_RESULT_CHARS)) if failure else ("", "")
     if message.kind == "thinking":
-        # The agent's reasoning: useful context, but most of it is noise for recall.
-        return f"{message.role} thought: ", _clip(message.content.strip(), THINKING_CHARS)
+        # The agent's reasoning: useful context, but most of it is noise for recall. The
+        # line says it is a thought: the parser's `[thinking]` tag would say it twice.
+        thought = _THINKING_TAG.sub("", message.content).strip()
+        return f"{message.role} thought: ", _clip(thought or message.content.strip(),
+                                                  THINKING_CHARS)
     if message.kind == "tool_call":
         found = _CALL_TAG.search(message.content)
         said = message.content[: found.start()].strip() if found else ""

@@ -90,6 +90,16 @@ def test_thinking_is_clipped() -> None:
     assert len(render_message(thought)) < 400
 
 
+def test_a_thought_is_said_once() -> None:
+    """The line says it is a thought; the parser's tag on each block is not repeated in
+    memory text (it filled prompt blocks with `thought: [thinking]`)."""
+    thought = msg(0, role="assistant", kind="thinking",
+                  content="[thinking] check the timer\n[thinking] then the button")
+    assert render_message(thought) == "assistant thought: check the timer\nthen the button"
+    redacted = msg(1, role="assistant", kind="thinking", content="[redacted thinking]")
+    assert render_message(redacted) == "assistant thought: [redacted thinking]"
+
+
 _PIECES = st.sampled_from([
     "deploy the api", "API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345", "\n\n\n\n",
     "<system-reminder>be brief</system-reminder>", "mail ops@example.com", "  ",
