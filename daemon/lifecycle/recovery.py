@@ -319,7 +319,7 @@ class Recovery:
             while (session := await candidates.next()) is not None:
                 if self._stopping():
                     break
-                if not force and self._backing_off(session.id):
+                if self._waits(session, force=force):
                     continue
                 pages.next_up = self._first_page(candidates.waiting, force=force)
                 await self._sync_session(session, force=force, report=report, saving=saving,
@@ -346,7 +346,7 @@ class Recovery:
                     force: bool) -> _PageKey | None:
         """The page `_read_and_save` reads first for the next of `later` it will save."""
         for session in later:
-            if not force and self._backing_off(session.id):
+            if self._waits(session, force=force):
                 continue
             index = session.memory_sync_index
             if not self._own(session) and index < session.message_count:
@@ -682,6 +682,11 @@ class Recovery:
             digest = _digest_builder(session).build(messages)
         digest.place(branch=due.git_branch, title=due.title)
         return digest
+
+    def _waits(self, session: SessionSyncState, *, force: bool) -> bool:
+        """Whether this pass passes `session` over: its backend failed lately (a forced
+        pass tries it all the same)."""
+        return not force and self._backing_off(session.id)
 
     def _backing_off(self, session_id: int) -> bool:
         entry = self._backoff.get(session_id)
