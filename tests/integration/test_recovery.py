@@ -942,6 +942,15 @@ async def test_a_pass_stopped_midway_leaves_no_read_behind_and_the_next_finishes
     stopped = settings.model_copy(update={"state_dir": tmp_path / "state-2"})
     shutil.copytree(tmp_path / "state", tmp_path / "state-2")
     policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
+    # Every pass's pages, to see that none is left holding a read it began.
+    made: list[recovery_module._Pages] = []
+
+    class Pages(recovery_module._Pages):
+        def __init__(self, conn: Any) -> None:
+            super().__init__(conn)
+            made.append(self)
+
+    monkeypatch.setattr(recovery_module, "_Pages", Pages)
     saved = []
     for state, stop in ((settings, None), (stopped, stop_after)):
         asked = 0
@@ -955,6 +964,7 @@ async def test_a_pass_stopped_midway_leaves_no_read_behind_and_the_next_finishes
                 state.memory_path, clock=FakeClock()) as backend:
             first = await Recovery(conn, backend, FakeClock(), policy, stopping).run(force=True)
             assert asyncio.all_tasks() == {asyncio.current_task()}
+            assert made and not any(pages._ahead for pages in made)
             if stop is not None:
                 with sqlite3.connect(state.database_path) as db:
                     assert db.execute("SELECT count(*) FROM sessions WHERE memory_sync_index"
