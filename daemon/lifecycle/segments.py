@@ -119,8 +119,7 @@ def _render(message: StoredMessage, project: Roots = None) -> tuple[str, str]:
         # The agent's reasoning: useful context, but most of it is noise for recall. The
         # line says it is a thought: the parser's `[thinking]` tag would say it twice.
         thought = _THINKING_TAG.sub("", message.content).strip()
-        return f"{message.role} thought: ", _clip(thought or message.content.strip(),
-                                                  THINKING_CHARS)
+        return f"{message.role} thought: ", _clip(thought, THINKING_CHARS)
     if message.kind == "tool_call":
         found = _CALL_TAG.search(message.content)
         said = message.content[: found.start()].strip() if found else ""
