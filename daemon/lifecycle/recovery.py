@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,7 +43,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import BackendError
 from daemon.lifecycle.digest import Digest, DigestBuilder
-from daemon.lifecycle.extraction import extract_requests
+from daemon.lifecycle.extraction import Request, extract_requests
 from daemon.lifecycle.segments import SegmentPlan, open_question, plan_segments
 from daemon.memory import (
     DIGEST_KIND,
@@ -55,7 +55,7 @@ from daemon.memory import (
 )
 from daemon.memory.opening import open_memory_backend
 from daemon.memory.privacy.redaction import redact
-from daemon.memory.protocol import save_segments
+from daemon.memory.protocol import prepare_segments, save_segments
 from daemon.store import queries
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
@@ -432,14 +432,20 @@ class Recovery:
                     if self._stopping():
                         return index
                     # A run of forgotten messages only (`store.forgotten`) is passed over.
-                    segments = [self._segment(session, plan) for plan in batch if plan.text]
                     # The batch before is saved (on the memory store's thread) while this
-                    # one was prepared; this one starts once that one's memories are
-                    # written (its index moves meanwhile, see `_Saving`).
+                    # one is prepared, down to its rows: the store's thread waits for
+                    # nothing but Python's lock once that one is written.
+                    segments = prepare_segments(self._backend, [
+                        self._segment(session, plan) for plan in batch if plan.text])
+                    requests = [extract_requests(m for m in plan.messages if not m.forgotten)
+                                if plan.text else [] for plan in batch]
+                    # This one starts once that one's memories are written (its index
+                    # moves meanwhile, see `_Saving`).
                     if not await saving.hand_over(session.id):
                         return index
                     await saving.start(session.id, functools.partial(
-                        self._store_batch, session, index, batch, segments, report, saving))
+                        self._store_batch, session, index, batch, segments, requests, report,
+                        saving))
                     index = batch[-1].last_index + 1
                     if building is not None:
                         # While the batch is saved on the store's thread.
@@ -456,8 +462,8 @@ class Recovery:
 
     async def _store_batch(
         self, session: SessionSyncState, index: int, batch: list[SegmentPlan],
-        segments: list[ConversationSegment], report: SyncReport, saving: _Saving,
-        turn: _Turn,
+        segments: Sequence[ConversationSegment], requests: list[list[Request]],
+        report: SyncReport, saving: _Saving, turn: _Turn,
     ) -> bool:
         """Save one batch in one memory transaction, then move the index past all of it: a
         crash in between saves the same ids again, stored once. False if the session
@@ -467,12 +473,12 @@ class Recovery:
                 saved = iter(await self._save(segments, report) if segments else [])
                 events = []
                 start = index
-                for plan in batch:
+                for plan, asked in zip(batch, requests, strict=True):
                     if not plan.text:
                         start = plan.last_index + 1
                         continue
                     result = next(saved)
-                    requested = await self._save_requests(session, plan, report)
+                    requested = await self._save_requests(session, asked, report)
                     # The daemon's own writes are in the audit trail too (never their text).
                     events.append(AuditEvent(
                         interface="daemon", action="save_segment", agent=session.source,
@@ -533,7 +539,7 @@ class Recovery:
         last = session.last_activity
         return last is None or now - last >= self.policy.sync_delay
 
-    async def _save(self, segments: list[ConversationSegment],
+    async def _save(self, segments: Sequence[ConversationSegment],
                     report: SyncReport) -> list[SaveResult]:
         results = await self._retrying(
             lambda batch: save_segments(self._backend, batch), segments)
@@ -562,11 +568,12 @@ class Recovery:
             private_to=self._private_to(session.source),
         )
 
-    async def _save_requests(self, session: SessionSyncState, plan: SegmentPlan,
+    async def _save_requests(self, session: SessionSyncState, requests: list[Request],
                              report: SyncReport) -> list[str]:
-        """Save the facts asked for in `plan`'s messages; the ids of those newly stored."""
+        """Save the facts asked for (a segment's `extract_requests`); the ids of those
+        newly stored."""
         stored: list[str] = []
-        for request in extract_requests(m for m in plan.messages if not m.forgotten):
+        for request in requests:
             requested = RequestedMemory(
                 source=session.source, session_id=session.id,
                 session_external_id=session.external_id, project=session.project,

@@ -124,6 +124,28 @@ class SegmentBatch(Protocol):
         ...
 
 
+@runtime_checkable
+class SegmentPreparation(Protocol):
+    """A backend whose batches of segments need work no store does (their rows) before
+    they are written, and can have it done ahead: recovery prepares a batch while the one
+    before it is being written."""
+
+    def prepare_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> Sequence[ConversationSegment]:
+        """`segments`, with what saving them needs worked out: passed to
+        `save_conversation_segments` later, they are saved as `segments` would be."""
+        ...
+
+
+def prepare_segments(backend: object, segments: Sequence[ConversationSegment]
+                     ) -> Sequence[ConversationSegment]:
+    """`segments` prepared for `save_segments(backend, ...)` when `backend` can do that
+    ahead, else as they are."""
+    if isinstance(backend, SegmentPreparation):
+        return backend.prepare_conversation_segments(segments)
+    return segments
+
+
 async def save_segments(backend: MemoryBackend,
                         segments: Sequence[ConversationSegment]) -> list[SaveResult]:
     """Save `segments` in one batch when `backend` can, else one by one."""

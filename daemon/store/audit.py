@@ -52,24 +52,30 @@ async def record(conn: aiosqlite.Connection, event: AuditEvent, now: datetime, *
 
 _INSERT_EVENT = ("INSERT INTO audit_events (at, interface, action, outcome, agent,"
                  " agent_session_id, memory_ids, count, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_INSERT_ID = "INSERT INTO audit_memory_ids (event_id, memory_id) VALUES (?, ?)"
+#: The ids of the newest `?` events, in their order: those `insert_events` just wrote.
+_INSERT_IDS = ("INSERT INTO audit_memory_ids (event_id, memory_id)"
+               " SELECT e.id, j.value FROM audit_events e, json_each(e.memory_ids) j"
+               " WHERE e.id > (SELECT MAX(id) FROM audit_events) - ? ORDER BY e.id, j.key")
 
 
 def insert_events(conn: sqlite3.Connection, events: Iterable[AuditEvent], now: datetime) -> None:
     """Append `events` inside the caller's transaction, on the connection's own thread."""
     at = utc_text(now)
+    rows = []
     for event in events:
         interface = event.interface if event.interface in INTERFACES else "api"
         # A failure's reason is memoryd's own one-line error: errors never carry secrets.
         detail = event.detail[:DETAIL_CHARS] if event.detail else None
-        ids = list(dict.fromkeys(event.memory_ids))
-        cursor = conn.execute(_INSERT_EVENT, (
-            at, interface, event.action, event.outcome, event.agent, event.agent_session_id,
-            json.dumps(ids), event.count, detail))
-        event_id = cursor.lastrowid
-        cursor.close()
-        if ids:
-            conn.executemany(_INSERT_ID, [(event_id, memory_id) for memory_id in ids])
+        rows.append((at, interface, event.action, event.outcome, event.agent,
+                     event.agent_session_id, json.dumps(list(dict.fromkeys(event.memory_ids))),
+                     event.count, detail))
+    if not rows:
+        return
+    # Two statements for a recovery batch's hundred events, not two an event: the events
+    # just written are the newest (a new row's id is one past the largest, and the first
+    # of them took the write lock), and their ids are read back from their own JSON.
+    conn.executemany(_INSERT_EVENT, rows).close()
+    conn.execute(_INSERT_IDS, (len(rows),)).close()
 
 
 async def events(conn: aiosqlite.Connection, *, since: datetime | None = None,

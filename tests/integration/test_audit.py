@@ -146,3 +146,50 @@ def test_caller_supplied_strings_are_masked_and_bounded(daemon: Daemon) -> None:
     assert "[REDACTED" in dumped
     assert max(len(str(v)) for row in rows for v in row) <= 600
     assert max(len(r[0]) for r in ids) <= 200
+
+
+def test_a_batch_of_events_keeps_each_ones_memory_ids(tmp_path: Path) -> None:
+    """Recovery records a batch's hundred events in one call (two statements, the ids
+    read back from the events just written): every event keeps exactly its own ids, in
+    order and once each, after events already there and before later ones."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from daemon.config import load_settings
+    from daemon.store import audit
+    from daemon.store.connection import run_on_connection, transaction
+    from daemon.store.opening import open_store
+
+    state = load_settings(None, state_dir=str(tmp_path / "state"))
+    ids = st.lists(st.sampled_from(["a", "b", "c", "ünï", '"q"', "x" * 40]), max_size=4)
+    batches = st.lists(st.lists(ids, max_size=6), min_size=1, max_size=4)
+
+    async def check(calls: list[list[list[str]]]) -> None:
+        async with open_store(state) as conn:
+            await conn.execute("DELETE FROM audit_events")
+            await conn.execute("DELETE FROM audit_memory_ids")
+            await conn.commit()
+            expected: list[list[str]] = []
+            for call in calls:
+                async with transaction(conn):
+                    await run_on_connection(conn, audit.insert_events, [
+                        audit.AuditEvent("daemon", "save_segment", memory_ids=tuple(e))
+                        for e in call], datetime.now(UTC))
+                expected += [list(dict.fromkeys(e)) for e in call]
+            rows = await conn.execute_fetchall(
+                "SELECT e.id, m.memory_id FROM audit_events e"
+                " LEFT JOIN audit_memory_ids m ON m.event_id = e.id ORDER BY e.id, m.rowid")
+        linked: dict[int, list[str]] = {}
+        for event_id, memory_id in rows:
+            linked.setdefault(event_id, [])
+            if memory_id is not None:
+                linked[event_id].append(memory_id)
+        assert list(linked.values()) == expected
+
+    @settings(max_examples=40, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(batches)
+    def run(calls: list[list[list[str]]]) -> None:
+        asyncio.run(check(calls))
+
+    run()

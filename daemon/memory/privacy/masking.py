@@ -26,7 +26,12 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.privacy.redaction import ExtraMasks, mask_extra
-from daemon.memory.protocol import ContentRewrite, MemoryBackend, save_segments
+from daemon.memory.protocol import (
+    ContentRewrite,
+    MemoryBackend,
+    prepare_segments,
+    save_segments,
+)
 
 
 def masked_segment(segment: ConversationSegment, masks: ExtraMasks) -> ConversationSegment:
@@ -59,6 +64,19 @@ def masked_record(record: Mapping[str, Any], masks: ExtraMasks) -> Mapping[str, 
     if isinstance(record, Mapping) and isinstance(record.get("content"), str):
         return {**record, "content": mask_extra(record["content"], masks)}
     return record
+
+
+class _MaskedSegments(tuple[ConversationSegment, ...]):
+    """Segments masked by one `MaskedBackend`, as its inner backend prepared them."""
+
+    owner: object
+    prepared: Sequence[ConversationSegment]
+
+    def __new__(cls, masked: Sequence[ConversationSegment], *, owner: object,
+                prepared: Sequence[ConversationSegment]) -> _MaskedSegments:
+        made = super().__new__(cls, masked)
+        made.owner, made.prepared = owner, prepared
+        return made
 
 
 class MaskedBackend:
@@ -96,8 +114,16 @@ class MaskedBackend:
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         return await self._inner.save_conversation_segment(masked_segment(segment, self._masks))
 
+    def prepare_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> Sequence[ConversationSegment]:
+        # Defined here, not left to `__getattr__`: the inner backend prepares masked text.
+        masked = [masked_segment(s, self._masks) for s in segments]
+        return _MaskedSegments(masked, owner=self, prepared=prepare_segments(self._inner, masked))
+
     async def save_conversation_segments(
             self, segments: Sequence[ConversationSegment]) -> list[SaveResult]:
+        if isinstance(segments, _MaskedSegments) and segments.owner is self:
+            return await save_segments(self._inner, segments.prepared)  # masked once
         masked = [masked_segment(s, self._masks) for s in segments]
         return await save_segments(self._inner, masked)
 

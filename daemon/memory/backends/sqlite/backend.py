@@ -204,6 +204,22 @@ def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
             for c in chunk_memory(memory.content, memory.type, memory.provenance)]
 
 
+class _PreparedSegments(tuple[ConversationSegment, ...]):
+    """Segments with the rows that save them (`prepare_conversation_segments`), made by
+    one backend at one moment."""
+
+    owner: object
+    now: datetime
+    rows: list[tuple[ConversationSegment, Memory, list[ChunkSpan]]]
+
+    def __new__(cls, segments: Sequence[ConversationSegment], *, owner: object,
+                now: datetime, rows: list[tuple[ConversationSegment, Memory, list[ChunkSpan]]]
+                ) -> _PreparedSegments:
+        prepared = super().__new__(cls, segments)
+        prepared.owner, prepared.now, prepared.rows = owner, now, rows
+        return prepared
+
+
 def _uuids_json(uuids: tuple[str, ...]) -> str:
     # orjson: a fifth of the time json.dumps takes on a backfill's batches (same text);
     # json.dumps for what orjson refuses (a lone surrogate in a transcript's uuid).
@@ -964,9 +980,9 @@ class SQLiteMemoryBackend:
         one commit, one fsync, for a page of segments), and in one call on the store's
         thread: a page of segments is several hundred statements, and a round trip
         through the event loop for each cost more than the statements."""
-        now = self._clock.now()
-        batch = [(segment, memory, _chunk_spans(memory)) for segment in segments
-                 for memory in (writes.segment_memory(segment, now),)]
+        prepared = (segments if isinstance(segments, _PreparedSegments) and segments.owner is self
+                    else self.prepare_conversation_segments(segments))
+        batch, now = prepared.rows, prepared.now
         async with self._lock:
             with self._translated():
                 outcome = await call_on_connection(
@@ -983,6 +999,15 @@ class SQLiteMemoryBackend:
         log.debug("memory_segments_saved", segments=len(results),
                   created=sum(r.created for r in results))
         return results
+
+    def prepare_conversation_segments(
+            self, segments: Sequence[ConversationSegment]) -> _PreparedSegments:
+        """`segments` with their memories and chunks made (Python on the caller's thread;
+        recovery makes a batch's while the one before is written)."""
+        now = self._clock.now()
+        return _PreparedSegments(segments, owner=self, now=now, rows=[
+            (segment, memory, _chunk_spans(memory)) for segment in segments
+            for memory in (writes.segment_memory(segment, now),)])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
         return await self._save_once(writes.summary_memory(summary, self._clock.now()))
