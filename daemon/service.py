@@ -91,6 +91,23 @@ MODEL_IDLE_RELEASE = 300.0
 #: busiest hour. "Quiet": a pass saved nothing and no file stored a line for RELEASE_QUIET s.
 TRIM_AFTER_SEGMENTS = 1000
 RELEASE_QUIET = 5.0
+
+
+@dataclass(slots=True)
+class _ReleaseDue:
+    """When a quiet recovery pass hands memory back (see TRIM_AFTER_SEGMENTS)."""
+
+    saved: int = 0  # segments recovery saved since memory was last handed back
+    after: int = 0  # ... that make the next quiet pass hand it back (0: start-up's)
+
+    def due(self, saved_now: int, *, quiet: bool) -> bool:
+        """Count a pass's saved segments; whether memory is to be handed back now."""
+        self.saved += saved_now
+        if saved_now or not quiet or self.saved < self.after:
+            return False
+        self.saved, self.after = 0, TRIM_AFTER_SEGMENTS
+        return True
+
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: The distillation queue is looked at this often (when a model is configured); how many
@@ -149,8 +166,7 @@ class Service:
         self._jobs_conn: aiosqlite.Connection | None = None
         self._distill_conn: aiosqlite.Connection | None = None
         self._store_conns: list[aiosqlite.Connection] = []
-        self._saved_since_release = 0  # segments recovery saved since memory was handed back
-        self._release_after = 0  # ... that make the next quiet pass hand it back (0: start-up)
+        self._release = _ReleaseDue()
         self._distiller: Distiller | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -451,14 +467,10 @@ class Service:
             if recovery is not None:
                 async with self._sync_lock:
                     report = await recovery.run()
-                    self._saved_since_release += report.segments_saved
                     ingester = self._ingester
-                    if (report.segments_saved == 0
-                            and self._saved_since_release >= self._release_after
-                            and ingester is not None and ingester.passes_done > 0
-                            and not ingester.busy(RELEASE_QUIET)):
-                        self._saved_since_release = 0
-                        self._release_after = TRIM_AFTER_SEGMENTS
+                    if self._release.due(report.segments_saved, quiet=(
+                            ingester is not None and ingester.passes_done > 0
+                            and not ingester.busy(RELEASE_QUIET))):
                         await self._release_memory()
                     if not self.stop_event.is_set():
                         await self._upgrade_step(conn)
