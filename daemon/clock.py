@@ -28,9 +28,12 @@ def utc_text(moment: datetime, precision: Precision = "milliseconds", *,
     microseconds with `+00:00`; both fixed width, so that text order is time order.
     Shown times use "auto" (no trailing zeros).
     """
-    if moment.tzinfo is None or moment.utcoffset() is None:
+    if moment.tzinfo is UTC:  # most times (the clocks' own): no conversion to make
+        text = moment.isoformat(timespec=precision)
+    elif moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"naive datetime {moment.isoformat()}: pass a timezone-aware one")
-    text = moment.astimezone(UTC).isoformat(timespec=precision)
+    else:
+        text = moment.astimezone(UTC).isoformat(timespec=precision)
     return text.replace("+00:00", "Z") if zulu else text
 
 

@@ -61,6 +61,7 @@ from daemon.memory.backends.sqlite.rows import (
     INSERT_ONCE,
     chain_order,
     insert_many,
+    json_list,
     row_memory,
     row_params,
     row_provenance,
@@ -200,7 +201,7 @@ _LIVE_DIGESTS = """
 
 def _chunk_spans(memory: Memory) -> list[ChunkSpan]:
     return [(c.ordinal, c.start, c.end, c.text, c.first_index, c.last_index,
-             _uuids_json(c.message_uuids))
+             json_list(c.message_uuids))
             for c in chunk_memory(memory.content, memory.type, memory.provenance)]
 
 
@@ -218,15 +219,6 @@ class _PreparedSegments(tuple[ConversationSegment, ...]):
         prepared = super().__new__(cls, segments)
         prepared.owner, prepared.now, prepared.rows = owner, now, rows
         return prepared
-
-
-def _uuids_json(uuids: tuple[str, ...]) -> str:
-    # orjson: a fifth of the time json.dumps takes on a backfill's batches (same text);
-    # json.dumps for what orjson refuses (a lone surrogate in a transcript's uuid).
-    try:
-        return orjson.dumps(uuids).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(uuids, separators=(",", ":"))
 
 
 def _insert_chunks_of(conn: sqlite3.Connection, seq: int, memory: Memory) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from daemon.memory.models import Memory, MemoryType, Provenance, chain_order
 from daemon.memory.records import from_utc_text, opt_from_utc_text, opt_utc_text, to_utc_text
@@ -58,13 +61,23 @@ WITH RECURSIVE
     UNION SELECT m.id, m.superseded_by FROM memories m JOIN fwd f ON m.id = f.superseded_by)
 SELECT * FROM memories WHERE id IN (SELECT id FROM back UNION SELECT id FROM fwd)
 """
+def json_list(values: Sequence[str]) -> str:
+    """Strings as a JSON array. orjson: a fifth of the time json.dumps takes on a
+    backfill's batches; json.dumps for what orjson refuses (a lone surrogate in a
+    transcript's uuid)."""
+    try:
+        return orjson.dumps(tuple(values)).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(list(values), separators=(",", ":"))
+
+
 def row_params(memory: Memory) -> tuple[Any, ...]:
     p = memory.provenance
     return (
         memory.id, memory.type.value, memory.content, memory.importance, memory.project,
-        json.dumps(list(memory.tags)), " ".join(memory.tags),
+        json_list(memory.tags), " ".join(memory.tags),
         p.session_id, p.session_external_id, p.source, p.project, p.first_index,
-        p.last_index, json.dumps(list(p.message_uuids)), opt_utc_text(p.started_at),
+        p.last_index, json_list(p.message_uuids), opt_utc_text(p.started_at),
         opt_utc_text(p.ended_at), to_utc_text(memory.created_at), to_utc_text(memory.updated_at),
         memory.supersedes, memory.superseded_by, memory.reason, opt_utc_text(memory.deleted_at),
         memory.access_count, opt_utc_text(memory.last_accessed_at), memory.private_to,
