@@ -246,6 +246,39 @@ async def test_a_batch_of_segments_stores_every_chunk_as_cut(
     assert {seg.text for seg in segments} == {c for c, _, _ in covered}
 
 
+async def test_a_batch_prepared_ahead_is_saved_as_made_and_only_by_its_backend(
+        tmp_path: Path) -> None:
+    """Recovery makes a batch's rows while the batch before is written
+    (`prepare_segments`): saved later, they are the rows made then, in one transaction;
+    another backend (another store, another clock) makes its own."""
+    from datetime import UTC, datetime
+
+    from daemon.memory.protocol import prepare_segments
+
+    batch = [ConversationSegment(
+        source="claude", session_id=3, session_external_id="s-3", project="/p",
+        first_index=n, last_index=n, text=f"user: step {n} of the deploy", message_uuids=(f"u{n}",))
+        for n in range(3)]
+    made_at, later = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 2, tzinfo=UTC)
+    clock = FakeClock(made_at)
+    first = await SQLiteMemoryBackend.open(tmp_path / "a" / "memory.db", clock=clock)
+    second = await SQLiteMemoryBackend.open(tmp_path / "b" / "memory.db",
+                                            clock=FakeClock(later))
+    try:
+        prepared = prepare_segments(first, batch)
+        assert list(prepared) == batch
+        clock.advance(3600)
+        assert all(r.created for r in await save_segments(first, prepared))
+        assert all(r.created for r in await save_segments(second, prepared))
+        for backend, when in ((first, made_at), (second, later)):
+            memories = [await backend.get(s.id) for s in batch]
+            assert [m.content for m in memories if m] == [s.text for s in batch]
+            assert {m.created_at for m in memories if m} == {when}
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_a_batch_supersedes_each_segments_own_shorter_tails(
         opened: SQLiteMemoryBackend) -> None:
     """In one batch, every segment supersedes the shorter saves of its own messages (and
