@@ -91,23 +91,6 @@ MODEL_IDLE_RELEASE = 300.0
 #: busiest hour. "Quiet": a pass saved nothing and no file stored a line for RELEASE_QUIET s.
 TRIM_AFTER_SEGMENTS = 1000
 RELEASE_QUIET = 5.0
-
-
-@dataclass(slots=True)
-class _ReleaseDue:
-    """When a quiet recovery pass hands memory back (see TRIM_AFTER_SEGMENTS)."""
-
-    saved: int = 0  # segments recovery saved since memory was last handed back
-    after: int = 0  # ... that make the next quiet pass hand it back (0: start-up's)
-
-    def due(self, saved_now: int, *, quiet: bool) -> bool:
-        """Count a pass's saved segments; whether memory is to be handed back now."""
-        self.saved += saved_now
-        if saved_now or not quiet or self.saved < self.after:
-            return False
-        self.saved, self.after = 0, TRIM_AFTER_SEGMENTS
-        return True
-
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
 #: The distillation queue is looked at this often (when a model is configured); how many
@@ -133,6 +116,22 @@ class RuntimeStatus:
 def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
     # Rewritten every second while busy, and worth nothing after a crash: no fsync.
     atomic_write(path, json.dumps(payload), durable=False)
+
+
+@dataclass(slots=True)
+class _ReleaseDue:
+    """When a quiet recovery pass hands memory back (see TRIM_AFTER_SEGMENTS)."""
+
+    saved: int = 0  # segments recovery saved since memory was last handed back
+    after: int = 0  # ... that make the next quiet pass hand it back (0: start-up's)
+
+    def due(self, saved_now: int, *, quiet: bool) -> bool:
+        """Count a pass's saved segments; whether memory is to be handed back now."""
+        self.saved += saved_now
+        if saved_now or not quiet or self.saved < self.after:
+            return False
+        self.saved, self.after = 0, TRIM_AFTER_SEGMENTS
+        return True
 
 
 class Service:

@@ -61,6 +61,8 @@ WITH RECURSIVE
     UNION SELECT m.id, m.superseded_by FROM memories m JOIN fwd f ON m.id = f.superseded_by)
 SELECT * FROM memories WHERE id IN (SELECT id FROM back UNION SELECT id FROM fwd)
 """
+
+
 def json_list(values: Sequence[str]) -> str:
     """Strings as a JSON array. orjson: a fifth of the time json.dumps takes on a
     backfill's batches; json.dumps for what orjson refuses (a lone surrogate in a
