@@ -212,17 +212,21 @@ def _write_model(directory: Path) -> list[str]:
     return words
 
 
-def test_background_batches_give_each_text_its_own_vector(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("precision", "graph"), [("float32", "fused"), ("int8", "int8")])
+def test_background_batches_give_each_text_its_own_vector(tmp_path: Path, precision: str,
+                                                          graph: str) -> None:
     """Texts of many lengths, embedded in runs of like length on the background threads
     (padded, longest first, pooled on the caller's thread): each comes back in its place
-    with the vector it has alone through the NumPy encoder."""
+    with the vector it has alone: through the NumPy encoder for float32, through the same
+    model for int8 (each token quantised on its own scale: a text's vector does not depend
+    on the texts batched with it)."""
     words = _write_model(tmp_path)
     rng = np.random.default_rng(5)
     texts = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(1, 40, 23)]
-    model = local.LocalEmbedder(tmp_path, "auto")
-    alone = local.LocalEmbedder(tmp_path, "numpy")
+    model = local.LocalEmbedder(tmp_path, "auto", precision)  # type: ignore[arg-type]
+    alone = local.LocalEmbedder(tmp_path, "numpy") if precision == "float32" else model
     try:
-        assert model.yields_cores and model.runtime.endswith(" fused")
+        assert model.yields_cores and model.runtime.endswith(f" {graph}")
         together = model.embed(texts)
         assert together.shape == (len(texts), 384)
         for text, vector in zip(texts, together, strict=True):

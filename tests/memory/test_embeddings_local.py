@@ -76,11 +76,28 @@ def test_both_runtimes_give_the_same_vectors() -> None:
     texts = ["When did Caroline go to the LGBTQ support group?",
              "We deploy to staging before production.",
              "a long text that is truncated at 256 tokens " * 40]
-    onnx_model = local.LocalEmbedder.load("onnx")
+    onnx_model = local.LocalEmbedder.load("onnx", precision="float32")
     numpy_model = local.LocalEmbedder.load("numpy")
     assert onnx_model.runtime.startswith("onnxruntime") and numpy_model.runtime == "numpy"
     cosines = (onnx_model.embed(texts) * numpy_model.embed(texts)).sum(axis=1)
     assert cosines.min() > 0.99999
+
+
+@needs_model
+@pytest.mark.skipif(not bert_onnx.available(), reason="onnxruntime and onnx are not installed")
+def test_int8_stored_vectors_stay_next_to_float32_ones(embedder: local.LocalEmbedder) -> None:
+    """The default int8 precision moves a stored text's vector only a little from its
+    float32 one (so the two live side by side in one store), and ranks alike."""
+    assert embedder.runtime.endswith(" int8")
+    texts = ["We deploy to staging before production.",
+             "The release goes to the test environment first, then live.",
+             "My cat likes to sleep on the keyboard.",
+             "[tool_use Bash] pytest -q tests/unit/test_segments.py -k thought",
+             "a long text that is truncated at 256 tokens " * 40]
+    float32 = local.LocalEmbedder.load("onnx", precision="float32").embed(texts)
+    int8 = embedder.embed(texts)
+    assert (float32 * int8).sum(axis=1).min() > 0.97
+    assert float(int8[0] @ int8[1]) > float(int8[0] @ int8[2]) + 0.2
 
 
 @needs_model
@@ -174,3 +191,23 @@ def test_a_query_in_the_daemon_never_waits_for_the_model(tmp_path: Path) -> None
             assert time.monotonic() < deadline, "the model never loaded behind the queries"
             time.sleep(0.02)
     assert np.allclose(vector, expected, atol=1e-5)
+
+
+@pytest.mark.skipif(not bert_onnx.available(), reason="onnxruntime and onnx are not installed")
+@pytest.mark.parametrize(("precision", "graph"), [(None, "int8"), ("int8", "int8"),
+                                                  ("float32", "fused")])
+def test_the_precision_setting_picks_the_stored_texts_graph(
+        tmp_path: Path, precision: str | None, graph: str) -> None:
+    """`memory.embeddings.local_precision` (int8 unless set) reaches the encoder that
+    embeds stored texts; the query's encoder is int8 either way."""
+    tiny_model(tmp_path / "models")
+    chosen = {} if precision is None else {"local_precision": precision}
+    embedder = make_embedder(EmbeddingSettings(provider="local", fetch_model=False, **chosen),
+                             tmp_path / "models")
+    assert embedder is not None
+    # (The installed package's weights where the local-embeddings extra is here, else the
+    # tiny model.)
+    assert np.isfinite(embedder.embed_query("deploy order staging")).all()
+    loaded = embedder._loaded(may_fetch=False)  # type: ignore[attr-defined]
+    assert loaded.runtime.endswith(f" {graph}")
+    assert loaded.prepare_query().runtime.endswith(" int8")

