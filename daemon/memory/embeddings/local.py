@@ -153,12 +153,13 @@ class LocalEmbedder:
     of 0.988 of float32's (0.998 on average), and the same LoCoMo and LongMemEval-dev
     recall through the CLI (benchmarks/README.md); `float32` runs ONNX
     Runtime's own fused attention and GELU kernels and gives sentence-transformers'
-    vectors. Either way a recall's query goes through an int8 copy of the network of
-    its own (a session with more threads, for one short sequence whose cost is reading
-    the weights: int8 weights, 11 MB, stay in the CPU's cache where float32 ones, 42 MB,
-    do not). The query's copy is built on the first query, so a process that only
-    embeds stored texts never holds it. Vectors of either precision live side by side
-    in one store: switching does not embed anything again.
+    vectors. Either way a recall's query goes through int8 (one short sequence, whose
+    cost is reading the weights: int8 weights, 11 MB, stay in the CPU's cache where
+    float32 ones, 42 MB, do not): with int8 stored texts, through their own session (one
+    thread answers a query faster than two, 8.8 against 10.5 ms here: waking a second
+    costs more than it shares); with float32, through an int8 copy built on the first
+    query, so a process that only embeds stored texts never holds it. Vectors of either
+    precision live side by side in one store: switching does not embed anything again.
     """
 
     name = f"{PROVIDER}:{MODEL_NAME}"
@@ -256,15 +257,17 @@ class LocalEmbedder:
         return self._query_encoder is not None
 
     def prepare_query(self) -> Encoder:
-        """The query's encoder, built on first use (0.2-0.5 s)."""
+        """The query's encoder: the stored texts' one when it is int8 (or NumPy), else an
+        int8 copy built on first use (0.2-0.5 s)."""
         with self._query_encoder_lock:
             if self._query_encoder is None:
                 from daemon.memory.embeddings.bert import read_safetensors
 
-                self._query_encoder = (
-                    self._encoder if self._encoder.runtime == "numpy" else make_encoder(
+                runtime = self._encoder.runtime
+                self._query_encoder = self._encoder if (
+                    runtime == "numpy" or runtime.endswith(" int8")) else make_encoder(
                         read_safetensors(self._directory / "model.safetensors"), self._config,
-                        self._runtime, "int8"))
+                        self._runtime, "int8")
             return self._query_encoder
 
     def embed_query(self, text: str) -> Vectors:
