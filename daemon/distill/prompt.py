@@ -62,7 +62,7 @@ def build_prompt(messages: Sequence[StoredMessage], first_index: int, last_index
     shown: set[int] = set()
     size = 0
     for message in messages:
-        if message.forgotten or not first_index <= message.index <= last_index:
+        if message.passed_over or not first_index <= message.index <= last_index:
             continue
         text = render_message(message, project)
         if not text:

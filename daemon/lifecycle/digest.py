@@ -105,6 +105,14 @@ class Digest:
     first_index: int | None = None
     last_index: int | None = None
 
+    @property
+    def says_something(self) -> bool:
+        """Whether it holds more than where and when (a session of nothing but a
+        subagent's prompt, or of tool results): one that does not is not saved."""
+        return bool(self.title or self.asked or self.created or self.edited or self.deleted
+                    or self.ran or self.committed or self.concluded or self.open_items
+                    or self.unanswered)
+
     def place(self, *, branch: str | None, title: str | None) -> None:
         """What the session's own record says: its branch (over any a line named) and the
         agent's title or summary line, if it wrote one."""
@@ -528,8 +536,8 @@ class DigestBuilder:
         if message.timestamp is not None:
             digest.started_at = digest.started_at or message.timestamp
             digest.ended_at = message.timestamp
-        if message.is_sidechain:
-            return
+        # A subagent's messages (inline, or its own session) are its work: its edits,
+        # commands and answer count; its prompts are the agent's words (`_own_words`).
         kind = message.kind
         tool_row = kind in ("tool_call", "tool_result")
         # One parse of a line serves both what it says of the branch and of its tools.

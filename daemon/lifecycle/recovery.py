@@ -44,7 +44,12 @@ from daemon.config import Settings
 from daemon.errors import BackendError
 from daemon.lifecycle.digest import Digest, DigestBuilder
 from daemon.lifecycle.extraction import Request, extract_requests
-from daemon.lifecycle.segments import SegmentPlan, open_question, plan_segments
+from daemon.lifecycle.segments import (
+    SegmentPlan,
+    new_copies,
+    open_question,
+    plan_segments,
+)
 from daemon.memory import (
     DIGEST_KIND,
     ConversationSegment,
@@ -218,8 +223,11 @@ class _Pages:
     and saves the page before: the next page of a session, and at a session's last page
     the first page of the session after it (most sessions are a page or two)."""
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection,
+                 copies: dict[int, store.Copies] | None = None) -> None:
         self._conn = conn
+        #: Each session's `store.Copies`, from page to page (and pass to pass).
+        self._copies = {} if copies is None else copies
         self._ahead: dict[_PageKey, asyncio.Future[list[store.StoredMessage]]] = {}
         #: The first page the pass will read after the current session's last, if any.
         self.next_up: _PageKey | None = None
@@ -230,8 +238,9 @@ class _Pages:
         found = self._ahead.pop((session_id, start, raw), None)
         if found is not None:
             return found
+        copies = self._copies.setdefault(session_id, new_copies())
         return asyncio.ensure_future(
-            store.messages_from(self._conn, session_id, start, PAGE, raw=raw))
+            store.messages_from(self._conn, session_id, start, PAGE, raw=raw, copies=copies))
 
     def read_next_up(self) -> None:
         """Start reading the next session's first page (it is used, or cancelled by
@@ -298,6 +307,9 @@ class Recovery:
         self._backoff: dict[int, tuple[float, float]] = {}  # session -> (retry at, delay)
         # This pass's digests built from the messages it saved (`_Built`), by session.
         self._built: dict[int, _Built] = {}
+        # Where each session's copies were looked for up to (`store.Copies`): a live
+        # session's next pass starts where the last ended, without reading its past.
+        self._copies: dict[int, store.Copies] = {}
 
     async def run(self, *, force: bool = False, session_id: int | None = None,
                   settle_questions: bool = False) -> SyncReport:
@@ -314,7 +326,7 @@ class Recovery:
         self._built = {}
         candidates = _Candidates(self._conn, session_id)
         saving = _Saving()
-        pages = _Pages(self._conn)
+        pages = _Pages(self._conn, self._copies)
         try:
             while (session := await candidates.next()) is not None:
                 if self._stopping():
@@ -431,13 +443,14 @@ class Recovery:
                     batch, pending = pending[:BATCH_SEGMENTS], pending[BATCH_SEGMENTS:]
                     if self._stopping():
                         return index
-                    # A run of forgotten messages only (`store.forgotten`) is passed over.
+                    # A run of forgotten messages or copies only is passed over.
                     # The batch before is saved (on the memory store's thread) while this
                     # one is prepared, down to its rows: the store's thread waits for
                     # nothing but Python's lock once that one is written.
                     segments = prepare_segments(self._backend, [
                         self._segment(session, plan) for plan in batch if plan.text])
-                    requests = [extract_requests(m for m in plan.messages if not m.forgotten)
+                    requests = [extract_requests(m for m in plan.messages
+                                                 if not m.passed_over)
                                 if plan.text else [] for plan in batch]
                     # This one starts once that one's memories are written (its index
                     # moves meanwhile, see `_Saving`).
@@ -451,7 +464,7 @@ class Recovery:
                         # While the batch is saved on the store's thread.
                         for plan in batch:
                             for message in plan.messages:
-                                if not message.forgotten:
+                                if not message.passed_over:
                                     building.add(message)
         finally:
             if reading is not None:
@@ -551,7 +564,7 @@ class Recovery:
         return results
 
     def _segment(self, session: SessionSyncState, plan: SegmentPlan) -> ConversationSegment:
-        kept = [m for m in plan.messages if not m.forgotten]
+        kept = [m for m in plan.messages if not m.passed_over]
         timestamps = [m.timestamp for m in kept if m.timestamp is not None]
         return ConversationSegment(
             source=session.source,
@@ -653,7 +666,7 @@ class Recovery:
         session = due.state
         end = session.memory_sync_index
         digest = await self._digest_of(due)
-        if digest is not None and digest.first_index is not None:
+        if digest is not None and digest.first_index is not None and digest.says_something:
             try:
                 result = await self._retrying(self._backend.save_session_summary,
                                               SessionSummary(
@@ -683,7 +696,8 @@ class Recovery:
         if built is not None and built.end == end:
             digest = built.digest
         else:
-            messages = await store.digest_messages(self._conn, session.id, end)
+            messages = [m for m in await store.digest_messages(
+                self._conn, session.id, end, copies=new_copies()) if not m.is_copy]
             if not messages:
                 return None
             digest = _digest_builder(session).build(messages)

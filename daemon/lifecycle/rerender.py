@@ -22,7 +22,7 @@ import aiosqlite
 import structlog
 
 from daemon.clock import Clock
-from daemon.lifecycle.segments import render_range
+from daemon.lifecycle.segments import new_copies, render_range
 from daemon.memory import MemoryBackend, MemoryType
 from daemon.memory.protocol import ContentRewrite, MemoryBrowse
 from daemon.store import sessions as store
@@ -81,13 +81,18 @@ async def _session(conn: aiosqlite.Connection, backend: MemoryBackend, session_i
                    roots: tuple[str | None, str | None]) -> int:
     assert isinstance(backend, MemoryBrowse) and isinstance(backend, ContentRewrite)
     rewritten = 0
-    for memory in await backend.session_memories(session_id):
+    # Read in order, one segment after the other, so that copies are told as recovery
+    # tells them without reading the session's past again for each segment.
+    copies = new_copies()
+    for memory in sorted(await backend.session_memories(session_id),
+                         key=lambda m: m.provenance.first_index or 0):
         p = memory.provenance
         if (memory.type is not MemoryType.CONVERSATION or not memory.is_live
                 or p.first_index is None or p.last_index is None):
             continue
         wanted = p.last_index - p.first_index + 1
-        messages = await store.messages_from(conn, session_id, p.first_index, wanted)
+        messages = await store.messages_from(conn, session_id, p.first_index, wanted,
+                                             copies=copies)
         if len(messages) != wanted or any(m.kind == EXPIRED_KIND for m in messages):
             continue
         text = render_range(messages, roots)

@@ -26,7 +26,7 @@ from daemon.lifecycle.markup import without_injected
 from daemon.lifecycle.tools import Roots, describe_input, failure_of
 from daemon.memory.models import Turn
 from daemon.memory.privacy.redaction import redact
-from daemon.store.sessions import StoredMessage
+from daemon.store.sessions import Copies, StoredMessage
 
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})
 _BASE64_MIN = 200
@@ -167,7 +167,7 @@ def open_question(messages: Sequence[StoredMessage]) -> int | None:
     or did follows them (a question still waiting for its answer), else None."""
     for position in range(len(messages) - 1, -1, -1):
         message = messages[position]
-        if message.forgotten:
+        if message.passed_over:
             continue
         if message.role == "user" and _turn_text(message) is not None:
             return position
@@ -178,7 +178,7 @@ def open_question(messages: Sequence[StoredMessage]) -> int | None:
 
 def quiet_line(messages: Sequence[StoredMessage]) -> str:
     """The text of a segment whose messages give no line: tool results that worked."""
-    count = sum(not m.forgotten for m in messages)
+    count = sum(not m.passed_over for m in messages)
     return f"tool results: {count} succeeded"
 
 
@@ -195,7 +195,7 @@ def plan_segments(
 
     def close(closed: bool = True) -> None:
         nonlocal current, lines, turns, size
-        if current and not lines and not all(m.forgotten for m in current):
+        if current and not lines and not all(m.passed_over for m in current):
             # Every message lies in one segment, even a run of tool results that worked
             # (which give no line of their own): the segment says what they were.
             lines = [quiet_line(current)]
@@ -205,8 +205,9 @@ def plan_segments(
         current, lines, turns, size = [], [], [], 0
 
     for message in messages:
-        if message.forgotten:
-            # Kept in the run, so the index range stays whole, but it gives memory nothing.
+        if message.passed_over:
+            # Kept in the run, so the index range stays whole, but it gives memory nothing
+            # (forgotten, or a copy of an earlier message: `store.sessions.Copies`).
             current.append(message)
             continue
         prefix, body = _render(message, project)
@@ -216,7 +217,10 @@ def plan_segments(
         # Most turns are their line's body: masked once for both.
         turn = _turn(message, text, masked if text == body else None)
         if current:
+            # The time since the last message memory keeps: a copy's is an earlier one's.
             previous = current[-1]
+            if previous.passed_over:
+                previous = next((m for m in reversed(current) if not m.passed_over), previous)
             gap = (
                 message.timestamp - previous.timestamp
                 if message.timestamp and previous.timestamp else timedelta(0)
@@ -232,6 +236,12 @@ def plan_segments(
         size += len(line) + 1 if line else 0
     close(closed=False)
     return plans
+
+
+def new_copies() -> Copies:
+    """How a session's copies are told (`store.sessions.Copies`): a person's words
+    compared without what the agent's tooling added around them."""
+    return Copies(words=lambda text: without_injected(text).strip())
 
 
 def render_range(messages: Sequence[StoredMessage], project: Roots = None) -> str:

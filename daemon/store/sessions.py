@@ -7,7 +7,7 @@ like the instants it names, so no comparison depends on the machine's time zone.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -72,6 +72,14 @@ class StoredMessage:
     #: a session's digest needs them (`digest_messages`): calls' ids, exit statuses.
     tool_input: str | None = None
     raw: bytes = b""
+    #: The same message as an earlier one of its session, written again (`Copies`).
+    is_copy: bool = False
+
+    @property
+    def passed_over(self) -> bool:
+        """Whether memory leaves it out (forgotten, or a copy), while a segment's index
+        range still covers it."""
+        return self.forgotten or self.is_copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,38 +175,120 @@ async def get_sync_state(conn: aiosqlite.Connection, session_id: int) -> Session
 _DIGEST_RAW = "CASE WHEN kind IN ('tool_call', 'tool_result') OR message_index < 8 THEN raw END"
 
 
+@dataclass(slots=True)
+class Copies:
+    """Which messages of a session repeat an earlier one, carried from page to page.
+
+    Claude Code writes a resumed session's conversation into its transcript again, under
+    new uuids, with each record's own timestamp and content (a real session: 176 of its
+    529 records, half of its memory text twice). Such a record goes back in time: its
+    timestamp is not later than one already read. Only those are compared, by
+    (timestamp, role, kind, content, tool), with the session's earlier messages: a
+    session whose clock only moves on costs nothing. The copies stay stored (what the
+    transcript holds is kept); memory, digests and requests leave them out.
+    """
+
+    #: The latest timestamp among the session's messages before `index`.
+    latest: str | None = None
+    #: The message index `latest` holds for; another start reads it again.
+    index: int = 0
+    #: A person's words in a user message's text: what is compared of it (a resumed
+    #: conversation writes a prompt and the IDE's note beside it as two records).
+    words: Callable[[str], str] = str.strip
+
+    def key(self, row: tuple[object, ...]) -> tuple[object, ...]:
+        """What a row of `_read_messages` is compared by: (timestamp, role, kind, text,
+        tool, tool input)."""
+        content = row[3]
+        if row[1] == "user" and isinstance(content, str):
+            content = self.words(content)
+        return (row[6], row[1], row[2], content, row[4], row[9])
+
+
+_COPY_LOOKUP = 500  # timestamps per statement
+
+
+def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
+                 rows: Sequence[tuple[object, ...]], messages: Sequence[StoredMessage],
+                 copies: Copies) -> None:
+    """Set `is_copy` on the messages (read from index `start` on) that repeat an earlier
+    message of the session, and move `copies` past them."""
+    if copies.index != start:
+        copies.latest = conn.execute(
+            "SELECT MAX(timestamp) FROM session_messages WHERE session_id = ?"
+            " AND message_index < ?", (session_id, start)).fetchone()[0] if start else None
+    latest = copies.latest
+    candidates: list[int] = []
+    for position, row in enumerate(rows):
+        stamp = row[6]
+        if not isinstance(stamp, str):
+            continue
+        if latest is not None and stamp <= latest:
+            candidates.append(position)
+        else:
+            latest = stamp
+    copies.latest = latest
+    copies.index = messages[-1].index + 1
+    if not candidates:
+        return
+    stamps = sorted({rows[p][6] for p in candidates}, key=str)
+    last = messages[candidates[-1]].index
+    first_seen: dict[tuple[object, ...], int] = {}
+    for at in range(0, len(stamps), _COPY_LOOKUP):
+        part = stamps[at:at + _COPY_LOOKUP]
+        for row in conn.execute(
+                "SELECT message_index, role, kind, content, tool_name, NULL, timestamp,"
+                " NULL, NULL, tool_input FROM session_messages WHERE session_id = ?"
+                f" AND message_index < ? AND timestamp IN ({', '.join('?' * len(part))})",
+                (session_id, last, *part)):
+            key = copies.key(row)
+            index = row[0]
+            assert isinstance(index, int)
+            if index < first_seen.get(key, index + 1):
+                first_seen[key] = index
+    for position in candidates:
+        message = messages[position]
+        if first_seen.get(copies.key(rows[position]), message.index) < message.index:
+            message.is_copy = True
+
+
 async def messages_from(
     conn: aiosqlite.Connection, session_id: int, start: int, limit: int, *,
-    raw: bool = False,
+    raw: bool = False, copies: Copies | None = None,
 ) -> list[StoredMessage]:
     """Up to `limit` messages of a session from `message_index` `start` on, in order;
-    with `raw`, each with the line a digest reads (as `digest_messages` gives it)."""
+    with `raw`, each with the line a digest reads (as `digest_messages` gives it); with
+    `copies` (the state of the pages read before, or a new one), copies are marked."""
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
         f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}"
         " FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
-        (session_id, start, limit))
+        (session_id, start, limit), None if copies is None else (session_id, start, copies))
 
 
-def _read_messages(conn: sqlite3.Connection, sql: str,
-                   params: tuple[object, ...]) -> list[StoredMessage]:
+def _read_messages(conn: sqlite3.Connection, sql: str, params: tuple[object, ...],
+                   copies: tuple[int, int, Copies] | None = None) -> list[StoredMessage]:
     """`sql`'s rows (index, role, kind, content, tool name, uuid, timestamp, sidechain,
     forgotten, tool input, line) as messages, on the store's thread: one hop through the
     event loop, where a cursor's execute, fetch and close are three, each waiting for the
-    loop's thread to let go of Python's lock."""
+    loop's thread to let go of Python's lock. With `copies` (the session's id, the first
+    index read, the state), copies are marked (`Copies`)."""
     cursor = conn.cursor()
     cursor.row_factory = None  # plain tuples: a Row a column costs more than the tuple
     try:
         rows = cursor.execute(sql, params).fetchall()
     finally:
         cursor.close()
-    return [
+    messages = [
         StoredMessage(r[0], r[1], r[2], r[3], r[4], r[5], parse_utc(r[6]), bool(r[7]),
                       bool(r[8]), r[9], b"" if r[10] is None else _raw_bytes(r[10]))
         for r in rows
     ]
+    if copies is not None and rows:
+        _mark_copies(conn, *copies[:2], rows, messages, copies[2])
+    return messages
 
 
 async def visible_messages(conn: aiosqlite.Connection, session_id: int, first: int,
@@ -253,18 +343,18 @@ def _raw_bytes(value: bytes | str | None) -> bytes:
     return value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
 
 
-async def digest_messages(conn: aiosqlite.Connection, session_id: int,
-                          end: int) -> list[StoredMessage]:
+async def digest_messages(conn: aiosqlite.Connection, session_id: int, end: int, *,
+                          copies: Copies | None = None) -> list[StoredMessage]:
     """A session's messages before `end`, in order, with what a digest reads: a tool
     row's input and line, and the first lines' (where an agent writes the branch). Its
-    forgotten messages are left out."""
+    forgotten messages are left out; with `copies` (a new one), its copies are marked."""
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
         f" 0, tool_input, {_DIGEST_RAW}"
         f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
         f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
-        (session_id, end))
+        (session_id, end), None if copies is None else (session_id, 0, copies))
 
 
 async def mark_digested(conn: aiosqlite.Connection, session_id: int, index: int) -> None:

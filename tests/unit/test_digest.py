@@ -358,3 +358,41 @@ def test_open_items_are_counted_as_listed() -> None:
     assert text.splitlines()[-1] == (
         "Open: migrate the schema, then backfill; tag the release; write docs")
     assert "Left 3 todo items open" in digest_text(text, open_said=True)
+
+
+def test_a_subagents_work_is_in_a_digest_and_its_prompt_is_not_asked() -> None:
+    """A subagent's session (Claude Code 2.x writes it to a file of its own, every line
+    `isSidechain`) did work: its edits, commands and answer are its digest; the prompt the
+    main agent wrote it is not something the person asked. The real subagent fixtures
+    read as what they found."""
+    t = [T0 + timedelta(minutes=i) for i in range(8)]
+    side = {"isSidechain": True, "agentId": "a5bdbc1"}
+    lines = [
+        _claude("s1", "user", "Fix the failing cart test and run the suite", t[0], **side),
+        _claude("s2", "assistant", [{"type": "tool_use", "id": "e1", "name": "Edit", "input": {
+            "file_path": f"{PROJECT}/lib/cart.ex", "old_string": "x", "new_string": "y"}}],
+            t[1], **side),
+        _claude("s3", "user", [{"type": "tool_result", "tool_use_id": "e1",
+                                "content": "The file has been updated."}], t[2], **side),
+        _claude("s4", "assistant", [{"type": "tool_use", "id": "b1", "name": "Bash",
+                                     "input": {"command": "mix test"}}], t[3], **side),
+        _claude("s5", "user", [{"type": "tool_result", "tool_use_id": "b1",
+                                "content": "12 tests, 0 failures"}], t[4], **side),
+        _claude("s6", "assistant", [{"type": "text", "text": "Fixed: the cart rounds."}],
+                t[5], **side),
+    ]
+    messages, _ = _messages("claude", lines)
+    assert all(m.is_sidechain for m in messages)
+    digest = build_digest(messages, source="claude", session="agent-a5bdbc1", project=PROJECT)
+    assert digest.asked == [] and digest.turns == 0
+    assert digest.edited == ["lib/cart.ex"]
+    assert [(c.command, c.outcome) for c in digest.ran] == [("mix test", "passed")]
+    assert digest.concluded == "Fixed: the cart rounds." and digest.says_something
+    # Only the prompt, nothing done: where and when is all it would say.
+    prompt_only, _ = _messages("claude", lines[:1])
+    assert not build_digest(prompt_only, source="claude", session="x",
+                            project=PROJECT).says_something
+    for name in ("agent-a2018e5", "agent-a5bdbc1"):
+        found, hints = _messages("claude", _fixture("claude", name))
+        real = build_digest(found, source="claude", session=name, project=hints["project"])
+        assert real.asked == [] and real.concluded and "curry" in real.concluded.lower()
