@@ -82,8 +82,8 @@ def _expected_turns(db: Path) -> Counter[tuple[str, str]]:
 
     import aiosqlite
 
-    from daemon.lifecycle.segments import turns_of
-    from daemon.store.sessions import StoredMessage
+    from daemon.lifecycle.segments import new_copies, turns_of
+    from daemon.store.sessions import messages_from
 
     async def read() -> Counter[tuple[str, str]]:
         expected: Counter[tuple[str, str]] = Counter()
@@ -91,15 +91,10 @@ def _expected_turns(db: Path) -> Counter[tuple[str, str]]:
             async with conn.execute("SELECT id FROM sessions") as cur:
                 sessions = list(await cur.fetchall())
             for (session_id,) in sessions:
-                async with conn.execute(
-                        "SELECT message_index, role, kind, content, tool_name, uuid, is_sidechain"
-                        " FROM session_messages WHERE session_id = ? ORDER BY message_index",
-                        (session_id,)) as cur:
-                    rows = list(await cur.fetchall())
-                messages = [StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3],
-                                          tool_name=r[4], uuid=r[5], timestamp=None,
-                                          is_sidechain=bool(r[6])) for r in rows]
-                for turn in turns_of(messages):
+                # As recovery reads them: a resumed conversation's copies are sent once.
+                messages = await messages_from(conn, session_id, 0, 1_000_000,
+                                               copies=new_copies())
+                for turn in turns_of([m for m in messages if not m.passed_over]):
                     expected[(f"chat:{session_id}", turn.text)] += 1
         return expected
 
