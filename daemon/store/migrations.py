@@ -255,6 +255,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX sessions_active ON sessions (id) WHERE status = 'active';
         """,
     ),
+    (
+        11,
+        "sessions indexed by agent and start: a fork finds the session it copied",
+        # A forked session begins with the conversation it copied, first message and
+        # all, so it starts when that session did (`sessions.Copies`): one seek a
+        # session instead of a look at every session.
+        """
+        CREATE INDEX sessions_by_start ON sessions (source, started_at);
+        """,
+    ),
 ]
 
 

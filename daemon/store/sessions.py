@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import aiosqlite
@@ -184,12 +184,24 @@ class Copies:
     529 records, half of its memory text twice). Such a record goes back in time: its
     timestamp is not later than one already read. Only those are compared, by
     (timestamp, role, kind, content, tool), with the session's earlier messages: a
-    session whose clock only moves on costs nothing. The copies stay stored (what the
-    transcript holds is kept); memory, digests and requests leave them out.
+    session whose clock only moves on costs nothing.
+
+    `claude --fork-session` (2.1.331, run against a local model server) starts a new
+    transcript with the whole conversation it forks copied in: the same uuids and
+    timestamps, the new session's id. A session whose first message (its uuid and time)
+    a session of the same agent with a lower id holds is a fork of it: its messages held
+    there are copies, page after page, until a page holds none.
+
+    The copies stay stored (what the transcript holds is kept); memory, digests and
+    requests leave them out, so each message reaches memory once, in one session.
     """
 
     #: The latest timestamp among the session's messages before `index`.
     latest: str | None = None
+    #: The sessions (lower ids) it was forked from, while the pages read still copy them,
+    #: and whether they were looked for.
+    forked_from: list[int] = field(default_factory=list)
+    looked: bool = False
     #: The message index `latest` holds for; another start reads it again.
     index: int = 0
     #: A person's words in a user message's text: what is compared of it (a resumed
@@ -205,7 +217,48 @@ class Copies:
         return (row[6], row[1], row[2], content, row[4], row[9])
 
 
-_COPY_LOOKUP = 500  # timestamps per statement
+_COPY_LOOKUP = 500  # timestamps or keys per statement
+
+
+def _forked_from(conn: sqlite3.Connection, session_id: int, start: int,
+                 rows: Sequence[tuple[object, ...]]) -> list[int]:
+    """The sessions of the same agent, with lower ids, that started when this one did
+    and hold its first message (its key and time): what `claude --fork-session` copied
+    it from. Looked for once a session (and again by a daemon started since)."""
+    first = rows[0] if start == 0 else conn.execute(
+        "SELECT message_index, NULL, NULL, NULL, NULL, NULL, timestamp, NULL, NULL, NULL,"
+        " NULL, dedupe_key FROM session_messages WHERE session_id = ? AND message_index = 0",
+        (session_id,)).fetchone()
+    if first is None or first[6] is None or str(first[11]).startswith("h:"):
+        return []  # a hash of the line, not the agent's own id: it holds the session's id
+    # It starts when the session it copies did: its earliest message is a copy.
+    return [row[0] for row in conn.execute(
+        "SELECT DISTINCT m.session_id FROM sessions f JOIN sessions s"
+        " ON s.source = f.source AND s.started_at = f.started_at AND s.id < f.id"
+        " JOIN session_messages m ON m.session_id = s.id AND m.dedupe_key = ?"
+        " AND m.timestamp = ? WHERE f.id = ?",
+        (first[11], first[6], session_id))]
+
+
+def _mark_forked(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]],
+                 messages: Sequence[StoredMessage], copies: Copies) -> None:
+    """Mark the messages the sessions it was forked from hold (same key, same time); once
+    a page holds none, the fork's own conversation has begun: not looked for again."""
+    keys = sorted({str(row[11]) for row in rows})
+    held: set[tuple[str, object]] = set()
+    marks = ", ".join("?" * len(copies.forked_from))
+    for at in range(0, len(keys), _COPY_LOOKUP):
+        part = keys[at:at + _COPY_LOOKUP]
+        held.update((key, stamp) for key, stamp in conn.execute(
+            f"SELECT dedupe_key, timestamp FROM session_messages WHERE session_id IN ({marks})"
+            f" AND dedupe_key IN ({', '.join('?' * len(part))})",
+            (*copies.forked_from, *part)))
+    found = False
+    for row, message in zip(rows, messages, strict=True):
+        if (row[11], row[6]) in held:
+            message.is_copy = found = True
+    if not found:
+        copies.forked_from = []
 
 
 def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
@@ -217,6 +270,12 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
         copies.latest = conn.execute(
             "SELECT MAX(timestamp) FROM session_messages WHERE session_id = ?"
             " AND message_index < ?", (session_id, start)).fetchone()[0] if start else None
+        copies.looked = False
+    if not copies.looked:
+        copies.forked_from = _forked_from(conn, session_id, start, rows)
+        copies.looked = True
+    if copies.forked_from:
+        _mark_forked(conn, rows, messages, copies)
     latest = copies.latest
     candidates: list[int] = []
     for position, row in enumerate(rows):
@@ -262,7 +321,7 @@ async def messages_from(
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}"
+        f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}, dedupe_key"
         " FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
         (session_id, start, limit), None if copies is None else (session_id, start, copies))
@@ -351,7 +410,7 @@ async def digest_messages(conn: aiosqlite.Connection, session_id: int, end: int,
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" 0, tool_input, {_DIGEST_RAW}"
+        f" 0, tool_input, {_DIGEST_RAW}, dedupe_key"
         f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
         f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
         (session_id, end), None if copies is None else (session_id, 0, copies))

@@ -91,6 +91,9 @@ def test_sigkill_while_segments_are_rendered_again(tmp_path: Path) -> None:
     proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # Stopped once it runs (the upgrade may be done already: a SIGTERM before the
+        # interpreter has set its handler ends it as the signal's default does).
+        wait_ready(state, proc.pid)
         deadline = time.monotonic() + 120
         while not _done(state):
             assert time.monotonic() < deadline, "the upgrade did not finish"

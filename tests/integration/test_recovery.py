@@ -1087,3 +1087,70 @@ async def test_a_digest_that_says_nothing_is_not_saved(
     assert sync_state(world)[0][2] == 1
     with world.db() as db:  # not looked at again: the digest is up to date
         assert db.execute("SELECT digest_index FROM sessions").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("page", [5, 500])
+@pytest.mark.parametrize("together", [False, True])
+async def test_a_forked_conversation_reaches_memory_once(
+        world: World, backend: SQLiteMemoryBackend, monkeypatch: pytest.MonkeyPatch,
+        page: int, together: bool) -> None:
+    """`claude --fork-session` (the pinned 2.1.331 against a local model server) writes a
+    new transcript that begins with the whole conversation it forks, each record with its
+    own uuid and timestamp, under the new session's id. The fork's memory holds what was
+    said after the fork, and its digest asks only that; the original keeps its own; read
+    in the same pass or after the original was saved, in pages of any size."""
+    from daemon.lifecycle import recovery as recovery_module
+
+    monkeypatch.setattr(recovery_module, "PAGE", page)
+    original = POMODORO.read_bytes()
+    forked = [json.loads(line) for line in original.splitlines()]
+    sessions = {r["sessionId"] for r in forked if "sessionId" in r}
+    assert len(sessions) == 1
+    fork_id = "f0f0f0f0-1111-4222-8333-444444444444"
+    lines = [json.dumps({**r, "sessionId": fork_id} if "sessionId" in r else r) + "\n"
+             for r in forked]
+    lines.append(_user_line("fork-prompt-1", "now add a dark theme to the timer",
+                            "2025-10-22T09:00:00.000Z").replace(
+        "36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2", fork_id))
+    (world.project / "36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2.jsonl").write_bytes(original)
+    if not together:
+        await ingest(world)
+        await recover(world, backend, force=True)
+    (world.project / f"{fork_id}.jsonl").write_text("".join(lines))
+    await ingest(world)
+    await recover(world, backend, force=True)
+
+    records = [r async for r in backend.export() if r["superseded_by"] is None]
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_session.setdefault(r["provenance"]["session_external_id"], []).append(r)
+    assert set(by_session) == {"36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2", fork_id}
+
+    def text(session: str, kind: MemoryType) -> str:
+        return "\n".join(r["content"] for r in by_session[session] if r["type"] == kind.value)
+
+    fork_text = text(fork_id, MemoryType.CONVERSATION)
+    assert "now add a dark theme" in fork_text and "Pomodoro" not in fork_text
+    fork_digest = text(fork_id, MemoryType.SESSION_DIGEST)
+    assert 'Left unanswered: "now add a dark theme to the timer"' in fork_digest
+    assert "1 request" in fork_digest and "index.html" not in fork_digest
+    original_text = text("36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2", MemoryType.CONVERSATION)
+    assert "Build a simple Pomodoro timer" in original_text
+    assert "3 requests" in text("36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2",
+                                MemoryType.SESSION_DIGEST)
+    with world.db() as db:  # every line of both transcripts is stored all the same
+        counts = dict(db.execute("SELECT external_id, message_count FROM sessions"))
+    assert counts[fork_id] == counts["36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2"] + 1
+    # A daemon started again before each page: each finds the session the fork copies.
+    from daemon.lifecycle.segments import new_copies
+    from daemon.store import sessions as store
+
+    async with open_store(world.settings) as conn:
+        async with conn.execute("SELECT id FROM sessions WHERE external_id = ?",
+                                (fork_id,)) as cursor:
+            [(fork,)] = list(await cursor.fetchall())
+        marks: list[bool] = []
+        while len(marks) < counts[fork_id]:
+            marks += [m.is_copy for m in await store.messages_from(
+                conn, fork, len(marks), 7, copies=new_copies())]
+    assert marks == [True] * (counts[fork_id] - 1) + [False]
