@@ -527,6 +527,8 @@ class DigestBuilder:
         self._last_assistant_text: str | None = None
         self._pending_request: str | None = None
         self._last_kind = ""
+        #: The main agent has answered (not only a subagent inside the session).
+        self._main_spoke = False
 
     def add(self, message: Readable) -> None:
         digest = self._digest
@@ -566,8 +568,12 @@ class DigestBuilder:
                     found.failed = failed if failed is not None else found.failed
             self._last_kind = "tool_result"
         elif message.role == "assistant" and kind == "message" and message.content.strip():
+            if message.is_sidechain and self._main_spoke:
+                return  # a subagent's report inside a session: the main agent concludes
             self._last_assistant_text = message.content
-            self._pending_request = None
+            if not message.is_sidechain:
+                self._main_spoke = True
+                self._pending_request = None
             self._last_kind = "answer"
 
     def build(self, messages: Iterable[Readable]) -> Digest:

@@ -202,6 +202,8 @@ class Copies:
     #: and whether they were looked for.
     forked_from: list[int] = field(default_factory=list)
     looked: bool = False
+    #: The rows read at the `latest` instant (a few): what a record at it is compared with.
+    at_latest: list[tuple[object, ...]] = field(default_factory=list)
     #: The message index `latest` holds for; another start reads it again.
     index: int = 0
     #: A person's words in a user message's text: what is compared of it (a resumed
@@ -218,6 +220,11 @@ class Copies:
 
 
 _COPY_LOOKUP = 500  # timestamps or keys per statement
+#: How many messages before a read's start give the latest time it compares with.
+LATEST_WINDOW = 5000
+#: What a copy is compared by, as a row of `_read_messages` (`Copies.key`).
+_COPY_COLUMNS = ("message_index, role, kind, content, tool_name, NULL, timestamp, NULL, NULL,"
+                 " tool_input")
 
 
 def _forked_from(conn: sqlite3.Connection, session_id: int, start: int,
@@ -267,9 +274,16 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
     """Set `is_copy` on the messages (read from index `start` on) that repeat an earlier
     message of the session, and move `copies` past them."""
     if copies.index != start:
+        # The latest time of the messages just before, and those at it: a replay that
+        # began further back than LATEST_WINDOW is found from where this read starts on.
+        window = (session_id, start - LATEST_WINDOW, start)
         copies.latest = conn.execute(
             "SELECT MAX(timestamp) FROM session_messages WHERE session_id = ?"
-            " AND message_index < ?", (session_id, start)).fetchone()[0] if start else None
+            " AND message_index >= ? AND message_index < ?", window).fetchone()[0]
+        copies.at_latest = [tuple(row) for row in conn.execute(
+            f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
+            " AND message_index >= ? AND message_index < ? AND timestamp = ?",
+            (*window, copies.latest))] if copies.latest is not None else []
         copies.looked = False
     if not copies.looked:
         copies.forked_from = _forked_from(conn, session_id, start, rows)
@@ -277,35 +291,50 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
     if copies.forked_from:
         _mark_forked(conn, rows, messages, copies)
     latest = copies.latest
-    candidates: list[int] = []
+    back: list[int] = []  # earlier than a message read before
+    ties: list[int] = []  # at the latest time read: agents write several records a ms
+    first_seen: dict[tuple[object, ...], int] = {}
     for position, row in enumerate(rows):
         stamp = row[6]
-        if not isinstance(stamp, str):
+        if not isinstance(stamp, str) or row[1] == "tool" or row[2] == "tool_result":
+            # A tool's result names no call here: two parallel calls' alike results at
+            # one instant are two results (a copy's result is matched by its call id).
             continue
-        if latest is not None and stamp <= latest:
-            candidates.append(position)
+        if latest is not None and stamp < latest:
+            back.append(position)
+            continue
+        if latest is not None and stamp == latest:
+            ties.append(position)
+            if not back:
+                # Compared with the messages at that instant read before (pages or not).
+                for earlier in copies.at_latest:
+                    first_seen.setdefault(copies.key(earlier), earlier[0])  # type: ignore[arg-type]
         else:
             latest = stamp
+            copies.at_latest = []
+        copies.at_latest.append(tuple(row))
     copies.latest = latest
     copies.index = messages[-1].index + 1
-    if not candidates:
+    if not back and not ties:
         return
-    stamps = sorted({rows[p][6] for p in candidates}, key=str)
-    last = messages[candidates[-1]].index
-    first_seen: dict[tuple[object, ...], int] = {}
-    for at in range(0, len(stamps), _COPY_LOOKUP):
-        part = stamps[at:at + _COPY_LOOKUP]
-        for row in conn.execute(
-                "SELECT message_index, role, kind, content, tool_name, NULL, timestamp,"
-                " NULL, NULL, tool_input FROM session_messages WHERE session_id = ?"
-                f" AND message_index < ? AND timestamp IN ({', '.join('?' * len(part))})",
-                (session_id, last, *part)):
-            key = copies.key(row)
-            index = row[0]
-            assert isinstance(index, int)
-            if index < first_seen.get(key, index + 1):
-                first_seen[key] = index
-    for position in candidates:
+    if back:
+        # A replay: the session's earlier messages at those instants, read from the store
+        # (no index on time: once a page that goes back, never for a session in order).
+        first_seen = {}
+        stamps = sorted({str(rows[p][6]) for p in back + ties})
+        last = messages[max(back + ties)].index
+        for at in range(0, len(stamps), _COPY_LOOKUP):
+            part = stamps[at:at + _COPY_LOOKUP]
+            for row in conn.execute(
+                    f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
+                    f" AND message_index < ? AND timestamp IN ({', '.join('?' * len(part))})",
+                    (session_id, last, *part)):
+                key = copies.key(row)
+                index = row[0]
+                assert isinstance(index, int)
+                if index < first_seen.get(key, index + 1):
+                    first_seen[key] = index
+    for position in back + ties:
         message = messages[position]
         if first_seen.get(copies.key(rows[position]), message.index) < message.index:
             message.is_copy = True

@@ -206,9 +206,11 @@ def test_the_daily_job_is_a_cron_job_in_local_time() -> None:
 
 
 def test_a_replayed_history_is_merged_into_one_memory(tmp_path: Path) -> None:
-    """A resumed session replays its history into a new transcript: the same conversation
-    is saved twice. Retention keeps the oldest and deletes the repeat, leaving a deletion
-    record of where it came from; the audit record names both."""
+    """A resumed session replays its history into a new transcript. A fork that keeps the
+    messages' own ids is never saved twice (`store.sessions.Copies`); one written under
+    new ids (and stores saved by earlier versions) holds the same conversation twice.
+    Retention keeps the oldest and deletes the repeat, leaving a deletion record of where
+    it came from; the audit record names both."""
     config, env, _state = _set_up(tmp_path, conversations="never")
     project = tmp_path / "claude" / "-work-gamma"
     project.mkdir()
@@ -217,7 +219,8 @@ def test_a_replayed_history_is_merged_into_one_memory(tmp_path: Path) -> None:
     (project / "first.jsonl").write_text("".join(history))
     later = RECENT + timedelta(hours=3)
     (project / "second.jsonl").write_text("".join(
-        line.replace('"sessionId": "first"', '"sessionId": "second"') for line in history)
+        line.replace('"sessionId": "first"', '"sessionId": "second"').replace(
+            '"g-', '"r-') for line in history)
         + "".join(_line("second", f"h-{i}", f"and now the otter rollback {i}",
                         later + timedelta(minutes=i), "/work/gamma") for i in range(2)))
     for args in (("ingest", "--once"), ("sync",)):

@@ -396,3 +396,24 @@ def test_a_subagents_work_is_in_a_digest_and_its_prompt_is_not_asked() -> None:
         found, hints = _messages("claude", _fixture("claude", name))
         real = build_digest(found, source="claude", session=name, project=hints["project"])
         assert real.asked == [] and real.concluded and "curry" in real.concluded.lower()
+
+
+def test_a_subagents_report_inside_a_session_neither_answers_nor_concludes_it() -> None:
+    """Inline subagent lines (Claude Code 1.x) are the subagent's: its report does not
+    answer the person's request, nor replace what the main agent concluded."""
+    t = [T0 + timedelta(minutes=i) for i in range(8)]
+    side = {"isSidechain": True}
+    lines = [
+        _claude("u1", "user", "find why checkout is slow", t[0]),
+        _claude("a1", "assistant", [{"type": "text", "text": "Profiling first."}], t[1]),
+        _claude("s1", "user", "Profile the checkout path", t[2], **side),
+        _claude("s2", "assistant", [{"type": "text", "text": "Report: the tax call is slow."}],
+                t[3], **side),
+    ]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.concluded == "Profiling first." and digest.unanswered is None
+    asked, _ = _messages("claude", [lines[0], *lines[2:]])
+    waiting = build_digest(asked, source="claude", session="s", project=PROJECT)
+    assert waiting.unanswered == "find why checkout is slow"
+    assert waiting.asked == ["find why checkout is slow"]
