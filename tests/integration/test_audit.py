@@ -9,6 +9,8 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from helpers import wait_for
+
 from tests.integration.test_agents import PROJECT, Daemon, claude_line, claude_payload, daemon
 
 __all__ = ["daemon"]  # the fixture, shared with test_agents
@@ -48,6 +50,12 @@ def test_every_interface_is_recorded_and_no_content_is(daemon: Daemon) -> None:
         when = datetime(2026, 1, 2, 10, 0, tzinfo=UTC)
         transcript.write_text(claude_line("s1", "u1", "user", "we picked blue green", when)
                               + claude_line("s1", "u2", "assistant", "noted", when))
+
+        def stored() -> bool:  # `sync` saves what the daemon has read (within 2 s)
+            with sqlite3.connect(d.state / "memoryd.db") as db:
+                return db.execute("SELECT count(*) FROM session_messages").fetchone()[0] == 2
+
+        wait_for(stored, what="the transcript read")
         assert d.cli("sync").returncode == 0
         forgotten = d.cli("forget", new_id)
         assert forgotten.returncode == 0, forgotten.stderr
