@@ -102,13 +102,17 @@ async def build(data: list[dict[str, Any]], work: Path, keyword_only: bool = Fal
 
 
 def recall_cli(config: Path, project: str, queries: list[str], limit: int = 10,
-               ) -> tuple[list[list[dict[str, Any]]], float]:
-    """`memoryd recall --json --stdin` for these queries; results and ms per query."""
+               as_of: datetime | None = None) -> tuple[list[list[dict[str, Any]]], float]:
+    """`memoryd recall --json --stdin` for these queries; results and ms per query.
+
+    `as_of`: when the questions are asked (their time words, "a week ago", are read as
+    said then: LongMemEval's questions carry their own date)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     began = time.perf_counter()
+    asked = ["--as-of", as_of.isoformat()] if as_of is not None else []
     done = subprocess.run(
         [sys.executable, "-m", "daemon", "--config", str(config), "recall", "--json", "--stdin",
-         "--project", project, "--limit", str(limit)],
+         "--project", project, "--limit", str(limit), *asked],
         input="".join(" ".join(q.split()) + "\n" for q in queries), capture_output=True,
         text=True, env=env, check=True)
     each = (time.perf_counter() - began) * 1000 / max(len(queries), 1)
@@ -136,7 +140,8 @@ def evaluate(config: Path, data: list[dict[str, Any]], passes: int = 2) -> list[
         for question in data:
             if question["question_id"].endswith("_abs"):
                 continue
-            [results], each = recall_cli(config, project_of(question), [question["question"]])
+            [results], each = recall_cli(config, project_of(question), [question["question"]],
+                                         as_of=_when(question["question_date"]))
             latency.append(each)
             wanted = set(question["answer_session_ids"])
             for k in (1, 5, 10):

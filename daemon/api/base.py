@@ -18,8 +18,9 @@ from daemon.lifecycle.recovery import SyncReport
 from daemon.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
 from daemon.memory.models import Memory, visible_to
 from daemon.memory.recall import sessions
-from daemon.memory.recall.gate import above_floor
+from daemon.memory.recall.gate import above_floor, content_words
 from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
+from daemon.memory.recall.spoken_time import SPOKEN_TIME_POOL, spoken_first, spoken_time
 from daemon.store import holds, links
 from daemon.store.injections import Injection, record_injection
 
@@ -92,10 +93,34 @@ class OpsBase:
         ranked = order == "score" and bool(query.strip())
         reranking = self._reranker is not None and ranked
         wanted = max(limit, self.settings.memory.rerank.candidates) if reranking else limit
-        results = await self._backend.recall(
-            query, project=await self._linked(args), all_projects=arg.flag(args, "all_projects"),
-            limit=wanted, since=arg.when(args, "since", now), until=arg.when(args, "until", now),
-            types=kinds, order=order, agent=arg.agent(args))
+        scope: dict[str, Any] = {
+            "project": await self._linked(args), "all_projects": arg.flag(args, "all_projects"),
+            "types": kinds, "agent": arg.agent(args)}
+        since, until = arg.when(args, "since", now), arg.when(args, "until", now)
+        spoken = (spoken_time(query, arg.when(args, "as_of", now) or now)
+                  if ranked and Capability.TEMPORAL in self._backend.capabilities else None)
+        only_time = spoken is not None and not content_words(spoken.rest)
+        results = []
+        if spoken is not None and only_time:
+            # A query that is only a time ("what did we do yesterday?"): that time's
+            # memories, best first by weight.
+            start, end = spoken.start, spoken.end
+            if since is not None:
+                start = max(start, since)
+            if until is not None:
+                end = min(end, until)
+            if start < end:
+                results = await self._backend.recall("", limit=wanted, since=start, until=end,
+                                                     **scope)
+            if not results:  # nothing then: the words as they were asked
+                spoken = None
+        if not results:
+            # With a time spoken of, more are weighed: one of then may rank lower.
+            results = await self._backend.recall(
+                query, limit=max(wanted, SPOKEN_TIME_POOL) if spoken else wanted,
+                since=since, until=until, order=order, **scope)
+            if spoken is not None:
+                results = spoken_first(results, spoken)
         if reranking and self._reranker is not None and len(results) > 1:
             scores = await self._reranker.scores(
                 query, [r.excerpt or r.content for r in results])
@@ -106,8 +131,12 @@ class OpsBase:
         # Backends answer one memory per session already; a chain's layers merged may not.
         results = sessions.one_per_session(results, limit)
         floor = self.settings.memory.embeddings.min_similarity
+        if spoken is not None and only_time:
+            return results
+        # Words of time name no subject: the floor asks for the rest of the query.
+        subject = spoken.rest if spoken is not None else query
         return [r for r in results
-                if above_floor(query, r.excerpt or r.content, r.similarity, floor)]
+                if above_floor(subject, r.excerpt or r.content, r.similarity, floor)]
 
     async def _linked(self, args: Mapping[str, Any]) -> str | None:
         """The request's project, by its new path when it was linked to one."""

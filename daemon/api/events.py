@@ -39,7 +39,8 @@ from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
 from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
-from daemon.memory.recall.gate import coverage
+from daemon.memory.recall.gate import content_words, coverage
+from daemon.memory.recall.spoken_time import during, spoken_time
 from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
 from daemon.repository import project_root
 from daemon.store import links, queries
@@ -315,13 +316,20 @@ class SessionEvents(OpsBase):
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         results = await self._recall(query, scope, limit=20)
         floor = self.settings.agents.prompt_min_relevance
+        # Words of time name no subject (`recall/spoken_time.py`): the gate asks for the
+        # rest of the prompt, and a prompt that is only a time ("what did we do
+        # yesterday?") for memories of that time.
+        spoken = spoken_time(query, self.clock.now())
+        subject = spoken.rest if spoken is not None else query
+        only_time = spoken is not None and not content_words(subject)
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
         digested = await self._digested_sessions(given, results)
         # A session whose digest this agent session was given: its raw conversation
         # would tell the same again.
         fresh = [r for r in results if r.memory_id not in given
                  and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested)
-                 and coverage(query, r.excerpt or r.content) >= floor]
+                 and (during(r, spoken) if spoken is not None and only_time
+                      else coverage(subject, r.excerpt or r.content) >= floor)]
         if not fresh:
             return None, []
         block = build_context(fresh, budget=self.settings.agents.prompt_budget_tokens)

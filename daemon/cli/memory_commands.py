@@ -62,6 +62,9 @@ T = TypeVar("T")
 @click.option("--since", callback=when_option,
               help="Only memories from then on (ISO date, 'yesterday', '2 weeks ago').")
 @click.option("--until", callback=when_option, help="Only memories before then.")
+@click.option("--as-of", "as_of", callback=when_option,
+              help="Read the query's own time words ('last week', 'two days ago') as said"
+                   " then, not now.")
 @click.option("--stdin", "from_stdin", is_flag=True,
               help="Read one query per line; print one JSON list per line (needs --json).")
 @click.option("--type", "kinds", multiple=True,
@@ -72,8 +75,9 @@ T = TypeVar("T")
 @config_option
 @click.pass_context
 def recall(ctx: click.Context, query: str | None, project: str | None, all_projects: bool,
-           limit: int, since: datetime | None, until: datetime | None, from_stdin: bool,
-           kinds: tuple[str, ...], agent: str | None, as_json: bool) -> None:
+           limit: int, since: datetime | None, until: datetime | None,
+           as_of: datetime | None, from_stdin: bool, kinds: tuple[str, ...], agent: str | None,
+           as_json: bool) -> None:
     """Find memories for QUERY, best first, with where each came from."""
     if from_stdin and not as_json:
         raise click.UsageError("--stdin prints JSON lines: add --json")
@@ -83,6 +87,7 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
     settings = settings_for(ctx)
     scope = {"project": project_path(project), "all_projects": all_projects, "limit": limit,
              "since": iso_or_none(since), "until": iso_or_none(until),
+             **({"as_of": iso_or_none(as_of)} if as_of else {}),
              **({"agent": agent} if agent else {}), **({"types": list(kinds)} if kinds else {})}
 
     async def _recall(client: MemoryClient) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from helpers import JsonHandler, wait_for
-from test_agents import PROJECT, Daemon, claude_line, quick_daemon
+from test_agents import PROJECT, Daemon, claude_line, claude_payload, context_of, quick_daemon
 
 DIMENSIONS = 384
 
@@ -130,3 +130,55 @@ def test_a_long_session_comes_back_once(daemon: Daemon) -> None:
     assert sorted(sessions) == ["s-long", "s-short"]
     long_one = found[sessions.index("s-long")]
     assert long_one["session_matches"] >= 3  # its segments and its digest
+
+
+def test_a_time_in_the_query_finds_that_times_session(daemon: Daemon) -> None:
+    """"what did we change in the importer a week ago" finds last week's session before a
+    newer one that matches as well; a query that is only a time ("what did we do
+    yesterday?") finds that day's session; `--as-of` reads the words as said then."""
+    now = datetime.now(UTC)
+    folder = daemon.claude_root / PROJECT.replace("/", "-")
+    folder.mkdir(parents=True)
+    sessions = {"s-60": ("csv", now - timedelta(days=60)),
+                "s-7": ("json", now - timedelta(days=7)),
+                "s-1": ("yaml", now - timedelta(days=1))}
+    for session, (kind, when) in sessions.items():
+        (folder / f"{session}.jsonl").write_text("".join([
+            claude_line(session, f"{session}-0", "user",
+                        f"the {kind} importer drops the timezone of dates, fix it", when),
+            claude_line(session, f"{session}-1", "assistant",
+                        f"fixed the {kind} importer: dates keep their timezone",
+                        when + timedelta(seconds=30))]))
+    done = daemon.cli("sync")
+    assert done.returncode == 0, done.stderr
+
+    def saved() -> bool:
+        rows = recall(daemon, "importer timezone", "--project", PROJECT, "--limit", "50")
+        return {r["provenance"]["session_external_id"] for r in rows} == set(sessions)
+
+    wait_for(saved, timeout=60, what="the three sessions saved")
+    wait_for(lambda: embedded(daemon), timeout=60, what="every memory embedded")
+
+    def first(query: str, *extra: str) -> str:
+        found = recall(daemon, query, "--project", PROJECT, *extra)
+        assert found, query
+        return found[0]["provenance"]["session_external_id"]  # type: ignore[no-any-return]
+
+    # Without a time the newest leads (as well matched, less faded).
+    assert first("what did we change in the importer for timezones") == "s-1"
+    assert first("what did we change in the importer for timezones a week ago") == "s-7"
+    assert first("what did we change in the importer for timezones two months ago") == \
+        "s-60"
+    only_time = recall(daemon, "what did we do yesterday?", "--project", PROJECT)
+    assert only_time
+    assert {r["provenance"]["session_external_id"] for r in only_time} == {"s-1"}
+    # The prompt hook as an agent calls it: the time's memories pass its gate.
+    given = context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "c-time", prompt="what did we do yesterday?")))
+    assert given is not None
+    assert "yaml importer" in given
+    assert "json importer" not in given and "csv importer" not in given
+    # Asked as if six days ago, "yesterday" is the week-old session's day.
+    six_days_ago = (now - timedelta(days=6)).isoformat()
+    assert first("what did we change in the importer yesterday", "--as-of",
+                 six_days_ago) == "s-7"

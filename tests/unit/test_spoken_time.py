@@ -1,0 +1,140 @@
+"""The time a query speaks of: phrases that point back from the asking time, read in the
+local time zone, and the query without them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from helpers import local_time_zone
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.memory.models import MemoryType, Provenance, RecallResult
+from daemon.memory.recall.spoken_time import (
+    SPOKEN_TIME_WEIGHT,
+    during,
+    spoken_first,
+    spoken_time,
+)
+
+# A Thursday, mid-afternoon in each zone below.
+NOW = datetime(2026, 11, 19, 15, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["UTC", "America/New_York", "Asia/Kolkata"])
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    with local_time_zone(request.param):
+        yield request.param
+
+
+def local(day: int, hour: int = 0) -> datetime:
+    """Local midnight (or `hour`) of November `day`, 2026, in UTC."""
+    return datetime(2026, 11, day, hour).astimezone(UTC)
+
+
+def span(query: str) -> tuple[datetime, datetime]:
+    found = spoken_time(query, NOW)
+    assert found is not None, query
+    return found.start, found.end
+
+
+def test_calendar_words_are_local_days(local_zone: str) -> None:
+    today = NOW.astimezone().day
+    assert span("what did we change yesterday?") == (local(today - 1), local(today))
+    assert span("the test that failed last night") == (local(today - 1), local(today))
+    assert span("what broke this morning") == (local(today), NOW)
+    assert span("what did I do the day before yesterday") == (local(today - 2),
+                                                                local(today - 1))
+
+
+def test_last_week_month_weekend_and_weekday_are_the_calendars(local_zone: str) -> None:
+    # The local Thursday 19 (in Kolkata already the evening of the 19th as well).
+    assert NOW.astimezone().weekday() == 3
+    assert span("the bug we fixed last week") == (local(9), local(16))
+    assert span("what did we ship last month") == (
+        datetime(2026, 10, 1).astimezone(UTC), local(1))
+    assert span("the cocktail I tried last weekend") == (local(13, 12), local(16))
+    assert span("where did I go last Tuesday") == (local(17), local(18))
+    assert span("who called last thursday") == (local(12), local(13))  # not today
+    assert span("the pull requests of this week") == (local(16), NOW)
+
+
+def test_a_time_ago_is_as_wide_as_a_third_of_its_distance() -> None:
+    assert span("the deploy from a week ago") == (NOW - timedelta(days=7 + 7 / 3),
+                                                  NOW - timedelta(days=7 - 7 / 3))
+    assert span("What gardening did I do two weeks ago?") == (
+        NOW - timedelta(days=14 + 14 / 3), NOW - timedelta(days=14 - 14 / 3))
+    # Short distances are at least a day (an hour for hours) wide either side.
+    assert span("the error 2 days ago") == (NOW - timedelta(days=3), NOW - timedelta(days=1))
+    assert span("the crash a couple of hours ago") == (NOW - timedelta(hours=3),
+                                                        NOW - timedelta(hours=1))
+
+
+def test_the_past_n_units_reach_now() -> None:
+    assert span("which platform grew most over the past month") == (
+        NOW - timedelta(days=30), NOW)
+    assert span("videos I watched in the past few weeks") == (NOW - timedelta(weeks=3), NOW)
+    assert span("commits in the last 3 days") == (NOW - timedelta(days=3), NOW)
+
+
+@pytest.mark.parametrize("query", [
+    "How many days ago did I buy a smoker?",  # asks for a distance, names no time
+    "How many weeks ago did I start using Ibotta?",
+    "What should I serve for dinner this weekend?",  # the future
+    "what is planned for next week",
+    "remind me tomorrow to rotate the keys",
+    "rename the logger in utils.py",
+    "the last time we touched the parser",
+    "recently the build got slower",
+])
+def test_words_that_name_no_past_time(query: str) -> None:
+    assert spoken_time(query, NOW) is None
+
+
+def test_the_rest_is_the_query_without_the_phrase() -> None:
+    found = spoken_time("What was the life event I attended a week ago, with whom?", NOW)
+    assert found is not None
+    assert found.phrase == "a week ago"
+    assert found.rest == "What was the life event I attended , with whom?"
+
+
+def result(memory_id: str, score: float, started: datetime) -> RecallResult:
+    return RecallResult(memory_id=memory_id, type=MemoryType.CONVERSATION, content=memory_id,
+                        score=score, created_at=started + timedelta(days=1),
+                        provenance=Provenance(started_at=started,
+                                              ended_at=started + timedelta(minutes=30)))
+
+
+def test_memories_of_then_come_first_when_they_match_nearly_as_well() -> None:
+    found = spoken_time("what did we change in the parser a week ago", NOW)
+    assert found is not None
+    week = result("week", 0.5, NOW - timedelta(days=7))
+    today = result("today", 0.7, NOW - timedelta(hours=2))
+    better = result("better", 0.9, NOW - timedelta(days=60))
+    assert [during(r, found) for r in (week, today, better)] == [True, False, False]
+    order = spoken_first([better, today, week], found)
+    assert [r.memory_id for r in order] == ["better", "week", "today"]
+    assert order[1].score == pytest.approx(0.5 * SPOKEN_TIME_WEIGHT)
+
+
+_PHRASES = ["yesterday", "last week", "two weeks ago", "3 days ago", "this morning",
+            "last friday", "in the past month", "last weekend", "a year ago"]
+
+
+@given(st.text(max_size=40), st.sampled_from(_PHRASES), st.text(max_size=40),
+       st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
+                    timezones=st.just(UTC)))
+def test_any_query_around_a_phrase(before: str, phrase: str, after: str,
+                                   now: datetime) -> None:
+    """Whatever surrounds it, a phrase gives a span that ends by the asking time, and the
+    rest keeps every other word."""
+    query = f"{before} {phrase} {after}"
+    found = spoken_time(query, now)
+    assert found is not None
+    assert found.start.tzinfo is UTC and found.end.tzinfo is UTC
+    assert found.start <= found.end <= now
+    words = query.split()
+    kept = found.rest.split()
+    assert len(kept) == len(words) - len(found.phrase.split())
