@@ -79,7 +79,36 @@ def test_the_past_n_units_reach_now() -> None:
     assert span("commits in the last 3 days") == (NOW - timedelta(days=3), NOW)
 
 
+def test_a_date_named_is_its_day_a_day_wider_either_side(local_zone: str) -> None:
+    """With or without its year, as people write it; without a year, the latest such day
+    that has begun. A month or a year named is the whole of it."""
+    day = (local(12), local(15))  # the 13th, from the 12th to the end of the 14th
+    for query in ("What did Melanie show on November 13, 2026?", "the 13 November 2026 call",
+                  "the deploy on 2026-11-13", "on Nov. 13th, 2026 we", "the 13th of November",
+                  "what did we decide on november 13"):
+        assert span(query) == day, query
+    assert span("what broke on December 24") == (
+        datetime(2025, 12, 23).astimezone(UTC), datetime(2025, 12, 26).astimezone(UTC))
+    assert span("Where was Calvin in the last week of October 2023?") == (
+        datetime(2023, 10, 1).astimezone(UTC), datetime(2023, 11, 1).astimezone(UTC))
+    assert span("Sept. 2025 incidents") == (datetime(2025, 9, 1).astimezone(UTC),
+                                            datetime(2025, 10, 1).astimezone(UTC))
+    assert span("How often did she go to the beach in 2023?") == (
+        datetime(2023, 1, 1).astimezone(UTC), datetime(2024, 1, 1).astimezone(UTC))
+    # A date names the time even where relative words surround it.
+    found = spoken_time("What did Maria do last weekend before April 10, 2023?", NOW)
+    assert found is not None
+    assert found.phrase == "April 10, 2023"
+
+
 @pytest.mark.parametrize("query", [
+    "the 5 may be wrong",  # lower-case "may" is a verb
+    "what is on December 25, 2026?",  # to come
+    "the release on 31 February 2026",  # not a day, and not read as its month
+    "the call on 2026-13-01",
+    "bump the version to 2.13 in 24 hours",
+    "port 2023 is taken",
+
     "How many days ago did I buy a smoker?",  # asks for a distance, names no time
     "How many weeks ago did I start using Ibotta?",
     "What should I serve for dinner this weekend?",  # the future

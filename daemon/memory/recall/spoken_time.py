@@ -3,20 +3,26 @@
 A person asking about "last week" means the conversations of last week, yet the
 words "last week" name no subject: matched as keywords they find whatever
 mentions a week. `spoken_time` reads such a phrase into a span of time, relative
-to when the query is asked, and gives the query without it. Recall then looks
-for the query's subject among that span's memories as well as everywhere, and
-prefers what was said then (`daemon/api/base.py`).
+to when the query is asked, and gives the query without it. Recall then weighs
+more of its results than it returns and prefers those of that span (scores of the
+one query, so comparable); a query that is only a time ("what did we do
+yesterday?") gets that span's memories (`daemon/api/base.py`).
 
-Only phrases that point back from the asking time are read, because memory holds
-the past: "yesterday", "today", "this morning", "last night", "N days / weeks /
-months / years ago" (digits, "a", "one" to "twelve", "a couple of", "a few"),
-"last week / month / year / weekend / <weekday>", "this week / month", "the past
-N days" and "in the last few weeks". A phrase about the future ("this weekend",
-"next week", "tomorrow") or without a number ("how many days ago did I...") is not
-a time. People round: "a week ago" means five to nine days ago, so a span from
-"N units ago" is as wide as a third of the distance either side (at least a
-day, or an hour for hours). Calendar words are read in the local time zone of
-`now`, as `daemon/timephrases.py` reads `--since`.
+Read: dates as people write them ("October 13, 2023", "13 October 2023", "the
+13th of October", "2023-10-13", without a year the latest such day that has begun;
+lower-case "may" is a verb), a month of a year ("July 2023"), a year ("in 2023"),
+and phrases that point back from the asking time, because memory holds the past:
+"yesterday", "today", "this morning", "last night", "N days / weeks / months /
+years ago" (digits, "a", "one" to "twelve", "a couple of", "a few"), "last week /
+month / year / weekend / <weekday>", "this week / month", "the past N days" and
+"in the last few weeks". A date names the time even where relative words surround
+it ("last weekend, before April 10, 2023"). A time to come ("this weekend", "next
+week", "tomorrow", a date after now) or a phrase without a number ("how many days
+ago did I...") is not a time. People round: "a week ago" means five to nine days
+ago, so a span from "N units ago" is as wide as a third of the distance either
+side (at least a day, or an hour for hours), and a date is its day and a day either
+side (a conversation late at night, or in another zone). Calendar words are read in
+the local time zone of `now`, as `daemon/timephrases.py` reads `--since`.
 """
 
 from __future__ import annotations
@@ -51,12 +57,26 @@ _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 _COUNT = r"(?P<count>\d{1,3}|a couple of|couple of|a few|few|an?|one|two|three|four|five|six" \
          r"|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(?P<unit>minute|hour|day|week|month|year)s?"
-#: In order: the first that matches is read (the longer phrases first).
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+           "september", "october", "november", "december")
+_MONTH = r"(?P<month>sept|" + "|".join(m[:3] + f"(?:{m[3:]})?" if len(m) > 3 else m
+                                        for m in _MONTHS) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+#: In order: the first that matches is read. Dates first: where a query names one, its
+#: other time words are relative to it ("last weekend, before April 10, 2023").
 _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
+        ("date", rf"\b{_YEAR}-(?P<month_number>[01]\d)-(?P<day>[0-3]\d)\b"),
+        ("date", rf"\b(?:the\s+)?{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b"),
+        ("date", rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b"),
+        ("month", rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
+        ("date", rf"\b{_MONTH}\s+{_DAY}\b(?![:.]?\d)"),
+        ("date", rf"\b(?:the\s+)?{_DAY}(?:\s+of)?\s+{_MONTH}\b"),
+        ("year", rf"\b(?:in|during|of)\s+{_YEAR}\b"),
         ("ago", rf"\b{_COUNT}\s+{_UNIT}\s+ago\b"),
         ("past", rf"\b(?:in|over|during|within)?\s*the\s+(?:past|last)\s+(?:{_COUNT}\s+)?{_UNIT}"
-                 r"\b"),
+                 r"\b(?!\s+of\b)"),
         ("before_yesterday", r"\bthe\s+day\s+before\s+yesterday\b"),
         ("yesterday", r"\b(?:yesterday|last\s+night)\b"),
         ("today", r"\b(?:earlier\s+)?(?:today|this\s+(?:morning|afternoon))\b"),
@@ -80,22 +100,26 @@ class SpokenTime:
 def spoken_time(query: str, now: datetime) -> SpokenTime | None:
     """The span the query's first time phrase names, relative to `now` (timezone-aware);
     None when it names none."""
+    refused: list[tuple[int, int]] = []  # words read as no past time are not read again
     for name, pattern in _PHRASES:
         match = pattern.search(query)
-        if match is None:
+        if match is None or any(match.start() < e and s < match.end() for s, e in refused):
             continue
         span = _span(name, match, now)
-        if span is None:
+        start, end = (span[0], min(span[1], now)) if span is not None else (now, now)
+        if start >= end:  # a date to come, an impossible one, a day not begun
+            refused.append(match.span())
             continue
-        start, end = span
         rest = " ".join((query[:match.start()] + " " + query[match.end():]).split())
-        return SpokenTime(start.astimezone(UTC), min(end, now).astimezone(UTC),
+        return SpokenTime(start.astimezone(UTC), end.astimezone(UTC),
                           match.group(0).strip(), rest)
     return None
 
 
 def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, datetime] | None:
     today = now.astimezone().date()
+    if name in ("date", "month", "year"):
+        return _calendar(name, match, today)
     if name == "ago":
         unit = _UNITS[match.group("unit").lower()]
         count = _count(match.group("count"))
@@ -128,6 +152,43 @@ def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, dat
         return _midnight(start), now
     before = _start_of(unit_name, start - timedelta(days=1))
     return _midnight(before), _midnight(start)
+
+
+def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, datetime] | None:
+    """A date, month or year named: its local days, a day wider either side for a date
+    (a conversation late at night, or in another zone, is still of that day). Without a
+    year, the latest such day that has begun."""
+    found = match.groupdict()
+    year = int(found["year"]) if found.get("year") else None
+    if name == "year":
+        assert year is not None
+        return _midnight(date(year, 1, 1)), _midnight(date(year + 1, 1, 1))
+    if found.get("month") == "may":
+        return None  # "the 5 may be wrong": lower-case "may" is a verb
+    month = (int(found["month_number"]) if found.get("month_number")
+             else _month_number(found["month"]))
+    if month is None or not 1 <= month <= 12:
+        return None
+    if name == "month":
+        assert year is not None
+        after = date(year + month // 12, month % 12 + 1, 1)
+        return _midnight(date(year, month, 1)), _midnight(after)
+    try:
+        day = date(year if year is not None else today.year, month, int(found["day"]))
+        if year is None and day > today:
+            day = day.replace(year=day.year - 1)
+    except ValueError:  # 31 February, 29 February of a common year
+        return None
+    return _midnight(day - timedelta(days=1)), _midnight(day + timedelta(days=2))
+
+
+def _month_number(text: str) -> int | None:
+    name = text.lower().rstrip(".")
+    name = "sep" if name == "sept" else name
+    for number, month in enumerate(_MONTHS, 1):
+        if month.startswith(name) and len(name) >= 3:
+            return number
+    return None
 
 
 def _count(text: str) -> float:
