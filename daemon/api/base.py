@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 import aiosqlite
@@ -20,7 +21,12 @@ from daemon.memory.models import Memory, visible_to
 from daemon.memory.recall import sessions
 from daemon.memory.recall.gate import above_floor, content_words
 from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
-from daemon.memory.recall.spoken_time import SPOKEN_TIME_POOL, spoken_first, spoken_time
+from daemon.memory.recall.spoken_time import (
+    SPOKEN_TIME_POOL,
+    SpokenTime,
+    spoken_first,
+    spoken_time,
+)
 from daemon.store import holds, links
 from daemon.store.injections import Injection, record_injection
 
@@ -97,24 +103,16 @@ class OpsBase:
             "project": await self._linked(args), "all_projects": arg.flag(args, "all_projects"),
             "types": kinds, "agent": arg.agent(args)}
         since, until = arg.when(args, "since", now), arg.when(args, "until", now)
-        spoken = (spoken_time(query, arg.when(args, "as_of", now) or now)
-                  if ranked and Capability.TEMPORAL in self._backend.capabilities else None)
-        only_time = spoken is not None and not content_words(spoken.rest)
-        results = []
-        if spoken is not None and only_time:
-            # A query that is only a time ("what did we do yesterday?"): that time's
-            # memories, best first by weight.
-            start, end = spoken.start, spoken.end
-            if since is not None:
-                start = max(start, since)
-            if until is not None:
-                end = min(end, until)
-            if start < end:
-                results = await self._backend.recall("", limit=wanted, since=start, until=end,
-                                                     **scope)
-            if not results:  # nothing then: the words as they were asked
-                spoken = None
-        if not results:
+        spoken = spoken_time(query, arg.when(args, "as_of", now) or now) if ranked else None
+        results: list[RecallResult] = []
+        only_time = False
+        if spoken is not None and not content_words(spoken.rest):
+            results = await self._recall_then(spoken, scope, limit=wanted, since=since,
+                                              until=until)
+            only_time = bool(results)
+            if not only_time:
+                spoken = None  # nothing then: the words as they were asked
+        if not only_time:
             # With a time spoken of, more are weighed: one of then may rank lower.
             results = await self._backend.recall(
                 query, limit=max(wanted, SPOKEN_TIME_POOL) if spoken else wanted,
@@ -130,13 +128,26 @@ class OpsBase:
             return results[:limit]
         # Backends answer one memory per session already; a chain's layers merged may not.
         results = sessions.one_per_session(results, limit)
-        floor = self.settings.memory.embeddings.min_similarity
-        if spoken is not None and only_time:
+        if only_time:
             return results
+        floor = self.settings.memory.embeddings.min_similarity
         # Words of time name no subject: the floor asks for the rest of the query.
         subject = spoken.rest if spoken is not None else query
         return [r for r in results
                 if above_floor(subject, r.excerpt or r.content, r.similarity, floor)]
+
+    async def _recall_then(self, spoken: SpokenTime, scope: dict[str, Any], *, limit: int,
+                           since: datetime | None, until: datetime | None,
+                           ) -> list[RecallResult]:
+        """The memories of the time a query that is only a time speaks of ("what did we do
+        yesterday?"), best first by weight; [] when the backend cannot select by time."""
+        if Capability.TEMPORAL not in self._backend.capabilities:
+            return []
+        start = max(spoken.start, since) if since is not None else spoken.start
+        end = min(spoken.end, until) if until is not None else spoken.end
+        if start >= end:
+            return []
+        return await self._backend.recall("", limit=limit, since=start, until=end, **scope)
 
     async def _linked(self, args: Mapping[str, Any]) -> str | None:
         """The request's project, by its new path when it was linked to one."""
