@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ from benchmarks import locomo, longmemeval
 from benchmarks._common import REPO, isolated_env, machine
 from daemon.memory.models import MemoryType, Provenance, RecallResult
 from daemon.memory.recall.context import build_context
-from daemon.memory.recall.gate import coverage
+from daemon.memory.recall.gate import content_words, coverage
+from daemon.memory.recall.spoken_time import during, spoken_time
 
 RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)
@@ -78,15 +79,28 @@ def _result(record: dict[str, Any]) -> RecallResult:
         provenance=Provenance(session_id=prov.get("session_id"),
                               session_external_id=prov.get("session_external_id"),
                               source=prov.get("source"),
-                              message_uuids=tuple(prov.get("message_uuids") or ())),
+                              message_uuids=tuple(prov.get("message_uuids") or ()),
+                              started_at=_moment(prov.get("started_at")),
+                              ended_at=_moment(prov.get("ended_at"))),
         created_at=datetime.fromisoformat(record["created_at"].replace("Z", "+00:00")),
         excerpt=record.get("excerpt"))
 
 
+def _moment(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
 def block_ids(prompt: str, results: list[dict[str, Any]], threshold: float) -> list[str]:
-    """The memory ids the hook's block would hold at `threshold` (ops._prompt_context)."""
-    fresh = [_result(r) for r in results
-             if coverage(prompt, r.get("excerpt") or r["content"]) >= threshold]
+    """The memory ids the hook's block would hold at `threshold` (events._prompt_context:
+    the gate asks for the prompt without the time it speaks of, and a prompt that is only
+    a time for memories of then)."""
+    spoken = spoken_time(prompt, datetime.now(UTC))
+    subject = spoken.rest if spoken is not None else prompt
+    only_time = spoken is not None and not content_words(subject)
+    candidates = [_result(r) for r in results]
+    fresh = [r for r in candidates
+             if (during(r, spoken) if spoken is not None and only_time
+                 else coverage(subject, r.excerpt or r.content) >= threshold)]
     if not fresh:
         return []
     return [item.result.memory_id for item in build_context(fresh, BUDGET).items]
