@@ -47,7 +47,7 @@ from benchmarks._common import REPO, isolated_env, machine
 from daemon.memory.models import MemoryType, Provenance, RecallResult
 from daemon.memory.recall.context import build_context
 from daemon.memory.recall.gate import content_words, coverage
-from daemon.memory.recall.spoken_time import during, spoken_time
+from daemon.memory.recall.spoken_time import asked_of, during, spoken_time
 
 RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)
@@ -92,15 +92,15 @@ def _moment(text: str | None) -> datetime | None:
 
 def block_ids(prompt: str, results: list[dict[str, Any]], threshold: float) -> list[str]:
     """The memory ids the hook's block would hold at `threshold` (events._prompt_context:
-    the gate asks for the prompt without the time it speaks of, and a prompt that is only
-    a time for memories of then)."""
+    a memory of the time the prompt speaks of answers for its time words, and a prompt
+    that is only a time is for memories of then)."""
     spoken = spoken_time(prompt, datetime.now(UTC))
-    subject = spoken.rest if spoken is not None else prompt
-    only_time = spoken is not None and not content_words(subject)
+    only_time = spoken is not None and not content_words(spoken.rest)
     candidates = [_result(r) for r in results]
     fresh = [r for r in candidates
              if (during(r, spoken) if spoken is not None and only_time
-                 else coverage(subject, r.excerpt or r.content) >= threshold)]
+                 else coverage(asked_of(r, prompt, spoken), r.excerpt or r.content)
+                 >= threshold)]
     if not fresh:
         return []
     return [item.result.memory_id for item in build_context(fresh, BUDGET).items]

@@ -24,6 +24,7 @@ from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
 from daemon.memory.recall.spoken_time import (
     SPOKEN_TIME_POOL,
     SpokenTime,
+    asked_of,
     spoken_first,
     spoken_time,
 )
@@ -131,10 +132,8 @@ class OpsBase:
         if only_time:
             return results
         floor = self.settings.memory.embeddings.min_similarity
-        # Words of time name no subject: the floor asks for the rest of the query.
-        subject = spoken.rest if spoken is not None else query
-        return [r for r in results
-                if above_floor(subject, r.excerpt or r.content, r.similarity, floor)]
+        return [r for r in results if above_floor(asked_of(r, query, spoken),
+                                                  r.excerpt or r.content, r.similarity, floor)]
 
     async def _recall_then(self, spoken: SpokenTime, scope: dict[str, Any], *, limit: int,
                            since: datetime | None, until: datetime | None,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from daemon.memory.models import MemoryType, Provenance, RecallResult
 from daemon.memory.recall.spoken_time import (
     SPOKEN_TIME_WEIGHT,
+    asked_of,
     during,
     spoken_first,
     spoken_time,
@@ -146,6 +147,12 @@ def test_memories_of_then_come_first_when_they_match_nearly_as_well() -> None:
     order = spoken_first([better, today, week], found)
     assert [r.memory_id for r in order] == ["better", "week", "today"]
     assert order[1].score == pytest.approx(0.5 * SPOKEN_TIME_WEIGHT)
+    # A memory of then answers for the time words; another must mention them.
+    assert asked_of(week, "what did we change in the parser a week ago", found) == \
+        "what did we change in the parser"
+    assert asked_of(today, "what did we change in the parser a week ago", found) == \
+        "what did we change in the parser a week ago"
+    assert asked_of(today, "the parser", None) == "the parser"
 
 
 _PHRASES = ["yesterday", "last week", "two weeks ago", "3 days ago", "this morning",

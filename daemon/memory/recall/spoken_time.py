@@ -222,3 +222,10 @@ def during(result: RecallResult, spoken: SpokenTime) -> bool:
     began = result.provenance.started_at or result.created_at
     ended = result.provenance.ended_at or began
     return began < spoken.end and ended >= spoken.start
+
+
+def asked_of(result: RecallResult, query: str, spoken: SpokenTime | None) -> str:
+    """The words `result` is to mention (the relevance floor, the prompt gate): a memory of
+    the time the query speaks of says that time by when it was said, so it answers for the
+    rest of the query; any other memory for the whole of it."""
+    return spoken.rest if spoken is not None and during(result, spoken) else query
