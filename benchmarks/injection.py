@@ -46,8 +46,7 @@ from benchmarks import locomo, longmemeval
 from benchmarks._common import REPO, isolated_env, machine
 from daemon.memory.models import MemoryType, Provenance, RecallResult
 from daemon.memory.recall.context import build_context
-from daemon.memory.recall.gate import content_words, coverage
-from daemon.memory.recall.spoken_time import asked_of, during, spoken_time
+from daemon.memory.recall.spoken_time import passes_gate, spoken_time
 
 RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)
@@ -95,12 +94,7 @@ def block_ids(prompt: str, results: list[dict[str, Any]], threshold: float) -> l
     a memory of the time the prompt speaks of answers for its time words, and a prompt
     that is only a time is for memories of then)."""
     spoken = spoken_time(prompt, datetime.now(UTC))
-    only_time = spoken is not None and not content_words(spoken.rest)
-    candidates = [_result(r) for r in results]
-    fresh = [r for r in candidates
-             if (during(r, spoken) if spoken is not None and only_time
-                 else coverage(asked_of(r, prompt, spoken), r.excerpt or r.content)
-                 >= threshold)]
+    fresh = [r for r in map(_result, results) if passes_gate(r, prompt, spoken, threshold)]
     if not fresh:
         return []
     return [item.result.memory_id for item in build_context(fresh, BUDGET).items]

@@ -27,7 +27,8 @@ _AGO = re.compile(r"^(\d+|an?|one)\s*([a-z]+?)s?(?:\s+ago)?$")
 _LAST = re.compile(r"^last\s+([a-z]+)$")
 
 
-def _local_midnight(day: date) -> datetime:
+def local_midnight(day: date) -> datetime:
+    """The UTC instant at which `day` begins in the local time zone."""
     # A naive datetime's astimezone() applies the local zone's rules for that date (DST).
     return datetime.combine(day, time(0)).astimezone(UTC)
 
@@ -50,9 +51,9 @@ def _parse_when(text: str, now: datetime) -> datetime:
     if phrase == "now":
         return now.astimezone(UTC)
     if phrase == "today":
-        return _local_midnight(local_today)
+        return local_midnight(local_today)
     if phrase == "yesterday":
-        return _local_midnight(local_today - timedelta(days=1))
+        return local_midnight(local_today - timedelta(days=1))
     match = _AGO.match(phrase)
     if match and match.group(2) in _UNITS:
         count = 1 if match.group(1) in ("a", "an", "one") else int(match.group(1))
@@ -62,7 +63,7 @@ def _parse_when(text: str, now: datetime) -> datetime:
         return (now - timedelta(seconds=_UNITS[match.group(1)])).astimezone(UTC)
     try:
         if len(phrase) == 10:
-            return _local_midnight(date.fromisoformat(phrase))
+            return local_midnight(date.fromisoformat(phrase))
         moment = datetime.fromisoformat(phrase.upper().replace(" ", "T", 1))
     except ValueError:
         raise WhenError(

@@ -19,7 +19,7 @@ from daemon.lifecycle.recovery import SyncReport
 from daemon.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
 from daemon.memory.models import Memory, visible_to
 from daemon.memory.recall import sessions
-from daemon.memory.recall.gate import above_floor, content_words
+from daemon.memory.recall.gate import above_floor
 from daemon.memory.recall.rerank import HttpReranker, RerankOptions, reorder
 from daemon.memory.recall.spoken_time import (
     SPOKEN_TIME_POOL,
@@ -107,7 +107,7 @@ class OpsBase:
         spoken = spoken_time(query, arg.when(args, "as_of", now) or now) if ranked else None
         results: list[RecallResult] = []
         only_time = False
-        if spoken is not None and not content_words(spoken.rest):
+        if spoken is not None and spoken.only_time:
             results = await self._recall_then(spoken, scope, limit=wanted, since=since,
                                               until=until)
             only_time = bool(results)

@@ -39,8 +39,7 @@ from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
 from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
-from daemon.memory.recall.gate import content_words, coverage
-from daemon.memory.recall.spoken_time import asked_of, during, spoken_time
+from daemon.memory.recall.spoken_time import passes_gate, spoken_time
 from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
 from daemon.repository import project_root
 from daemon.store import links, queries
@@ -316,20 +315,16 @@ class SessionEvents(OpsBase):
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
         results = await self._recall(query, scope, limit=20)
         floor = self.settings.agents.prompt_min_relevance
-        # A memory of the time the prompt speaks of answers for its time words
-        # (`recall/spoken_time.py`), and a prompt that is only a time ("what did we do
-        # yesterday?") is for memories of that time.
+        # A memory of the time the prompt speaks of answers for its time words, and a
+        # prompt that is only a time is for memories of then (`recall/spoken_time.py`).
         spoken = spoken_time(query, self.clock.now())
-        only_time = spoken is not None and not content_words(spoken.rest)
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
         digested = await self._digested_sessions(given, results)
         # A session whose digest this agent session was given: its raw conversation
         # would tell the same again.
         fresh = [r for r in results if r.memory_id not in given
                  and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested)
-                 and (during(r, spoken) if spoken is not None and only_time
-                      else coverage(asked_of(r, query, spoken), r.excerpt or r.content)
-                      >= floor)]
+                 and passes_gate(r, query, spoken, floor)]
         if not fresh:
             return None, []
         block = build_context(fresh, budget=self.settings.agents.prompt_budget_tokens)

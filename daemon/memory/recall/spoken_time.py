@@ -30,9 +30,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from daemon.memory.models import RecallResult
+from daemon.memory.recall.gate import content_words, coverage
+from daemon.timephrases import local_midnight
 
 #: How much a memory of the time the query speaks of is preferred: its score is
 #: multiplied by this, so it comes first when it matches the subject at least two
@@ -96,6 +98,11 @@ class SpokenTime:
     phrase: str
     rest: str
 
+    @property
+    def only_time(self) -> bool:
+        """Whether the query says nothing but a time ("what did we do yesterday?")."""
+        return not content_words(self.rest)
+
 
 def spoken_time(query: str, now: datetime) -> SpokenTime | None:
     """The span the query's first time phrase names, relative to `now` (timezone-aware);
@@ -132,26 +139,27 @@ def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, dat
         count = _count(match.group("count")) if match.group("count") else 1.0
         return now - unit * count, now
     if name == "before_yesterday":
-        return _midnight(today - timedelta(days=2)), _midnight(today - timedelta(days=1))
+        return local_midnight(today - timedelta(days=2)), local_midnight(today - timedelta(days=1))
     if name == "yesterday":
-        return _midnight(today - timedelta(days=1)), _midnight(today)
+        return local_midnight(today - timedelta(days=1)), local_midnight(today)
     if name == "today":
-        return _midnight(today), now
+        return local_midnight(today), now
     if name == "last_weekend":
         # The weekend before this week's (on a Sunday, "last weekend" is not today).
         saturday = today - timedelta(days=today.weekday() + 2)
-        return _midnight(saturday) - timedelta(hours=12), _midnight(saturday + timedelta(days=2))
+        monday = saturday + timedelta(days=2)
+        return local_midnight(saturday) - timedelta(hours=12), local_midnight(monday)
     if name == "last_weekday":
         weekday = _WEEKDAYS.index(match.group("weekday").lower())
         back = (today.weekday() - weekday) % 7 or 7
         day = today - timedelta(days=back)
-        return _midnight(day), _midnight(day + timedelta(days=1))
+        return local_midnight(day), local_midnight(day + timedelta(days=1))
     unit_name = match.group("unit").lower()
     start = _start_of(unit_name, today)
     if name == "this":
-        return _midnight(start), now
+        return local_midnight(start), now
     before = _start_of(unit_name, start - timedelta(days=1))
-    return _midnight(before), _midnight(start)
+    return local_midnight(before), local_midnight(start)
 
 
 def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, datetime] | None:
@@ -162,7 +170,7 @@ def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, d
     year = int(found["year"]) if found.get("year") else None
     if name == "year":
         assert year is not None
-        return _midnight(date(year, 1, 1)), _midnight(date(year + 1, 1, 1))
+        return local_midnight(date(year, 1, 1)), local_midnight(date(year + 1, 1, 1))
     if found.get("month") == "may":
         return None  # "the 5 may be wrong": lower-case "may" is a verb
     month = (int(found["month_number"]) if found.get("month_number")
@@ -172,14 +180,14 @@ def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, d
     if name == "month":
         assert year is not None
         after = date(year + month // 12, month % 12 + 1, 1)
-        return _midnight(date(year, month, 1)), _midnight(after)
+        return local_midnight(date(year, month, 1)), local_midnight(after)
     try:
         day = date(year if year is not None else today.year, month, int(found["day"]))
         if year is None and day > today:
             day = day.replace(year=day.year - 1)
     except ValueError:  # 31 February, 29 February of a common year
         return None
-    return _midnight(day - timedelta(days=1)), _midnight(day + timedelta(days=2))
+    return local_midnight(day - timedelta(days=1)), local_midnight(day + timedelta(days=2))
 
 
 def _month_number(text: str) -> int | None:
@@ -204,11 +212,6 @@ def _start_of(unit: str, day: date) -> date:
     return day.replace(month=1, day=1)
 
 
-def _midnight(day: date) -> datetime:
-    # A naive datetime's astimezone() applies the local zone's rules for that date (DST).
-    return datetime.combine(day, time(0)).astimezone(UTC)
-
-
 def spoken_first(results: Sequence[RecallResult], spoken: SpokenTime) -> list[RecallResult]:
     """`results` with those of the spoken time weighed up by SPOKEN_TIME_WEIGHT, best first
     (the same query's scores, so a memory of then that matches as well comes first)."""
@@ -229,3 +232,12 @@ def asked_of(result: RecallResult, query: str, spoken: SpokenTime | None) -> str
     the time the query speaks of says that time by when it was said, so it answers for the
     rest of the query; any other memory for the whole of it."""
     return spoken.rest if spoken is not None and during(result, spoken) else query
+
+
+def passes_gate(result: RecallResult, query: str, spoken: SpokenTime | None,
+                floor: float) -> bool:
+    """The prompt hook's gate (`agents.prompt_min_relevance`): a prompt that is only a time
+    wants memories of then; any other wants its words mentioned (`asked_of`)."""
+    if spoken is not None and spoken.only_time:
+        return during(result, spoken)
+    return coverage(asked_of(result, query, spoken), result.excerpt or result.content) >= floor
