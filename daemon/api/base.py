@@ -26,6 +26,7 @@ from daemon.memory.recall.spoken_time import (
     SpokenTime,
     asked_of,
     spoken_first,
+    spoken_scores,
     spoken_time,
 )
 from daemon.store import holds, links
@@ -124,6 +125,8 @@ class OpsBase:
             scores = await self._reranker.scores(
                 query, [r.excerpt or r.content for r in results])
             if scores is not None:
+                if spoken is not None:  # the reranker reads texts, not when they were said
+                    scores = spoken_scores(results, scores, spoken)
                 results = [results[i] for i in reorder(scores, len(results))]
         if not ranked:
             return results[:limit]

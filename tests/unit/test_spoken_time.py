@@ -17,6 +17,7 @@ from daemon.memory.recall.spoken_time import (
     asked_of,
     during,
     spoken_first,
+    spoken_scores,
     spoken_time,
 )
 
@@ -153,6 +154,21 @@ def test_memories_of_then_come_first_when_they_match_nearly_as_well() -> None:
     assert asked_of(today, "what did we change in the parser a week ago", found) == \
         "what did we change in the parser a week ago"
     assert asked_of(today, "the parser", None) == "the parser"
+
+
+def test_a_rerankers_scores_keep_the_preference_for_then() -> None:
+    """A reranker reads texts, not when they were said: its scores are weighed as recall's
+    are, after being put on [0, 1] when a server answers raw logits."""
+    found = spoken_time("what did we change in the parser a week ago", NOW)
+    assert found is not None
+    week = result("week", 0.1, NOW - timedelta(days=7))
+    today = result("today", 0.9, NOW - timedelta(hours=2))
+    assert spoken_scores([week, today], [0.6, 0.8], found) == \
+        pytest.approx([0.6 * SPOKEN_TIME_WEIGHT, 0.8])
+    # Logits: -2 and 1 become 0 and 1 (in their order); then is weighed up from there.
+    assert spoken_scores([today, week, today], [-2.0, 0.5, 1.0], found) == \
+        pytest.approx([0.0, 2.5 / 3 * SPOKEN_TIME_WEIGHT, 1.0])
+    assert spoken_scores([], [], found) == []
 
 
 _PHRASES = ["yesterday", "last week", "two weeks ago", "3 days ago", "this morning",

@@ -220,6 +220,18 @@ def spoken_first(results: Sequence[RecallResult], spoken: SpokenTime) -> list[Re
     return sorted(weighed, key=lambda r: -r.score)
 
 
+def spoken_scores(results: Sequence[RecallResult], scores: Sequence[float],
+                  spoken: SpokenTime) -> list[float]:
+    """A reranker's `scores` of `results` with the preference `spoken_first` gives: it reads
+    only the texts, not when they were said. Scores outside [0, 1] (a server's raw logits)
+    are put there first, in their order, so that weighing one up raises it."""
+    low, high = min(scores, default=0.0), max(scores, default=0.0)
+    if low < 0.0 or high > 1.0:
+        scores = [(s - low) / ((high - low) or 1.0) for s in scores]
+    return [s * SPOKEN_TIME_WEIGHT if during(r, spoken) else s
+            for r, s in zip(results, scores, strict=True)]
+
+
 def during(result: RecallResult, spoken: SpokenTime) -> bool:
     """Whether the memory's conversation (else its creation) overlaps the spoken time."""
     began = result.provenance.started_at or result.created_at
