@@ -100,7 +100,27 @@ def test_a_date_named_is_its_day_a_day_wider_either_side(local_zone: str) -> Non
     # A date names the time even where relative words surround it.
     found = spoken_time("What did Maria do last weekend before April 10, 2023?", NOW)
     assert found is not None
-    assert found.phrase == "April 10, 2023"
+    assert found.phrase == "last weekend before April 10, 2023"
+    assert found.rest == "What did Maria do ?"
+
+
+def test_a_time_before_or_after_a_date_reaches_from_it(local_zone: str) -> None:
+    """"The week before August 3" is that week and the 3rd itself (where "last week I ..."
+    is told), a third of the distance wider at its far end; "after" reaches forward."""
+    date = (datetime(2023, 8, 2).astimezone(UTC), datetime(2023, 8, 5).astimezone(UTC))
+    week = timedelta(weeks=1)
+    far = week + week / 3
+    assert span("What did John do the week before August 3, 2023 with his kids?") == (
+        date[0] - far, date[1])
+    assert span("the puppy she got two weeks before 3 August 2023") == (
+        date[0] - 2 * week - 2 * week / 3, date[1])
+    assert span("what did we ship a week after 2023-08-03?") == (date[0], date[1] + far)
+    assert span("what happened the day prior to Aug 3, 2023") == (
+        date[0] - timedelta(days=2), date[1])
+    found = spoken_time("Where was Tim in the week before 16 November 2023?", NOW)
+    assert found is not None and found.rest == "Where was Tim in ?"
+    # Only a date moves: "a week after" of something else is no time.
+    assert spoken_time("a week after the release we cut a patch", NOW) is None
 
 
 @pytest.mark.parametrize("query", [

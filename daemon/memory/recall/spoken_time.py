@@ -21,7 +21,9 @@ week", "tomorrow", a date after now) or a phrase without a number ("how many day
 ago did I...") is not a time. People round: "a week ago" means five to nine days
 ago, so a span from "N units ago" is as wide as a third of the distance either
 side (at least a day, or an hour for hours), and a date is its day and a day either
-side (a conversation late at night, or in another zone). Calendar words are read in
+side (a conversation late at night, or in another zone). "The week before <date>" (or
+"two weeks after", "the day prior to") is that week and the date too, where what
+happened in it is told ("last week I ..." said on the date). Calendar words are read in
 the local time zone of `now`, as `daemon/timephrases.py` reads `--since`.
 """
 
@@ -89,6 +91,14 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     ))
 
 
+#: Words before a date that move the time from it ("the week before August 3, 2023",
+#: "two weeks after 2023-03-01", "last weekend before April 10").
+_AROUND = re.compile(
+    rf"\b(?:(?:the|last|a)\s+(?P<around>day|week|weekend|month)|{_COUNT}\s+{_UNIT})"
+    r"\s+(?P<way>before|prior\s+to|after)\s*$", re.IGNORECASE)
+_AROUND_UNITS = {"weekend": timedelta(weeks=1), **_UNITS}
+
+
 @dataclass(frozen=True, slots=True)
 class SpokenTime:
     """A span of time a query speaks of, and the query without the words that said it."""
@@ -113,14 +123,30 @@ def spoken_time(query: str, now: datetime) -> SpokenTime | None:
         if match is None or any(match.start() < e and s < match.end() for s, e in refused):
             continue
         span = _span(name, match, now)
+        begins = match.start()
+        around = _AROUND.search(query, 0, begins) if name == "date" and span else None
+        if around is not None and span is not None:
+            span, begins = _around(around, span), around.start()
         start, end = (span[0], min(span[1], now)) if span is not None else (now, now)
         if start >= end:  # a date to come, an impossible one, a day not begun
             refused.append(match.span())
             continue
-        rest = " ".join((query[:match.start()] + " " + query[match.end():]).split())
+        rest = " ".join((query[:begins] + " " + query[match.end():]).split())
         return SpokenTime(start.astimezone(UTC), end.astimezone(UTC),
-                          match.group(0).strip(), rest)
+                          query[begins:match.end()].strip(), rest)
     return None
+
+
+def _around(match: re.Match[str], day: tuple[datetime, datetime]) -> tuple[datetime, datetime]:
+    """The span of "the week before <date>": that week, and the date itself too, where
+    what happened in it is told ("last week I ..." said on the date), a third of the
+    distance wider at its far end."""
+    unit = _AROUND_UNITS[(match.group("around") or match.group("unit")).lower()]
+    distance = unit * (_count(match.group("count")) if match.group("count") else 1.0)
+    far = distance + max(distance / 3, timedelta(days=1))
+    if match.group("way").lower() == "after":
+        return day[0], day[1] + far
+    return day[0] - far, day[1]
 
 
 def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, datetime] | None:
