@@ -386,6 +386,19 @@ def test_vector_index_search_is_exact_under_a_filter() -> None:
     allowed = [i for i in range(500) if i % 10 in (3, 7)]
     expected = sorted(allowed, key=lambda i: -float(vectors[i] @ query))[:5]
     assert [c for c, _, _ in found] == expected
+    # The same filter again (its gathered vectors kept), then after vectors are added
+    # (the index grows and its kept rows are no longer the filter's): still exact.
+    assert index.search(query, 5, np.array([7, 3])) == found
+    more = rng.normal(size=(2000, 8)).astype(np.float32)
+    more /= np.linalg.norm(more, axis=1, keepdims=True)
+    index.add(list(range(500, 2500)), [i % 10 for i in range(500, 2500)], more)
+    every = np.concatenate([vectors, more])
+    allowed = [i for i in range(2500) if i % 10 in (3, 7)]
+    expected = sorted(allowed, key=lambda i: -float(every[i] @ query))[:5]
+    again = index.search(query, 5, np.array([7, 3]))
+    assert [c for c, _, _ in again] == expected
+    assert all(isinstance(c, int) and isinstance(m, int) and isinstance(s, float)
+               for c, m, s in again)
 
 
 async def test_memories_without_chunks_are_chunked_at_open(tmp_path: Path,

@@ -169,7 +169,7 @@ async def hybrid_rows(
         if allowed:
             import numpy as np
 
-            per_tier = [np.array(r["seqs"].split(","), dtype=np.int64) for r in allowed]
+            per_tier = [np.fromstring(r["seqs"], dtype=np.int64, sep=",") for r in allowed]
             seqs = np.concatenate(per_tier)
             tier_of = np.zeros(int(seqs.max()) + 1, dtype=np.int64)
             for row, members in zip(allowed, per_tier, strict=True):
