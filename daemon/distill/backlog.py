@@ -16,7 +16,7 @@ import aiosqlite
 from daemon.config import Settings
 from daemon.distill.prompt import SYSTEM, build_prompt
 from daemon.distill.providers import MAX_ANSWER_TOKENS, estimate_tokens
-from daemon.lifecycle.segments import plan_segments
+from daemon.lifecycle.segments import new_copies, plan_segments
 from daemon.memory import segment_id
 from daemon.store import distill_queue as queue
 from daemon.store import sessions as store
@@ -47,8 +47,10 @@ async def plan_backlog(conn: aiosqlite.Connection, settings: Settings,
         before = queued.get(session.id, [])
         entries: list[queue.Queued] = []
         index = 0
+        copies = new_copies()  # passed over, as recovery's segments pass them over
         while index < session.memory_sync_index:
-            messages = [m for m in await store.messages_from(conn, session.id, index, PAGE)
+            messages = [m for m in await store.messages_from(conn, session.id, index, PAGE,
+                                                             copies=copies)
                         if m.index < session.memory_sync_index]
             if not messages:
                 break
@@ -92,7 +94,7 @@ def _plan_run(run: list[StoredMessage], session: SessionSyncState, settings: Set
                          session_id=session.id, first_index=plan.first_index,
                          last_index=plan.last_index)
         entries.append(queue.Queued(sid, plan.first_index, plan.last_index))
-        backlog.messages += len(plan.messages)
+        backlog.messages += sum(not m.passed_over for m in plan.messages)
         backlog.tokens += (estimate_tokens(SYSTEM) + estimate_tokens(prompt.user)
                            + MAX_ANSWER_TOKENS)
     return entries

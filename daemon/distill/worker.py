@@ -35,6 +35,7 @@ from daemon.distill.answer import Item, decode_items, encode_items, parse_answer
 from daemon.distill.prompt import build_prompt
 from daemon.distill.providers import Completion, Provider
 from daemon.errors import BackendError, DistillError, DistillRefused, DistillUnavailable
+from daemon.lifecycle.segments import new_copies
 from daemon.memory import DistilledMemory, MemoryBackend, MemoryType, RecallResult
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import EvidenceGrowth
@@ -162,8 +163,9 @@ class Distiller:
     async def _job(self, job: queue.Job, report: DistillReport) -> bool:
         """Do one job; False when the pass must stop (the provider failed)."""
         session = await store.get_sync_state(self._conn, job.session_id)
+        # A resumed conversation's copies reach memory once (`Copies`), and a model once.
         messages = await store.visible_messages(self._conn, job.session_id, job.first_index,
-                                                job.last_index)
+                                                job.last_index, copies=new_copies())
         if session is None or not messages:
             await self._skip(job, "nothing left to read (forgotten)", report)
             return True

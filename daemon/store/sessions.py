@@ -380,20 +380,20 @@ def _read_messages(conn: sqlite3.Connection, sql: str, params: tuple[object, ...
 
 
 async def visible_messages(conn: aiosqlite.Connection, session_id: int, first: int,
-                           last: int) -> list[StoredMessage]:
+                           last: int, *, copies: Copies | None = None) -> list[StoredMessage]:
     """Messages `first`..`last` of a session that an agent or a model may be shown: none
-    of a forgotten session or project, nor any whose content was forgotten."""
-    async with conn.execute(
+    of a forgotten session or project, nor any whose content was forgotten; with `copies`
+    (a new state), none that repeats an earlier message (`Copies`: a resumed or forked
+    conversation written again)."""
+    messages = await call_on_connection(
+        conn, _read_messages,
         "SELECT m.message_index, m.role, m.kind, m.content, m.tool_name, m.uuid, m.timestamp,"
-        " m.is_sidechain, m.tool_input FROM session_messages m"
+        " m.is_sidechain, 0, m.tool_input, NULL, m.dedupe_key FROM session_messages m"
         " JOIN sessions s ON s.id = m.session_id"
         f" WHERE m.session_id = ? AND m.message_index BETWEEN ? AND ? AND {VISIBLE}"
         " ORDER BY m.message_index", (session_id, first, last),
-    ) as cursor:
-        rows = await cursor.fetchall()
-    return [StoredMessage(index=r[0], role=r[1], kind=r[2], content=r[3], tool_name=r[4],
-                          uuid=r[5], timestamp=parse_utc(r[6]), is_sidechain=bool(r[7]),
-                          tool_input=r[8]) for r in rows]
+        None if copies is None else (session_id, first, copies))
+    return [m for m in messages if not m.is_copy]
 
 
 @dataclass(frozen=True, slots=True)

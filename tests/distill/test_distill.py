@@ -720,3 +720,33 @@ async def test_a_provider_down_for_an_hour_costs_a_few_calls_and_loses_nothing(
     assert {row[0] for row in world.queue()} == {"done"}
     assert stored == 1  # the same item from every segment: stored once, counted after
     assert sum(row[4] for row in world.queue()) == 59
+
+
+async def test_a_resumed_conversation_written_again_reaches_the_model_once(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Claude Code writes a resumed session's conversation into its transcript again (the
+    same times and words, new uuids): the model is sent it once, as memory saves it once,
+    and the backlog's estimate counts it once."""
+    from daemon.distill.backlog import plan_backlog
+
+    turns = [("user", "The ledger owns invoice numbering."), ("assistant", "Understood.")]
+    resumed = "".join(_line(kind, text, n).replace(f"{SESSION}-u{n}", f"{SESSION}-r{n}")
+                      for n, (kind, text) in enumerate(turns))
+    world.write(SESSION, *turns)
+    with (world.projects / f"{SESSION}.jsonl").open("a") as out:
+        out.write(resumed + _line("user", "Settlement runs nightly at two.", 5))
+    await save(world, backend)
+    world.model.say(items_text(LEDGER))
+
+    report = await distill(world, backend)
+
+    assert report.jobs == 1
+    sent = world.model.user_text()
+    assert sent.count("The ledger owns invoice numbering.") == 1
+    assert sent.count("Understood.") == 1
+    assert "Settlement runs nightly at two." in sent
+    with sqlite3.connect(world.settings.database_path) as db:
+        db.execute("DELETE FROM distill_queue")  # as if never sent: `distill --since`
+    async with open_store(world.settings) as conn:
+        backlog = await plan_backlog(conn, world.settings, datetime(2000, 1, 1, tzinfo=UTC))
+    assert backlog.messages == 3
