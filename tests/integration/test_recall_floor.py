@@ -78,6 +78,17 @@ def embedded(daemon: Daemon) -> bool:
     return memory["embedder"] is not None and memory["chunks_waiting_for_vector"] == 0
 
 
+def test_a_stores_first_fact_is_found_at_a_score_that_says_so(daemon: Daemon) -> None:
+    """In a store of one memory FTS5 weighs no word (each is in more than half of the
+    chunks): the vectors rank, and the fact's own words score it high, not 0.08."""
+    fact = json.loads(daemon.cli("remember", "deploy order: staging first, then production",
+                                 "--project", "/work/shop", "--json").stdout)
+    wait_for(lambda: embedded(daemon), timeout=60, what="the fact embedded")
+    found = recall(daemon, "deploy order staging", "--project", "/work/shop")
+    assert [r["memory_id"] for r in found] == [fact["id"]]
+    assert found[0]["score"] > 0.4, found[0]
+
+
 def test_a_new_users_recall_returns_the_fact_and_nothing_unrelated(daemon: Daemon) -> None:
     """`recall "deploy order staging"` gives the fact, not nine unrelated memories scored
     down to 0.005 (the vector channel's leftovers); a project with no memory of the

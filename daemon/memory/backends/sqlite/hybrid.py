@@ -58,6 +58,8 @@ CANDIDATES = 200
 #: How many of FTS5's best matches are read to find the best `pool` that the filters allow.
 KEYWORD_OVERFETCH = 2
 EXCERPT_CHUNKS = 2
+#: Keyword relevance below this is FTS5's clamp, not a ranking: vectors lead (`_words_found`).
+UNWEIGHED = 1e-3
 DUPLICATE_COSINE = 0.97
 DUPLICATE_OVERLAP = 0.9
 
@@ -285,7 +287,10 @@ async def _keyword_rows(fetch: Fetch, filters: RecallPlan, match_sql: str,
 
 async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate]) -> bool:
     top = best_keyword(candidates.values())
-    if not top:
+    # FTS5 gives a word in more than half of all chunks no weight (its IDF is clamped to
+    # 1e-6): in a store of one or two memories every word is such a word, BM25 ranks
+    # nothing, and a new user's first fact came back scored 0.08 for its own words.
+    if not top or max(c.keyword for c in top) < UNWEIGHED:
         return False
     rows = await fetch(
         f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.chunk for c in top)})", {})
