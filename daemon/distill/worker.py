@@ -167,7 +167,8 @@ class Distiller:
         messages = await store.visible_messages(self._conn, job.session_id, job.first_index,
                                                 job.last_index, copies=new_copies())
         if session is None or not messages:
-            await self._skip(job, "nothing left to read (forgotten)", report)
+            await self._skip(job, "nothing left to read (forgotten, or copies of earlier"
+                                  " messages)", report)
             return True
         if not self._llm.projects.admits(session.project):
             await self._skip(job, "project not admitted (memory.llm.projects)", report)

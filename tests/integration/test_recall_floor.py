@@ -79,7 +79,7 @@ def embedded(daemon: Daemon) -> bool:
 
 
 def test_a_stores_first_fact_is_found_at_a_score_that_says_so(daemon: Daemon) -> None:
-    """In a store of one memory FTS5 weighs no word (each is in more than half of the
+    """In a store of one memory FTS5 weighs no word (each is in half or more of the
     chunks): the vectors rank, and the fact's own words score it high, not 0.08."""
     fact = json.loads(daemon.cli("remember", "deploy order: staging first, then production",
                                  "--project", "/work/shop", "--json").stdout)

@@ -3,6 +3,7 @@ local time zone, and the query without them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -119,8 +120,19 @@ def test_a_time_before_or_after_a_date_reaches_from_it(local_zone: str) -> None:
         date[0] - timedelta(days=2), date[1])
     found = spoken_time("Where was Tim in the week before 16 November 2023?", NOW)
     assert found is not None and found.rest == "Where was Tim in ?"
+    assert span("the year before 2025-11-19") == (
+        local(18) - timedelta(days=365) - timedelta(days=365) / 3 - timedelta(days=365),
+        local(21) - timedelta(days=365))
     # Only a date moves: "a week after" of something else is no time.
     assert spoken_time("a week after the release we cut a patch", NOW) is None
+    # A time still to come is none (NOW is the 19th), its words not read again either.
+    for query in ("the week before 2026-11-27", "what to prepare the day before Nov 21, 2026",
+                  "last week before 2027-01-01", "the week after 2026-11-20"):
+        assert spoken_time(query, NOW) is None, query
+    # Without a year: this year's date when its time has begun, else the year before's.
+    assert span("the week before November 21") == (local(20) - week - week / 3, NOW)
+    assert span("the week after November 21") == (
+        local(20) - timedelta(days=365), local(23) - timedelta(days=365) + far)
 
 
 @pytest.mark.parametrize("query", [
@@ -185,9 +197,15 @@ def test_a_rerankers_scores_keep_the_preference_for_then() -> None:
     today = result("today", 0.9, NOW - timedelta(hours=2))
     assert spoken_scores([week, today], [0.6, 0.8], found) == \
         pytest.approx([0.6 * SPOKEN_TIME_WEIGHT, 0.8])
-    # Logits: -2 and 1 become 0 and 1 (in their order); then is weighed up from there.
-    assert spoken_scores([today, week, today], [-2.0, 0.5, 1.0], found) == \
-        pytest.approx([0.0, 2.5 / 3 * SPOKEN_TIME_WEIGHT, 1.0])
+    # Logits go through the logistic function, each on its own (an outlier among them
+    # moves no other), then are weighed; NaN counts as nothing.
+    logistic = [1 / (1 + math.exp(-x)) for x in (-2.0, 0.5, 3.0)]
+    assert spoken_scores([today, week, today], [-2.0, 0.5, 3.0], found) == pytest.approx(
+        [logistic[0], logistic[1] * SPOKEN_TIME_WEIGHT, logistic[2]])
+    assert spoken_scores([week, today], [0.5, -1000.0], found) == pytest.approx(
+        [logistic[1] * SPOKEN_TIME_WEIGHT, 0.0])
+    assert spoken_scores([week, today], [float("nan"), 2.0], found)[0] == pytest.approx(
+        0.5 * SPOKEN_TIME_WEIGHT)
     assert spoken_scores([], [], found) == []
 
 

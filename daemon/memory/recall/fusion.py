@@ -16,7 +16,7 @@ groups the chunks by memory, best first. The fusions:
   lets incidental keyword matches beat every paraphrase; a fixed large w costs
   named-entity questions (LoCoMo nDCG@5 0.743 -> 0.646 at 0.5). See
   benchmarks/README.md for the measurements. A keyword channel that weighs nothing
-  (SQLite's FTS5 in a store of one or two memories: every word is in more than half of
+  (SQLite's FTS5 in a store of one or two memories: every word is in half or more of
   the chunks) counts as not found.
 - `weighted`: w * vector + (1 - w) * keyword, a channel that did not return the
   chunk counting 0. A chunk with no vector yet (the background queue has not

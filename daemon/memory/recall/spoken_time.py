@@ -29,6 +29,7 @@ the local time zone of `now`, as `daemon/timephrases.py` reads `--since`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -94,7 +95,7 @@ _PHRASES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 #: Words before a date that move the time from it ("the week before August 3, 2023",
 #: "two weeks after 2023-03-01", "last weekend before April 10").
 _AROUND = re.compile(
-    rf"\b(?:(?:the|last|a)\s+(?P<around>day|week|weekend|month)|{_COUNT}\s+{_UNIT})"
+    rf"\b(?:(?:the|last|a)\s+(?P<around>day|week|weekend|month|year)|{_COUNT}\s+{_UNIT})"
     r"\s+(?P<way>before|prior\s+to|after)\s*$", re.IGNORECASE)
 _AROUND_UNITS = {"weekend": timedelta(weeks=1), **_UNITS}
 
@@ -122,14 +123,15 @@ def spoken_time(query: str, now: datetime) -> SpokenTime | None:
         match = pattern.search(query)
         if match is None or any(match.start() < e and s < match.end() for s, e in refused):
             continue
-        span = _span(name, match, now)
         begins = match.start()
-        around = _AROUND.search(query, 0, begins) if name == "date" and span else None
-        if around is not None and span is not None:
-            span, begins = _around(around, span), around.start()
+        around = _AROUND.search(query, 0, begins) if name == "date" else None
+        if around is not None:
+            span, begins = _around(around, match, now), around.start()
+        else:
+            span = _span(name, match, now)
         start, end = (span[0], min(span[1], now)) if span is not None else (now, now)
         if start >= end:  # a date to come, an impossible one, a day not begun
-            refused.append(match.span())
+            refused.append((begins, match.end()))
             continue
         rest = " ".join((query[:begins] + " " + query[match.end():]).split())
         return SpokenTime(start.astimezone(UTC), end.astimezone(UTC),
@@ -137,16 +139,25 @@ def spoken_time(query: str, now: datetime) -> SpokenTime | None:
     return None
 
 
-def _around(match: re.Match[str], day: tuple[datetime, datetime]) -> tuple[datetime, datetime]:
+def _around(around: re.Match[str], match: re.Match[str],
+            now: datetime) -> tuple[datetime, datetime] | None:
     """The span of "the week before <date>": that week, and the date itself too, where
     what happened in it is told ("last week I ..." said on the date), a third of the
-    distance wider at its far end."""
-    unit = _AROUND_UNITS[(match.group("around") or match.group("unit")).lower()]
-    distance = unit * (_count(match.group("count")) if match.group("count") else 1.0)
+    distance wider at its far end; None when that time has not begun. A date without a
+    year is this year's when its time has begun (asked on June 10, "the week before June
+    12" is this June's), else the year before's."""
+    unit = _AROUND_UNITS[(around.group("around") or around.group("unit")).lower()]
+    distance = unit * (_count(around.group("count")) if around.group("count") else 1.0)
     far = distance + max(distance / 3, timedelta(days=1))
-    if match.group("way").lower() == "after":
-        return day[0], day[1] + far
-    return day[0] - far, day[1]
+    after = around.group("way").lower() == "after"
+    for latest in (False, True):
+        day = _calendar("date", match, now.astimezone().date(), latest=latest)
+        if day is None:
+            return None
+        named = day[0] + timedelta(days=1)  # the date's own start (its span is a day wider)
+        if (named if after else named - distance) < now:
+            return (day[0], day[1] + far) if after else (day[0] - far, day[1])
+    return None
 
 
 def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, datetime] | None:
@@ -188,10 +199,11 @@ def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, dat
     return local_midnight(before), local_midnight(start)
 
 
-def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, datetime] | None:
+def _calendar(name: str, match: re.Match[str], today: date, *,
+              latest: bool = True) -> tuple[datetime, datetime] | None:
     """A date, month or year named: its local days, a day wider either side for a date
     (a conversation late at night, or in another zone, is still of that day). Without a
-    year, the latest such day that has begun."""
+    year, the latest such day that has begun (with `latest`; else this year's)."""
     found = match.groupdict()
     year = int(found["year"]) if found.get("year") else None
     if name == "year":
@@ -209,7 +221,7 @@ def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, d
         return local_midnight(date(year, month, 1)), local_midnight(after)
     try:
         day = date(year if year is not None else today.year, month, int(found["day"]))
-        if year is None and day > today:
+        if latest and year is None and day > today:
             day = day.replace(year=day.year - 1)
     except ValueError:  # 31 February, 29 February of a common year
         return None
@@ -250,12 +262,20 @@ def spoken_scores(results: Sequence[RecallResult], scores: Sequence[float],
                   spoken: SpokenTime) -> list[float]:
     """A reranker's `scores` of `results` with the preference `spoken_first` gives: it reads
     only the texts, not when they were said. Scores outside [0, 1] (a server's raw logits)
-    are put there first, in their order, so that weighing one up raises it."""
-    low, high = min(scores, default=0.0), max(scores, default=0.0)
-    if low < 0.0 or high > 1.0:
-        scores = [(s - low) / ((high - low) or 1.0) for s in scores]
+    are put through the logistic function first, in their order and whatever the other
+    candidates' scores, so that weighing one up raises it."""
+    finite = [s if math.isfinite(s) else (1.0 if s > 0 else 0.0) for s in scores]  # NaN: 0
+    if any(not 0.0 <= s <= 1.0 for s in finite):
+        finite = [_logistic(s) for s in finite]
     return [s * SPOKEN_TIME_WEIGHT if during(r, spoken) else s
-            for r, s in zip(results, scores, strict=True)]
+            for r, s in zip(results, finite, strict=True)]
+
+
+def _logistic(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)  # no overflow for a large negative logit
+    return e / (1.0 + e)
 
 
 def during(result: RecallResult, spoken: SpokenTime) -> bool:

@@ -287,7 +287,7 @@ async def _keyword_rows(fetch: Fetch, filters: RecallPlan, match_sql: str,
 
 async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate]) -> bool:
     top = best_keyword(candidates.values())
-    # FTS5 gives a word in more than half of all chunks no weight (its IDF is clamped to
+    # FTS5 gives a word in half or more of all chunks no weight (its IDF is clamped to
     # 1e-6): in a store of one or two memories every word is such a word, BM25 ranks
     # nothing, and a new user's first fact came back scored 0.08 for its own words.
     if not top or max(c.keyword for c in top) < UNWEIGHED:

@@ -28,10 +28,10 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float32]
 
 
-#: A filter's rows up to this many keep their gathered vectors for the next search (at
-#: 384 dimensions, 31 MB): recall in one project asks for the same rows again and again,
-#: and gathering them cost five times the product (100,000 vectors, one project's 4,000).
-KEPT_ROWS = 20_000
+#: A filter's gathered vectors up to this size are kept for the next search (20,000 rows
+#: at 384 dimensions): recall in one project asks for the same rows again and again, and
+#: gathering them cost five times the product (100,000 vectors, one project's 4,000).
+KEPT_BYTES = 32 * 1024 * 1024
 
 
 class VectorIndex:
@@ -111,5 +111,5 @@ class VectorIndex:
         if self._kept is not None and np.array_equal(self._kept[0], rows):
             return self._kept[1]
         vectors = self._vectors[rows]
-        self._kept = (rows, vectors) if len(rows) <= KEPT_ROWS else None
+        self._kept = (rows, vectors) if vectors.nbytes <= KEPT_BYTES else None
         return vectors
