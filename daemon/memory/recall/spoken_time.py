@@ -151,12 +151,12 @@ def _around(around: re.Match[str], match: re.Match[str],
     far = distance + max(distance / 3, timedelta(days=1))
     after = around.group("way").lower() == "after"
     for latest in (False, True):
-        day = _calendar("date", match, now.astimezone().date(), latest=latest)
+        day = _named_day(match.groupdict(), now.astimezone().date(), latest=latest)
         if day is None:
             return None
-        named = day[0] + timedelta(days=1)  # the date's own start (its span is a day wider)
-        if (named if after else named - distance) < now:
-            return (day[0], day[1] + far) if after else (day[0] - far, day[1])
+        first, last = _day_span(day)
+        if (local_midnight(day) - (timedelta(0) if after else distance)) < now:
+            return (first, last + far) if after else (first - far, last)
     return None
 
 
@@ -199,33 +199,55 @@ def _span(name: str, match: re.Match[str], now: datetime) -> tuple[datetime, dat
     return local_midnight(before), local_midnight(start)
 
 
-def _calendar(name: str, match: re.Match[str], today: date, *,
-              latest: bool = True) -> tuple[datetime, datetime] | None:
+def _calendar(name: str, match: re.Match[str], today: date) -> tuple[datetime, datetime] | None:
     """A date, month or year named: its local days, a day wider either side for a date
     (a conversation late at night, or in another zone, is still of that day). Without a
-    year, the latest such day that has begun (with `latest`; else this year's)."""
+    year, the latest such day that has begun."""
     found = match.groupdict()
     year = int(found["year"]) if found.get("year") else None
     if name == "year":
         assert year is not None
         return local_midnight(date(year, 1, 1)), local_midnight(date(year + 1, 1, 1))
-    if found.get("month") == "may":
-        return None  # "the 5 may be wrong": lower-case "may" is a verb
-    month = (int(found["month_number"]) if found.get("month_number")
-             else _month_number(found["month"]))
-    if month is None or not 1 <= month <= 12:
+    month = _month_of(found)
+    if month is None:
         return None
     if name == "month":
         assert year is not None
         after = date(year + month // 12, month % 12 + 1, 1)
         return local_midnight(date(year, month, 1)), local_midnight(after)
+    day = _named_day(found, today)
+    return _day_span(day) if day is not None else None
+
+
+def _named_day(found: dict[str, str | None], today: date, *,
+               latest: bool = True) -> date | None:
+    """The day a date names; without a year, the latest such day that has begun (with
+    `latest`; else this year's). None for a day that is none (31 February, "may")."""
+    month = _month_of(found)
+    if month is None:
+        return None
+    named_year = found.get("year")
+    year = int(named_year) if named_year else None
     try:
-        day = date(year if year is not None else today.year, month, int(found["day"]))
+        day = date(year if year is not None else today.year, month, int(found["day"] or 0))
         if latest and year is None and day > today:
             day = day.replace(year=day.year - 1)
     except ValueError:  # 31 February, 29 February of a common year
         return None
+    return day
+
+
+def _day_span(day: date) -> tuple[datetime, datetime]:
     return local_midnight(day - timedelta(days=1)), local_midnight(day + timedelta(days=2))
+
+
+def _month_of(found: dict[str, str | None]) -> int | None:
+    """The month a date or month names, by number or name; None for none."""
+    if found.get("month") == "may":
+        return None  # "the 5 may be wrong": lower-case "may" is a verb
+    number = found.get("month_number")
+    month = int(number) if number else _month_number(found.get("month") or "")
+    return month if month is not None and 1 <= month <= 12 else None
 
 
 def _month_number(text: str) -> int | None:
