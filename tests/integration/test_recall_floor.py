@@ -89,6 +89,27 @@ def test_a_stores_first_fact_is_found_at_a_score_that_says_so(daemon: Daemon) ->
     assert found[0]["score"] > 0.4, found[0]
 
 
+def test_keywords_alone_score_a_stores_first_facts_by_their_words(tmp_path: Path) -> None:
+    """Keywords alone (no embedder), one or two memories: FTS5 weighs no word, and each
+    fact scored 0.000 for its own words; the share of the query's words it holds ranks
+    and scores it instead."""
+    with quick_daemon(tmp_path, memory={"embeddings": {"provider": "none"}}) as daemon:
+        daemon.start()
+        deploy = json.loads(daemon.cli(
+            "remember", "deploy order: staging first, then canary, then production",
+            "--json").stdout)
+        found = recall(daemon, "deploy order staging")
+        assert [r["memory_id"] for r in found] == [deploy["id"]]
+        assert found[0]["score"] > 0.4, found[0]
+        migrate = json.loads(daemon.cli(
+            "remember", "database migrations: staging runs alembic upgrade head", "--json").stdout)
+        found = recall(daemon, "alembic migrations on staging")
+        # The other fact holds one of three words: found, and scored below the first.
+        assert [r["memory_id"] for r in found] == [migrate["id"], deploy["id"]]
+        assert found[0]["score"] > 0.4, found
+        assert found[1]["score"] < found[0]["score"] / 2, found
+
+
 def test_a_new_users_recall_returns_the_fact_and_nothing_unrelated(daemon: Daemon) -> None:
     """`recall "deploy order staging"` gives the fact, not nine unrelated memories scored
     down to 0.005 (the vector channel's leftovers); a project with no memory of the

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.memory.backends.sqlite import fts
 from daemon.memory.backends.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
-from daemon.memory.recall import ranking, sessions
+from daemon.memory.recall import gate, ranking, sessions
 from daemon.memory.recall.fusion import (
     PARAPHRASE_VECTOR_WEIGHT,
     VECTOR_WEIGHT,
@@ -60,6 +60,9 @@ KEYWORD_OVERFETCH = 2
 EXCERPT_CHUNKS = 2
 #: Keyword relevance below this is FTS5's clamp, not a ranking: vectors lead (`_words_found`).
 UNWEIGHED = 1e-3
+#: Keyword relevance of a chunk holding every query word when BM25 weighs none
+#: (`_stand_in_for_unweighed`): about where BM25 puts such a chunk in a larger store.
+STAND_IN_RELEVANCE = 0.9
 DUPLICATE_COSINE = 0.97
 DUPLICATE_OVERLAP = 0.9
 
@@ -187,6 +190,8 @@ async def hybrid_rows(
         await keyword_channel()  # no vectors to rank by: keywords rather than nothing
     if not candidates:
         return []
+    if not vectors_on:
+        await _stand_in_for_unweighed(fetch, query, candidates)
     covered = (await _words_found(fetch, query, candidates)
                if fusion == "adaptive" and vectors_on else True)
     best = fuse(candidates.values(), fusion, vectors_on=vectors_on,
@@ -295,6 +300,23 @@ async def _words_found(fetch: Fetch, query: str, candidates: dict[int, Candidate
     rows = await fetch(
         f"SELECT content FROM memory_chunks WHERE seq IN ({_seq_list(c.chunk for c in top)})", {})
     return words_found(query, (row["content"] for row in rows))
+
+
+async def _stand_in_for_unweighed(fetch: Fetch, query: str,
+                                  candidates: dict[int, Candidate]) -> None:
+    """Keyword relevance by the share of the query's words a chunk holds, when BM25 weighs none.
+
+    With keywords alone and a store of one or two memories (every word in half or more
+    of the chunks, FTS5's IDF clamped), BM25 gave a new user's first fact 0.000 for its
+    own words. The share (`gate.coverage`), scaled to where BM25 puts a chunk holding
+    them, ranks and scores it as a larger store would. With vectors, they lead instead.
+    """
+    if max(c.keyword for c in candidates.values()) >= UNWEIGHED:
+        return
+    rows = await fetch(
+        f"SELECT seq, content FROM memory_chunks WHERE seq IN ({_seq_list(candidates)})", {})
+    for row in rows:
+        candidates[row["seq"]].keyword = STAND_IN_RELEVANCE * gate.coverage(query, row["content"])
 
 
 def _similarity(chunks: Iterable[Candidate]) -> float | None:
