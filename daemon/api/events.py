@@ -44,7 +44,7 @@ from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
 from daemon.repository import project_root
 from daemon.store import links, queries
 from daemon.store.injections import Injection, injected_memory_ids, sessions_with_given
-from daemon.store.sessions import mark_ended
+from daemon.store.sessions import digest_reach, mark_ended
 
 log = structlog.get_logger("memoryd.api")
 
@@ -293,8 +293,11 @@ class SessionEvents(OpsBase):
         weighty = [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
                    if r.project == project and _session_of(r) not in digested
                    ][:START_WEIGHTY] if project else []
+        covered = await self._covered_by_digests([*recent, *weighty])
         chosen: dict[str, RecallResult] = {}
         for result in [*explicit, *digests, *recent, *weighty]:
+            if result.memory_id in covered:
+                continue
             chosen.setdefault(result.memory_id, result)
         if not chosen:
             return None, []
@@ -303,6 +306,28 @@ class SessionEvents(OpsBase):
         if not block.items:
             return None, []
         return block.text, [item.result.memory_id for item in block.items]
+
+    async def _covered_by_digests(self, results: list[RecallResult]) -> set[str]:
+        """The conversations among `results` that their session's digest was built over.
+
+        The digest of a session older than the newest START_DIGESTS is not in the block,
+        yet its conversation is not "a session without a digest"; one that said nothing
+        (a lone tool call, a subagent's bare prompt) was not saved, and its raw line
+        ("assistant used ...") says no more than it did."""
+        conversations = [r for r in results if r.type is MemoryType.CONVERSATION
+                         and r.provenance.session_id is not None
+                         and r.provenance.last_index is not None]
+        reach = await digest_reach(self._conn, [r.provenance.session_id for r in conversations
+                                                if r.provenance.session_id is not None])
+        covered: set[str] = set()
+        for r in conversations:
+            p = r.provenance
+            found = reach.get(p.session_id) if p.session_id is not None else None
+            # The same session here (a chained store may hold another machine's memories).
+            if (found is not None and found[:2] == (p.source, p.session_external_id)
+                    and p.last_index is not None and found[2] > p.last_index):
+                covered.add(r.memory_id)
+        return covered
 
     async def _prompt_context(self, prompt: str, project: str | None,
                               agent_session: str | None,

@@ -445,6 +445,19 @@ async def digest_messages(conn: aiosqlite.Connection, session_id: int, end: int,
         (session_id, end), None if copies is None else (session_id, 0, copies))
 
 
+async def digest_reach(conn: aiosqlite.Connection,
+                       session_ids: Sequence[int]) -> dict[int, tuple[str, str | None, int]]:
+    """Of `session_ids`, each session's source, external id and `digest_index` (how far
+    its digest was built, whether or not it said anything)."""
+    if not session_ids:
+        return {}
+    ids = sorted(set(session_ids))
+    async with conn.execute(
+            "SELECT id, source, external_id, digest_index FROM sessions"
+            f" WHERE id IN ({', '.join('?' * len(ids))})", ids) as cursor:
+        return {row[0]: (row[1], row[2], row[3]) for row in await cursor.fetchall()}
+
+
 async def mark_digested(conn: aiosqlite.Connection, session_id: int, index: int) -> None:
     """The session's digest now covers its messages before `index` (never moved back)."""
     async with transaction(conn):

@@ -796,6 +796,38 @@ def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daem
     assert "per tenant" in block and block.count("hello there") == 1
 
 
+def test_a_session_whose_digest_says_nothing_is_not_in_the_start_block(
+        daemon: Daemon) -> None:
+    """A session of one tool call and nothing asked (a subagent cut short) has a digest
+    that says nothing, so none is saved: its raw line ("assistant used ...") stayed in
+    the start block as if it were a session without a digest yet."""
+    daemon.start()
+    began = datetime.now(UTC) - timedelta(days=1)
+    folder = daemon.claude_root / "-home-user-payments-api"
+    folder.mkdir()
+    _write_decision(folder, began)
+    (folder / "shot.jsonl").write_text(json.dumps({
+        "type": "assistant", "uuid": "s1", "sessionId": "shot", "cwd": PROJECT,
+        "timestamp": (began + timedelta(hours=1)).isoformat().replace("+00:00", "Z"),
+        "message": {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "browser_take_screenshot",
+             "input": {}}]}}) + "\n")
+
+    def digest_built() -> bool:
+        with sqlite3.connect(daemon.state / "memoryd.db") as db:
+            return bool(db.execute("SELECT COUNT(*) FROM sessions"
+                                   " WHERE external_id = 'shot' AND digest_index > 0"
+                                   ).fetchone()[0])
+
+    wait_for(digest_built, timeout=60, what="the tool call's session digested")
+    saved = daemon.api("recall", {"query": "", "types": ["conversation"],
+                                  "project": PROJECT}).json()["results"]
+    assert any("browser_take_screenshot" in r["content"] for r in saved)
+    block = _start_block_once_digested(daemon, folder, 1, project=PROJECT)
+    assert block is not None and "per tenant" in block
+    assert "browser_take_screenshot" not in block
+
+
 def test_a_project_s_start_block_holds_no_other_session_s_conversation(
         daemon: Daemon) -> None:
     """Sessions that belong to no project (a chat with no working directory) are not the
