@@ -328,6 +328,11 @@ class Tailer:
                 batch.rejected.append((line.offset, line.data, "JSON but not an object"))
                 continue
             outcome = parser.parse(record)
+            named, own = outcome.hints.get("external_id"), batch.hints.get("external_id")
+            if named is not None and own is not None and named != own:
+                # A header naming another session after the file's own (a Codex fork):
+                # what follows is that session's conversation copied (`sessions.Copies`).
+                batch.hints.setdefault("copied_from", named)
             for key, value in outcome.hints.items():
                 batch.hints.setdefault(key, value)
             if outcome.summary is not None:

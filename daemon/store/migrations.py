@@ -265,6 +265,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX sessions_by_start ON sessions (source, started_at);
         """,
     ),
+    (
+        12,
+        "sessions: the session whose conversation a transcript copies before its own",
+        # Codex's `fork` before 0.16x wrote the forked rollout again at the head of the
+        # fork's, under the original's own header (`sessions.Copies`).
+        """
+        ALTER TABLE sessions ADD COLUMN copied_from TEXT;
+        """,
+    ),
 ]
 
 

@@ -204,7 +204,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         " status = CASE WHEN ? > 0 THEN 'active' ELSE status END,"
         " project = COALESCE(project, ?),"
         " git_branch = COALESCE(git_branch, ?),"
-        " worktree = COALESCE(worktree, ?)"
+        " worktree = COALESCE(worktree, ?),"
+        " copied_from = COALESCE(copied_from, ?)"
         " WHERE id = ?",
         (
             count,
@@ -216,6 +217,7 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             batch.hints.get("project"),
             batch.hints.get("git_branch"),
             batch.hints.get("worktree"),
+            batch.hints.get("copied_from"),
             session_id,
         ),
     )

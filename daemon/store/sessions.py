@@ -192,6 +192,12 @@ class Copies:
     a session of the same agent with a lower id holds is a fork of it: its messages held
     there are copies, page after page, until a page holds none.
 
+    Codex's `fork` before 0.16x (0.120.0, run against a local model server) wrote the
+    forked rollout again at the head of the fork's, under the original's own header
+    (`copied_from`) and stamped with the time of the fork: the fork's first messages
+    that are, one for one, the original's first messages (compared without their time)
+    are copies; the first that is not begins the fork's own conversation.
+
     The copies stay stored (what the transcript holds is kept); memory, digests and
     requests leave them out, so each message reaches memory once, in one session.
     """
@@ -202,6 +208,9 @@ class Copies:
     #: and whether they were looked for.
     forked_from: list[int] = field(default_factory=list)
     looked: bool = False
+    #: The messages of the session its transcript copies (`copied_from`), as compared
+    #: (`key` without the time), while its first messages still copy them.
+    original: list[tuple[object, ...]] | None = None
     #: The rows read at the `latest` instant (a few): what a record at it is compared with.
     at_latest: list[tuple[object, ...]] = field(default_factory=list)
     #: The message index `latest` holds for; another start reads it again.
@@ -247,6 +256,45 @@ def _forked_from(conn: sqlite3.Connection, session_id: int, start: int,
         (first[11], first[6], session_id))]
 
 
+def _copied_original(conn: sqlite3.Connection, session_id: int, start: int,
+                     copies: Copies) -> list[tuple[object, ...]] | None:
+    """The messages (as compared) of the session this one's transcript copies before its
+    own (`copied_from`), when its messages before `start` are still all copies of them."""
+    found = conn.execute(
+        "SELECT c.id FROM sessions s JOIN sessions c ON c.source = s.source"
+        " AND c.external_id = s.copied_from AND c.id != s.id WHERE s.id = ?"
+        " ORDER BY c.id LIMIT 1", (session_id,)).fetchone()
+    if found is None:
+        return None
+    original = [copies.key(row)[1:] for row in conn.execute(
+        f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
+        " ORDER BY message_index", (found[0],))]
+    for row in conn.execute(
+            f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
+            " AND message_index < ? ORDER BY message_index", (session_id, start)):
+        if not _copied(row, original, copies):
+            return None  # its own conversation began before this read
+    return original
+
+
+def _copied(row: tuple[object, ...], original: list[tuple[object, ...]], copies: Copies) -> bool:
+    index = row[0]
+    assert isinstance(index, int)
+    return index < len(original) and copies.key(row)[1:] == original[index]
+
+
+def _mark_copied(rows: Sequence[tuple[object, ...]], messages: Sequence[StoredMessage],
+                 copies: Copies) -> None:
+    """Mark the messages that copy the original's at the same place; from the first that
+    does not, the session's own conversation: not compared again."""
+    assert copies.original is not None
+    for row, message in zip(rows, messages, strict=True):
+        if not _copied(row, copies.original, copies):
+            copies.original = None
+            return
+        message.is_copy = True
+
+
 def _mark_forked(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]],
                  messages: Sequence[StoredMessage], copies: Copies) -> None:
     """Mark the messages the sessions it was forked from hold (same key, same time); once
@@ -287,9 +335,12 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
         copies.looked = False
     if not copies.looked:
         copies.forked_from = _forked_from(conn, session_id, start, rows)
+        copies.original = _copied_original(conn, session_id, start, copies)
         copies.looked = True
     if copies.forked_from:
         _mark_forked(conn, rows, messages, copies)
+    if copies.original is not None:
+        _mark_copied(rows, messages, copies)
     latest = copies.latest
     back: list[int] = []  # earlier than a message read before
     ties: list[int] = []  # at the latest time read: agents write several records a ms

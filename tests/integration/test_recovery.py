@@ -1154,3 +1154,56 @@ async def test_a_forked_conversation_reaches_memory_once(
             marks += [m.is_copy for m in await store.messages_from(
                 conn, fork, len(marks), 7, copies=new_copies())]
     assert marks == [True] * (counts[fork_id] - 1) + [False]
+
+
+CODEX_FORK = Path(__file__).parent / "data" / "codex-0.120-fork"
+
+
+@pytest.mark.parametrize("page", [3, 500])
+@pytest.mark.parametrize("together", [False, True])
+async def test_a_codex_fork_written_with_its_original_reaches_memory_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int, together: bool) -> None:
+    """Codex 0.120 (the real CLI, `codex fork`) writes the forked session's whole rollout
+    again at the head of the fork's, under the original's own header and stamped with the
+    time of the fork (`data/codex-0.120-fork`). The fork's memory holds only its own turn,
+    its digest asks only that; its own "OK, noted." (the words the original's turns ended
+    with too) is kept; read in the same pass as the original or after it, in pages of any
+    size. Every line stays stored."""
+    from daemon.lifecycle import recovery as recovery_module
+
+    monkeypatch.setattr(recovery_module, "PAGE", page)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    day = tmp_path / "codex" / "sessions" / "2026" / "11" / "28"
+    day.mkdir(parents=True)
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "codex", "root": str(tmp_path / "codex")}])
+    world = World(settings, FakeClock(), day)
+    original, fork = sorted(CODEX_FORK.glob("rollout-*.jsonl"))
+    original_id, fork_id = (json.loads(f.read_text().splitlines()[0])["payload"]["id"]
+                            for f in (original, fork))
+    (day / original.name).write_bytes(original.read_bytes())
+    async with await SQLiteMemoryBackend.open(settings.memory_path, clock=world.clock) as backend:
+        if not together:
+            await ingest(world)
+            await recover(world, backend, force=True)
+        (day / fork.name).write_bytes(fork.read_bytes())
+        await ingest(world)
+        await recover(world, backend, force=True)
+        records = [r async for r in backend.export() if r["superseded_by"] is None]
+
+    def text(session: str, kind: MemoryType) -> str:
+        return "\n".join(r["content"] for r in records if r["type"] == kind.value
+                         and r["provenance"]["session_external_id"] == session)
+
+    fork_text = text(fork_id, MemoryType.CONVERSATION)
+    assert "third prompt in the fork: gamma" in fork_text
+    assert "alpha decision" not in fork_text and "second prompt" not in fork_text
+    assert fork_text.count("OK, noted.") == 1
+    fork_digest = text(fork_id, MemoryType.SESSION_DIGEST)
+    assert "gamma" in fork_digest and "alpha" not in fork_digest and "beta" not in fork_digest
+    original_text = text(original_id, MemoryType.CONVERSATION)
+    assert "alpha decision" in original_text and "second prompt: beta" in original_text
+    assert original_text.count("OK, noted.") == 2
+    with world.db() as db:  # every line of both rollouts is stored all the same
+        counts = dict(db.execute("SELECT external_id, message_count FROM sessions"))
+    assert counts[fork_id] > counts[original_id]
