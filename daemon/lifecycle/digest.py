@@ -96,6 +96,8 @@ class Digest:
     committed: list[str] = field(default_factory=list)
     concluded: str | None = None
     interrupted: bool = False
+    #: The error of the model's API the session ended on, when it did (its first line).
+    api_error: str | None = None
     open_items: list[str] = field(default_factory=list)
     #: The last todo list had items and every one is done (a later list replaces an
     #: earlier session's: what that one left open is no longer what is left to do).
@@ -148,6 +150,8 @@ class Digest:
         left: list[str] = []
         if self.interrupted:
             left.append("Ended mid-turn (interrupted or killed).")
+        if self.api_error:
+            left.append(f"Ended on an error of the model's API: {self.api_error}")
         if self.open_items:
             # "; " between items only: a reader (and `recall.context`, which counts
             # them) splits the list there.
@@ -525,6 +529,7 @@ class DigestBuilder:
         self._calls: dict[str, _Call] = {}
         self._ordered: list[_Call] = []
         self._last_assistant_text: str | None = None
+        self._api_error = ""
         self._pending_request: str | None = None
         self._last_kind = ""
         #: The main agent has answered (not only a subagent inside the session).
@@ -567,6 +572,12 @@ class DigestBuilder:
                     found.result = text
                     found.failed = failed if failed is not None else found.failed
             self._last_kind = "tool_result"
+        elif kind == "api_error":
+            # The agent never answered: the request stays pending, the conclusion is what
+            # the agent last said, and the error is how the session was left if nothing
+            # came after it.
+            self._api_error = message.content
+            self._last_kind = "api_error"
         elif message.role == "assistant" and kind == "message" and message.content.strip():
             if message.is_sidechain and self._main_spoke:
                 return  # a subagent's report inside a session: the main agent concludes
@@ -599,12 +610,29 @@ class DigestBuilder:
         if self._last_assistant_text:
             digest.concluded = redact(_clip(self._last_assistant_text, CONCLUSION_CHARS))
         digest.interrupted = self._last_kind in ("tool_call", "tool_result")
+        if self._last_kind == "api_error":
+            digest.api_error = redact(_clip(_api_error_text(self._api_error), ERROR_CHARS))
         digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
         digest.todos_done = todos == [] and had_todo_items
         if self._pending_request is not None:
             digest.unanswered = redact(_clip(self._pending_request, REQUEST_CHARS))
         self._ordered, self._calls = [], {}
         return digest
+
+
+_API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)
+
+
+def _api_error_text(text: str) -> str:
+    """An API error's first line, its JSON body read ('API Error: 400 invalid_request_error:
+    messages.136: ...') rather than quoted."""
+    found = _API_ERROR.match(text.strip())
+    body = parse_json(found.group(2).encode()) if found else None
+    error = body.get("error") if isinstance(body, dict) else None
+    if found and isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("type")
+        return f"{found.group(1)} {kind + ': ' if isinstance(kind, str) else ''}{error['message']}"
+    return text.strip().split("\n", 1)[0]
 
 
 def build_digest(messages: Iterable[Readable], *, source: str, session: str,

@@ -274,6 +274,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE sessions ADD COLUMN copied_from TEXT;
         """,
     ),
+    (
+        13,
+        "Claude Code's API errors are not the agent's words: kind api_error, digests again",
+        # Written in the agent's name when a request to the model failed ("API Error: 400
+        # ..."): a digest took one for what the session concluded. Stored rows are told by
+        # their line; their sessions' digests are built again (a new version).
+        """
+        CREATE TEMP TABLE api_errors AS
+            SELECT id, session_id FROM session_messages
+            WHERE role = 'assistant' AND kind = 'message' AND content LIKE 'API Error%'
+            AND json_valid(CAST(raw AS TEXT))
+            AND json_extract(CAST(raw AS TEXT), '$.isApiErrorMessage') = 1;
+        UPDATE session_messages SET kind = 'api_error'
+            WHERE id IN (SELECT id FROM temp.api_errors);
+        UPDATE sessions SET digest_index = 0
+            WHERE id IN (SELECT session_id FROM temp.api_errors);
+        DROP TABLE temp.api_errors;
+        """,
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -1207,3 +1208,37 @@ async def test_a_codex_fork_written_with_its_original_reaches_memory_once(
     with world.db() as db:  # every line of both rollouts is stored all the same
         counts = dict(db.execute("SELECT external_id, message_count FROM sessions"))
     assert counts[fork_id] > counts[original_id]
+
+
+BIGPLAN = (Path(__file__).parents[2] / "benchmarks" / "data" / "continuation"
+           / "tensiondriven-athena-Users-j-Code-athena-bigplan"
+           / "8a688e43-529e-461d-8fca-1bfa0d4757cf.jsonl.gz")
+
+
+async def test_a_store_from_before_api_errors_were_told_gets_its_digests_again(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """A real session that ended on Claude Code's "API Error: 400 ..." was stored by an
+    earlier version as the agent's words, and its digest concluded with the error. The
+    store's migration tells those rows by their line and builds the digest again: the
+    new version concludes with what the agent last said, and says how it ended."""
+    (world.project / BIGPLAN.name.removesuffix(".gz")).write_bytes(
+        gzip.decompress(BIGPLAN.read_bytes()))
+    await ingest(world)
+    with world.db() as db:  # as an earlier version stored them
+        told = db.execute("UPDATE session_messages SET kind = 'message'"
+                          " WHERE kind = 'api_error'").rowcount
+    assert told == 4
+    await recover(world, backend, force=True)
+    [before] = await _digests(backend)
+    assert "Concluded: API Error: 400" in before["content"]
+
+    with world.db() as db:
+        db.execute("DELETE FROM schema_migrations WHERE version = 13")
+    await recover(world, backend, force=True)  # the store migrated when it opened
+    with world.db() as db:
+        assert db.execute("SELECT count(*) FROM session_messages WHERE kind = 'api_error'"
+                          ).fetchone()[0] == told
+    [after] = [d for d in await _digests(backend) if d["superseded_by"] is None]
+    assert after["id"] != before["id"]
+    assert "Concluded: API Error" not in after["content"]
+    assert "Ended on an error of the model's API: API Error: 400" in after["content"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -417,3 +418,34 @@ def test_a_subagents_report_inside_a_session_neither_answers_nor_concludes_it() 
     waiting = build_digest(asked, source="claude", session="s", project=PROJECT)
     assert waiting.unanswered == "find why checkout is slow"
     assert waiting.asked == ["find why checkout is slow"]
+
+
+def test_an_api_error_is_not_what_a_session_concluded() -> None:
+    """Claude Code writes a failed request to its API as an assistant message of its own
+    (`isApiErrorMessage`, model `<synthetic>`): a real session that ended on
+    'API Error: 400 ...' concluded what the agent last said, and says it ended on the
+    error. The request the error answered is left unanswered."""
+    path = (Path(__file__).parents[2] / "benchmarks" / "data" / "continuation"
+            / "tensiondriven-athena-Users-j-Code-athena-bigplan"
+            / "8a688e43-529e-461d-8fca-1bfa0d4757cf.jsonl.gz")
+    messages, hints = _messages("claude", gzip.decompress(path.read_bytes()).splitlines())
+    assert any(m.content.startswith("API Error: 400") for m in messages)
+    digest = build_digest(messages, source="claude", session="bigplan",
+                          project=hints["project"])
+    assert digest.concluded and "API Error" not in digest.concluded
+    text = digest.render()
+    assert "Concluded: API Error" not in text
+    assert ("Ended on an error of the model's API: API Error: 400 invalid_request_error:"
+            " messages.136: `tool_use` ids were found") in text
+    # One that the agent answered after the error did not end on it.
+    lines = [_claude("u1", "user", "run the migrations", T0),
+             json.dumps({"type": "assistant", "uuid": "e1", "isApiErrorMessage": True,
+                         "timestamp": (T0 + timedelta(seconds=2)).isoformat(),
+                         "message": {"role": "assistant", "model": "<synthetic>", "content": [
+                             {"type": "text", "text": "API Error: Request was aborted."}]}}
+                        ).encode(),
+             _claude("a2", "assistant", "The migrations ran.", T0 + timedelta(seconds=9))]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.concluded == "The migrations ran." and digest.unanswered is None
+    assert "error" not in digest.render()

@@ -144,6 +144,10 @@ class ClaudeParser:
             # Written in the user's name by Claude Code (a slash command's expanded prompt,
             # a caveat), not typed by them: rendered alike, but never taken as a request.
             message_kind = "injected"
+        elif kind == "assistant" and record.get("isApiErrorMessage") is True:
+            # Written in the agent's name by Claude Code when a request to the model's API
+            # failed ("API Error: 400 ..."): not what the agent said.
+            message_kind = "api_error"
         elif kind == "assistant":
             tool_use = _first_tool_use(content)
             if tool_use is not None:
