@@ -173,5 +173,10 @@ def test_only_the_latest_todo_list_is_listed() -> None:
     quiet = build_context([_digest(3, "Concluded: nothing to do here."),
                            _digest(2, "Open: add spans; add metrics")]).text
     assert "Open: add spans; add metrics" in quiet
+    # how the latest session ended leads too: the next one may have to pick it up
+    cut = build_context([_digest(3, "Ended mid-turn (interrupted or killed).\nLeft"
+                                    ' unanswered: "run the migrations"')]).text
+    line = next(x for x in cut.splitlines() if "claude session 3" in x)
+    assert line.index("Ended mid-turn") < line.index("Asked:"), line
     # the label names the session: its digest's heading does not again
     assert "claude session 3" in quiet and "session s3" not in quiet

@@ -73,14 +73,16 @@ def _label_field(text: str) -> str:
     return escape(text).replace("[", "(").replace("]", ")")
 
 
-#: A digest's parts that say what is still to do (`lifecycle.digest.Digest.render`).
-_OPEN_PARTS = ("Open: ", "Todo list: all done.", "Left unanswered: ")
+#: A digest's parts that say what is still to do, and how the session was left
+#: (`lifecycle.digest.Digest.render`): the todo lists' first.
+_OPEN_PARTS = ("Open: ", "Todo list: all done.", "Left unanswered: ", "Ended ")
 
 
 def digest_text(content: str, *, open_first: bool = False, open_said: bool = False,
                 older: bool = False) -> str:
     """A digest's parts on one line, ` | ` between them; with `open_first` (the latest
-    session's), what it left open comes right after its heading, where a reader starts.
+    session's), what it left open and how it ended (mid-turn, on an API error) come right
+    after its heading, where a reader starts.
     With `open_said` (a later session's open items are in the block already), its own
     todo items are counted, not listed: what is left to do is the latest list, and an
     older one is history the later sessions went on from."""
