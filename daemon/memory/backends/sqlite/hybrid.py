@@ -316,7 +316,10 @@ async def _stand_in_for_unweighed(fetch: Fetch, query: str,
     rows = await fetch(
         f"SELECT seq, content FROM memory_chunks WHERE seq IN ({_seq_list(candidates)})", {})
     for row in rows:
-        candidates[row["seq"]].keyword = STAND_IN_RELEVANCE * gate.coverage(query, row["content"])
+        chunk = candidates[row["seq"]]
+        # BM25's own (clamped) value stays as the tie-break: it still orders chunks
+        # holding the same words by how often and in how few words they hold them.
+        chunk.keyword = STAND_IN_RELEVANCE * gate.coverage(query, row["content"]) + chunk.keyword
 
 
 def _similarity(chunks: Iterable[Candidate]) -> float | None:
