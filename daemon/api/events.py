@@ -285,19 +285,18 @@ class SessionEvents(OpsBase):
             for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
                 found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
                                            order="recent")
-                recent += [r for r in found if r.project == project
-                           and _session_of(r) not in digested][:RECENT_ITEMS * 4]
+                recent += (await self._undigested(
+                    [r for r in found if r.project == project
+                     and _session_of(r) not in digested]))[:RECENT_ITEMS * 4]
         # The project's own: a project's recall also holds memories of no project, and
         # those of a session with no project (a chat in no folder) are not this one's
         # history; what a person stated for every project comes with `explicit`.
-        weighty = [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
-                   if r.project == project and _session_of(r) not in digested
-                   ][:START_WEIGHTY] if project else []
-        covered = await self._covered_by_digests([*recent, *weighty])
+        weighty = (await self._undigested(
+            [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
+             if r.project == project and _session_of(r) not in digested]
+        ))[:START_WEIGHTY] if project else []
         chosen: dict[str, RecallResult] = {}
         for result in [*explicit, *digests, *recent, *weighty]:
-            if result.memory_id in covered:
-                continue
             chosen.setdefault(result.memory_id, result)
         if not chosen:
             return None, []
@@ -306,6 +305,12 @@ class SessionEvents(OpsBase):
         if not block.items:
             return None, []
         return block.text, [item.result.memory_id for item in block.items]
+
+    async def _undigested(self, results: list[RecallResult]) -> list[RecallResult]:
+        """`results` but the conversations their session's digest was built over (before
+        the caller takes its share, so those take no place of it)."""
+        covered = await self._covered_by_digests(results)
+        return [r for r in results if r.memory_id not in covered]
 
     async def _covered_by_digests(self, results: list[RecallResult]) -> set[str]:
         """The conversations among `results` that their session's digest was built over.

@@ -29,6 +29,7 @@ from daemon.lifecycle.tools import (
     TODO_TOOLS,
     WRITE_TOOLS,
     Roots,
+    api_error_text,
     parse_json,
     relative,
     shell_command,
@@ -611,28 +612,13 @@ class DigestBuilder:
             digest.concluded = redact(_clip(self._last_assistant_text, CONCLUSION_CHARS))
         digest.interrupted = self._last_kind in ("tool_call", "tool_result")
         if self._last_kind == "api_error":
-            digest.api_error = redact(_clip(_api_error_text(self._api_error), ERROR_CHARS))
+            digest.api_error = redact(_clip(api_error_text(self._api_error), ERROR_CHARS))
         digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
         digest.todos_done = todos == [] and had_todo_items
         if self._pending_request is not None:
             digest.unanswered = redact(_clip(self._pending_request, REQUEST_CHARS))
         self._ordered, self._calls = [], {}
         return digest
-
-
-_API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)
-
-
-def _api_error_text(text: str) -> str:
-    """An API error's first line, its JSON body read ('API Error: 400 invalid_request_error:
-    messages.136: ...') rather than quoted."""
-    found = _API_ERROR.match(text.strip())
-    body = parse_json(found.group(2).encode()) if found else None
-    error = body.get("error") if isinstance(body, dict) else None
-    if found and isinstance(error, dict) and isinstance(error.get("message"), str):
-        kind = error.get("type")
-        return f"{found.group(1)} {kind + ': ' if isinstance(kind, str) else ''}{error['message']}"
-    return text.strip().split("\n", 1)[0]
 
 
 def build_digest(messages: Iterable[Readable], *, source: str, session: str,

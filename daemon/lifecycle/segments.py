@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from daemon.lifecycle.markup import without_injected
-from daemon.lifecycle.tools import Roots, describe_input, failure_of
+from daemon.lifecycle.tools import Roots, api_error_text, describe_input, failure_of
 from daemon.memory.models import Turn
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import Copies, StoredMessage
@@ -115,6 +115,11 @@ def _render(message: StoredMessage, project: Roots = None) -> tuple[str, str]:
         # A result that worked says nothing the call's line and the agent's next words
         # do not; a file's contents or a command's output are not memory.
         return ("tool failed: ", _clip(failure, TOOL_RESULT_CHARS)) if failure else ("", "")
+    if message.kind == "api_error":
+        # Written in the agent's name by its CLI when the model's API failed: not the
+        # agent's words, and its JSON body read rather than quoted.
+        return "the model's API failed: ", _clip(api_error_text(message.content),
+                                                 TOOL_RESULT_CHARS)
     if message.kind == "thinking":
         # The agent's reasoning: useful context, but most of it is noise for recall. The
         # line says it is a thought: the parser's `[thinking]` tag would say it twice.

@@ -278,14 +278,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         13,
         "Claude Code's API errors are not the agent's words: kind api_error, digests again",
         # Written in the agent's name when a request to the model failed ("API Error: 400
-        # ..."): a digest took one for what the session concluded. Stored rows are told by
-        # their line; their sessions' digests are built again (a new version).
+        # ...", "You've hit your session limit ..."): a digest took one for what the
+        # session concluded. Stored rows are told by their line (only a short message's
+        # line is read: a store's long lines are not); their sessions' digests are built
+        # again (a new version).
         """
         CREATE TEMP TABLE api_errors AS
-            SELECT id, session_id FROM session_messages
-            WHERE role = 'assistant' AND kind = 'message' AND content LIKE 'API Error%'
-            AND json_valid(CAST(raw AS TEXT))
-            AND json_extract(CAST(raw AS TEXT), '$.isApiErrorMessage') = 1;
+            SELECT m.id, m.session_id FROM session_messages m
+            JOIN sessions s ON s.id = m.session_id AND s.source = 'claude'
+            WHERE m.role = 'assistant' AND m.kind = 'message'
+            AND length(CAST(m.content AS BLOB)) < 4000
+            AND instr(CAST(m.raw AS BLOB), CAST('"isApiErrorMessage":true' AS BLOB)) > 0
+            AND json_valid(CAST(m.raw AS TEXT))
+            AND json_extract(CAST(m.raw AS TEXT), '$.isApiErrorMessage') = 1;
         UPDATE session_messages SET kind = 'api_error'
             WHERE id IN (SELECT id FROM temp.api_errors);
         UPDATE sessions SET digest_index = 0

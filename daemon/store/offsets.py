@@ -205,7 +205,9 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         " project = COALESCE(project, ?),"
         " git_branch = COALESCE(git_branch, ?),"
         " worktree = COALESCE(worktree, ?),"
-        " copied_from = COALESCE(copied_from, ?)"
+        # A header naming another session, in this read or (its own header read
+        # before) as the first of this read: what follows copies that one's history.
+        " copied_from = COALESCE(copied_from, ?, NULLIF(?, external_id))"
         " WHERE id = ?",
         (
             count,
@@ -218,6 +220,7 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             batch.hints.get("git_branch"),
             batch.hints.get("worktree"),
             batch.hints.get("copied_from"),
+            batch.hints.get("external_id"),
             session_id,
         ),
     )

@@ -208,9 +208,11 @@ class Copies:
     #: and whether they were looked for.
     forked_from: list[int] = field(default_factory=list)
     looked: bool = False
-    #: The messages of the session its transcript copies (`copied_from`), as compared
-    #: (`key` without the time), while its first messages still copy them.
-    original: list[tuple[object, ...]] | None = None
+    #: The session its transcript copies (`copied_from`), while its first messages
+    #: still copy that one's, and whether it was looked for (a session named but not
+    #: stored yet is looked for again at each read).
+    original: int | None = None
+    looked_for_original: bool = False
     #: The rows read at the `latest` instant (a few): what a record at it is compared with.
     at_latest: list[tuple[object, ...]] = field(default_factory=list)
     #: The message index `latest` holds for; another start reads it again.
@@ -256,40 +258,43 @@ def _forked_from(conn: sqlite3.Connection, session_id: int, start: int,
         (first[11], first[6], session_id))]
 
 
-def _copied_original(conn: sqlite3.Connection, session_id: int, start: int,
-                     copies: Copies) -> list[tuple[object, ...]] | None:
-    """The messages (as compared) of the session this one's transcript copies before its
-    own (`copied_from`), when its messages before `start` are still all copies of them."""
+def _copied_original(conn: sqlite3.Connection, session_id: int,
+                     start: int) -> tuple[int | None, bool]:
+    """The session this one's transcript copies before its own (`copied_from`), when its
+    messages before `start` are still all copies of that one's; and whether it names one
+    not stored yet (looked for again at the next read)."""
     found = conn.execute(
-        "SELECT c.id FROM sessions s JOIN sessions c ON c.source = s.source"
-        " AND c.external_id = s.copied_from AND c.id != s.id WHERE s.id = ?"
-        " ORDER BY c.id LIMIT 1", (session_id,)).fetchone()
-    if found is None:
-        return None
-    original = [copies.key(row)[1:] for row in conn.execute(
-        f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
-        " ORDER BY message_index", (found[0],))]
-    for row in conn.execute(
-            f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
-            " AND message_index < ? ORDER BY message_index", (session_id, start)):
-        if not _copied(row, original, copies):
-            return None  # its own conversation began before this read
-    return original
+        "SELECT s.copied_from, (SELECT c.id FROM sessions c WHERE c.source = s.source"
+        " AND c.external_id = s.copied_from AND c.id != s.id ORDER BY c.id LIMIT 1)"
+        " FROM sessions s WHERE s.id = ?", (session_id,)).fetchone()
+    if found is None or found[0] is None:
+        return None, False
+    if found[1] is None:
+        return None, True
+    # Compared in SQL, index by index: an original of thousands of messages is never
+    # loaded whole.
+    differs = conn.execute(
+        "SELECT 1 FROM session_messages f LEFT JOIN session_messages o"
+        " ON o.session_id = ? AND o.message_index = f.message_index"
+        " WHERE f.session_id = ? AND f.message_index < ? AND (o.id IS NULL"
+        " OR o.role IS NOT f.role OR o.kind IS NOT f.kind OR o.content IS NOT f.content"
+        " OR o.tool_name IS NOT f.tool_name OR o.tool_input IS NOT f.tool_input) LIMIT 1",
+        (found[1], session_id, start)).fetchone()
+    return (None if differs else int(found[1])), False
 
 
-def _copied(row: tuple[object, ...], original: list[tuple[object, ...]], copies: Copies) -> bool:
-    index = row[0]
-    assert isinstance(index, int)
-    return index < len(original) and copies.key(row)[1:] == original[index]
-
-
-def _mark_copied(rows: Sequence[tuple[object, ...]], messages: Sequence[StoredMessage],
-                 copies: Copies) -> None:
-    """Mark the messages that copy the original's at the same place; from the first that
-    does not, the session's own conversation: not compared again."""
-    assert copies.original is not None
+def _mark_copied(conn: sqlite3.Connection, rows: Sequence[tuple[object, ...]],
+                 messages: Sequence[StoredMessage], copies: Copies) -> None:
+    """Mark the messages that are the original's at the same index (role, kind, content,
+    tool); from the first that is not, the session's own conversation: not compared
+    again."""
+    first, last = rows[0][0], rows[-1][0]
+    held = {row[0]: tuple(row[1:]) for row in conn.execute(
+        "SELECT message_index, role, kind, content, tool_name, tool_input"
+        " FROM session_messages WHERE session_id = ? AND message_index BETWEEN ? AND ?",
+        (copies.original, first, last))}
     for row, message in zip(rows, messages, strict=True):
-        if not _copied(row, copies.original, copies):
+        if held.get(row[0]) != (row[1], row[2], row[3], row[4], row[9]):
             copies.original = None
             return
         message.is_copy = True
@@ -332,15 +337,17 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
             f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
             " AND message_index >= ? AND message_index < ? AND timestamp = ?",
             (*window, copies.latest))] if copies.latest is not None else []
-        copies.looked = False
+        copies.looked = copies.looked_for_original = False
     if not copies.looked:
         copies.forked_from = _forked_from(conn, session_id, start, rows)
-        copies.original = _copied_original(conn, session_id, start, copies)
         copies.looked = True
+    if not copies.looked_for_original:
+        copies.original, awaiting = _copied_original(conn, session_id, start)
+        copies.looked_for_original = not awaiting
     if copies.forked_from:
         _mark_forked(conn, rows, messages, copies)
     if copies.original is not None:
-        _mark_copied(rows, messages, copies)
+        _mark_copied(conn, rows, messages, copies)
     latest = copies.latest
     back: list[int] = []  # earlier than a message read before
     ties: list[int] = []  # at the latest time read: agents write several records a ms

@@ -1160,23 +1160,25 @@ async def test_a_forked_conversation_reaches_memory_once(
 CODEX_FORK = Path(__file__).parent / "data" / "codex-0.120-fork"
 
 
-@pytest.mark.parametrize("page", [3, 500])
+@pytest.mark.parametrize(("page", "chunk"), [(3, 1 << 20), (500, 1 << 20), (7, 4096)])
 @pytest.mark.parametrize("together", [False, True])
 async def test_a_codex_fork_written_with_its_original_reaches_memory_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int, together: bool) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, page: int, chunk: int,
+        together: bool) -> None:
     """Codex 0.120 (the real CLI, `codex fork`) writes the forked session's whole rollout
     again at the head of the fork's, under the original's own header and stamped with the
     time of the fork (`data/codex-0.120-fork`). The fork's memory holds only its own turn,
     its digest asks only that; its own "OK, noted." (the words the original's turns ended
     with too) is kept; read in the same pass as the original or after it, in pages of any
-    size. Every line stays stored."""
+    size, and with the fork's own header and the one it copies in two reads (`chunk`:
+    each header is about 21 KB). Every line stays stored."""
     from daemon.lifecycle import recovery as recovery_module
 
     monkeypatch.setattr(recovery_module, "PAGE", page)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     day = tmp_path / "codex" / "sessions" / "2026" / "11" / "28"
     day.mkdir(parents=True)
-    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+    settings = load_settings(None, state_dir=str(tmp_path / "state"), read_chunk_bytes=chunk,
                              sources=[{"kind": "codex", "root": str(tmp_path / "codex")}])
     world = World(settings, FakeClock(), day)
     original, fork = sorted(CODEX_FORK.glob("rollout-*.jsonl"))
@@ -1234,6 +1236,10 @@ async def test_a_store_from_before_api_errors_were_told_gets_its_digests_again(
 
     with world.db() as db:
         db.execute("DELETE FROM schema_migrations WHERE version = 13")
+        # Most such records do not say "API Error" (a sample of public transcripts: 143 of
+        # 177 said "You've hit your session limit ..."): the record's flag tells them.
+        db.execute("UPDATE session_messages SET content = 'You''ve hit your session limit'"
+                   " WHERE content LIKE 'API Error: Request was aborted%'")
     await recover(world, backend, force=True)  # the store migrated when it opened
     with world.db() as db:
         assert db.execute("SELECT count(*) FROM session_messages WHERE kind = 'api_error'"

@@ -14,6 +14,7 @@ from helpers import fixture_files
 from daemon.config import SourceKind
 from daemon.ingest.parsers import parse_document, record_parser_for
 from daemon.lifecycle.digest import DIGEST_CHARS, DigestMessage, build_digest
+from daemon.lifecycle.segments import render_message
 from daemon.store.sessions import parse_utc
 
 T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
@@ -435,6 +436,10 @@ def test_an_api_error_is_not_what_a_session_concluded() -> None:
     assert digest.concluded and "API Error" not in digest.concluded
     text = digest.render()
     assert "Concluded: API Error" not in text
+    # In the conversation's memory it is the API's failure, not the agent's words.
+    [error] = [m for m in messages if m.kind == "api_error" and "400" in m.content][:1]
+    assert render_message(error).startswith(
+        "the model's API failed: API Error: 400 invalid_request_error: messages.136:")
     assert ("Ended on an error of the model's API: API Error: 400 invalid_request_error:"
             " messages.136: `tool_use` ids were found") in text
     # One that the agent answered after the error did not end on it.
