@@ -32,6 +32,7 @@ from daemon.lifecycle.tools import (
     api_error_text,
     parse_json,
     relative,
+    relative_in,
     shell_command,
 )
 from daemon.memory.privacy.redaction import redact
@@ -671,7 +672,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if _matters(command):
         outcome = _outcome(call)
         # An idle part is said only when it failed: its passing, or no answer, tells nothing.
-        shown = _shown(command, passed=outcome in ("passed", ""),
+        shown = _shown(relative_in(command, project), passed=outcome in ("passed", ""),
                        committed=message is not None)
         if not shown:
             return

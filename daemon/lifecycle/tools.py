@@ -72,6 +72,16 @@ def relative(path: str, roots: Roots) -> str:
     return path
 
 
+def relative_in(text: str, roots: Roots) -> str:
+    """`text` (a command line) with every path inside one of `roots` relative to it, as
+    files are shown; a path that only begins like a root's (`/srv/<root>/`, `<root>-old/`)
+    is left as written."""
+    for root in (roots,) if not isinstance(roots, tuple) else roots:
+        if root and root.rstrip("/"):
+            text = re.sub(r"(?<![\w./~-])" + re.escape(root.rstrip("/")) + "/", "", text)
+    return text
+
+
 def shell_command(args: Any) -> str | None:
     """The command line a shell tool ran, as the person would type it."""
     if not isinstance(args, dict):

@@ -166,6 +166,19 @@ def test_a_command_reads_as_what_was_run() -> None:
     ]) == [("mix test --trace", "passed"), ("pytest -q", "passed")]
 
 
+def test_a_commands_paths_read_relative_to_the_project() -> None:
+    """A path inside the project reads as files do (relative), a path elsewhere, or one
+    that only begins like the project's, as written."""
+    assert _ran([
+        (f"pytest {PROJECT}/tests/test_cart.py -q", "1 passed", False),
+        (f"git checkout HEAD -- '{PROJECT}/lib/cart.ex' /etc/hosts", "", False),
+        (f"make -C {PROJECT}-old/x", "", False),
+        (f"make -C /srv{PROJECT}/y", "", False),
+    ]) == [("pytest tests/test_cart.py -q", "passed"),
+           ("git checkout HEAD -- 'lib/cart.ex' /etc/hosts", "passed"),
+           (f"make -C {PROJECT}-old/x", "passed"), (f"make -C /srv{PROJECT}/y", "passed")]
+
+
 def test_looking_is_said_only_when_it_failed() -> None:
     """`git status`, `git add`, `docker ps`, `x --version` that passed say nothing; a
     failure of one still does."""
