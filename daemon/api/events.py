@@ -307,32 +307,26 @@ class SessionEvents(OpsBase):
         return block.text, [item.result.memory_id for item in block.items]
 
     async def _undigested(self, results: list[RecallResult]) -> list[RecallResult]:
-        """`results` but the conversations their session's digest was built over (before
-        the caller takes its share, so those take no place of it)."""
-        covered = await self._covered_by_digests(results)
-        return [r for r in results if r.memory_id not in covered]
-
-    async def _covered_by_digests(self, results: list[RecallResult]) -> set[str]:
-        """The conversations among `results` that their session's digest was built over.
+        """`results` but the conversations their session's digest was built over, before
+        the caller takes its share of them.
 
         The digest of a session older than the newest START_DIGESTS is not in the block,
         yet its conversation is not "a session without a digest"; one that said nothing
         (a lone tool call, a subagent's bare prompt) was not saved, and its raw line
         ("assistant used ...") says no more than it did."""
-        conversations = [r for r in results if r.type is MemoryType.CONVERSATION
-                         and r.provenance.session_id is not None
-                         and r.provenance.last_index is not None]
-        reach = await digest_reach(self._conn, [r.provenance.session_id for r in conversations
-                                                if r.provenance.session_id is not None])
-        covered: set[str] = set()
-        for r in conversations:
-            p = r.provenance
+        reach = await digest_reach(self._conn, [
+            r.provenance.session_id for r in results
+            if r.type is MemoryType.CONVERSATION and r.provenance.session_id is not None])
+
+        def covered(result: RecallResult) -> bool:
+            p = result.provenance
             found = reach.get(p.session_id) if p.session_id is not None else None
             # The same session here (a chained store may hold another machine's memories).
-            if (found is not None and found[:2] == (p.source, p.session_external_id)
-                    and p.last_index is not None and found[2] > p.last_index):
-                covered.add(r.memory_id)
-        return covered
+            return (result.type is MemoryType.CONVERSATION and found is not None
+                    and found[:2] == (p.source, p.session_external_id)
+                    and p.last_index is not None and found[2] > p.last_index)
+
+        return [r for r in results if not covered(r)]
 
     async def _prompt_context(self, prompt: str, project: str | None,
                               agent_session: str | None,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from daemon.lifecycle.markup import without_injected
+from daemon.lifecycle.markup import api_error_text, without_injected
 from daemon.lifecycle.tools import (
     EDIT_TOOLS,
     EXIT_STATUS,
@@ -29,7 +29,6 @@ from daemon.lifecycle.tools import (
     TODO_TOOLS,
     WRITE_TOOLS,
     Roots,
-    api_error_text,
     parse_json,
     relative,
     relative_in,

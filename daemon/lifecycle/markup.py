@@ -3,12 +3,15 @@
 Claude Code wraps slash-command expansions, command output, reminders and IDE context
 (`<ide_opened_file>`, `<ide_selection>`, `<ide_diagnostics>`) in tags; memoryd's own
 block is `<memory_context>`. What a person asked is their message with all of these
-taken out (`segments.turns_of`, `digest`).
+taken out (`segments.turns_of`, `digest`). What a CLI writes in the agent's name when
+the model's API failed is not the agent's words either (`api_error_text`).
 """
 
 from __future__ import annotations
 
 import re
+
+import orjson
 
 INJECTED = re.compile(
     r"<(memory_context|hook_context|system-reminder|command-[a-z]+|local-command-stdout|"
@@ -29,3 +32,21 @@ def without_injected(text: str) -> str:
     if "<" not in text and "&lt;" not in text:
         return text
     return ESCAPED_BLOCK.sub("", INJECTED.sub("", text))
+
+
+_API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)
+
+
+def api_error_text(text: str) -> str:
+    """An API error's first line, its JSON body read ('API Error: 400 invalid_request_error:
+    messages.136: ...') rather than quoted."""
+    found = _API_ERROR.match(text.strip())
+    try:
+        body = orjson.loads(found.group(2)) if found else None
+    except orjson.JSONDecodeError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if found and isinstance(error, dict) and isinstance(error.get("message"), str):
+        kind = error.get("type")
+        return f"{found.group(1)} {kind + ': ' if isinstance(kind, str) else ''}{error['message']}"
+    return text.strip().split("\n", 1)[0]

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from daemon.lifecycle.markup import without_injected
-from daemon.lifecycle.tools import Roots, api_error_text, describe_input, failure_of
+from daemon.lifecycle.markup import api_error_text, without_injected
+from daemon.lifecycle.tools import Roots, describe_input, failure_of
 from daemon.memory.models import Turn
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import Copies, StoredMessage

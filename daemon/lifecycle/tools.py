@@ -161,17 +161,3 @@ def failure_of(content: str) -> str | None:
             return _one_line(line, 160)
     return "failed"
 
-
-_API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)
-
-
-def api_error_text(text: str) -> str:
-    """An API error's first line, its JSON body read ('API Error: 400 invalid_request_error:
-    messages.136: ...') rather than quoted."""
-    found = _API_ERROR.match(text.strip())
-    body = parse_json(found.group(2).encode()) if found else None
-    error = body.get("error") if isinstance(body, dict) else None
-    if found and isinstance(error, dict) and isinstance(error.get("message"), str):
-        kind = error.get("type")
-        return f"{found.group(1)} {kind + ': ' if isinstance(kind, str) else ''}{error['message']}"
-    return text.strip().split("\n", 1)[0]
