@@ -36,7 +36,12 @@ from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
 from daemon.memory.embeddings import LazyLocalEmbedder
-from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
+from daemon.memory.privacy.redaction import (
+    mask_extra,
+    readable_stored,
+    redact,
+    sessions_shown,
+)
 from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
 from daemon.memory.recall.spoken_time import passes_gate, spoken_time
@@ -119,10 +124,10 @@ class SessionEvents(OpsBase):
 
     async def list_sessions(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """`memoryd sessions`: every session, newest first, with the blocks it was given."""
-        return {"sessions": await sessions_with_given(
+        return {"sessions": sessions_shown(await sessions_with_given(
             self._conn, status=arg.opt_text(args, "status"), source=arg.opt_text(args, "source"),
             stale_before=shown_as_of(self.clock.now(), self.settings.stale_session_timeout),
-            flat=arg.flag(args, "all"))}
+            flat=arg.flag(args, "all")), self.settings.extra_masks())}
 
     async def sync(self, args: Mapping[str, Any]) -> dict[str, Any]:
         session = arg.opt_text(args, "session")

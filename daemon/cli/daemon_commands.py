@@ -135,6 +135,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def sessions(ctx: click.Context, status_filter: str | None, source: str | None, flat: bool,
              as_json: bool) -> None:
     """Every session, newest first, with how many messages are not yet in memory."""
+    from daemon.memory.privacy.redaction import sessions_shown
     from daemon.store.injections import sessions_with_given
 
     settings = settings_for(ctx)
@@ -144,10 +145,10 @@ def sessions(ctx: click.Context, status_filter: str | None, source: str | None, 
             return []
         conn = await connect(settings.database_path, readonly=True)
         try:
-            return await sessions_with_given(conn, status=status_filter, source=source,
-                                             stale_before=shown_as_of(
-                                                 SystemClock().now(),
-                                                 settings.stale_session_timeout), flat=flat)
+            return sessions_shown(await sessions_with_given(
+                conn, status=status_filter, source=source, flat=flat,
+                stale_before=shown_as_of(SystemClock().now(), settings.stale_session_timeout)),
+                settings.extra_masks())
         finally:
             await conn.close()
 
@@ -179,7 +180,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
     from daemon.lifecycle.segments import render_message
-    from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
+    from daemon.memory.privacy.redaction import readable_stored, shown
     from daemon.store.injections import injections_for
     from daemon.store.sessions import StoredMessage
 
@@ -187,7 +188,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
     masks = settings.extra_masks()
 
     def masked(text: str) -> str:
-        return text if view == "raw" else mask_extra(redact(text), masks)
+        return text if view == "raw" else shown(text, masks)
 
     async def _load() -> dict[str, Any] | None:
         if not settings.database_path.exists():

@@ -34,6 +34,7 @@ from daemon.lifecycle.tools import (
     relative_in,
     shell_command,
 )
+from daemon.memory.privacy import clipping
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
@@ -122,7 +123,7 @@ class Digest:
         if branch is not None:
             self.branch = branch
         if title:
-            self.title = _clip(redact(title), REQUEST_CHARS)
+            self.title = _clip(title, REQUEST_CHARS)
 
     def render(self, limit: int = DIGEST_CHARS) -> str:
         """Short readable text, one part a line, within about `limit` characters."""
@@ -194,32 +195,17 @@ def _own_words(message: Readable) -> str | None:
     of it that clipping it to REQUEST_CHARS gives what clipping all of it would."""
     if message.role != "user" or message.kind != "message" or message.is_sidechain:
         return None
-    text = _squeezed_head(without_injected(message.content), REQUEST_CHARS)
+    text = clipping.clip(without_injected(message.content), REQUEST_CHARS)
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None
     return text
 
 
-def _squeezed_head(text: str, limit: int) -> str:
-    """`" ".join(text.split())`, or a part of it from its start longer than `limit`
-    (`_clip` to `limit` makes the same of both). A long session's requests are kept for
-    its digest: all of each, squeezed twice, was a tenth of a backfill's time."""
-    if len(text) > 4 * limit:
-        # A prefix of the whole squeezed (a word cut short is the start of that word).
-        head = " ".join(text[:4 * limit].split())
-        if len(head) > limit:
-            return head
-    return " ".join(text.split())
-
-
-def _cut(text: str, limit: int) -> str:
-    """`text` within `limit` characters, an ellipsis where it was cut."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+#: Text already masked, within a limit (a mask is never cut in two).
+_cut = clipping.cut_masked
+#: Text masked, whitespace squeezed, then within a limit: every part of a digest that
+#: quotes what was said or run passes here, so a secret is masked before it is cut.
+_clip = clipping.clip
 
 
 def _choose_requests(requests: Sequence[str]) -> list[str]:
@@ -230,7 +216,7 @@ def _choose_requests(requests: Sequence[str]) -> list[str]:
         key = text.lower()
         if key not in seen:
             seen.add(key)
-            unique.append(_clip(text, REQUEST_CHARS))
+            unique.append(text)  # masked and clipped by `_own_words`
     if len(unique) <= MAX_REQUESTS:
         return unique
     half = MAX_REQUESTS // 2
@@ -599,7 +585,7 @@ class DigestBuilder:
         session's own record says is `Digest.place`d on it). Once: the builder is spent."""
         digest = self._digest
         digest.turns = len(self._requests)
-        digest.asked = [redact(r) for r in _choose_requests(self._requests)]
+        digest.asked = _choose_requests(self._requests)
         todos: list[str] | None = None
         had_todo_items = False
         for call in self._ordered:
@@ -609,14 +595,14 @@ class DigestBuilder:
                 todos, had_todo_items = written
         digest.ran = digest.ran[-MAX_COMMANDS:]
         if self._last_assistant_text:
-            digest.concluded = redact(_clip(self._last_assistant_text, CONCLUSION_CHARS))
+            digest.concluded = _clip(self._last_assistant_text, CONCLUSION_CHARS)
         digest.interrupted = self._last_kind in ("tool_call", "tool_result")
         if self._last_kind == "api_error":
-            digest.api_error = redact(_clip(api_error_text(self._api_error), ERROR_CHARS))
-        digest.open_items = [redact(t) for t in (todos or [])[:MAX_OPEN]]
+            digest.api_error = _clip(api_error_text(self._api_error), ERROR_CHARS)
+        digest.open_items = (todos or [])[:MAX_OPEN]  # each `_clip`ped
         digest.todos_done = todos == [] and had_todo_items
         if self._pending_request is not None:
-            digest.unanswered = redact(_clip(self._pending_request, REQUEST_CHARS))
+            digest.unanswered = self._pending_request  # masked and clipped by `_own_words`
         self._ordered, self._calls = [], {}
         return digest
 
@@ -667,7 +653,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
             _add(digest.deleted, relative(path, project))
     message = _commit_message(command, call.result)
     if message:
-        digest.committed.append(redact(message))
+        digest.committed.append(message)  # `_clip`ped
     if _matters(command):
         outcome = _outcome(call)
         # An idle part is said only when it failed: its passing, or no answer, tells nothing.

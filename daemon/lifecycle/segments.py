@@ -25,6 +25,7 @@ from datetime import timedelta
 from daemon.lifecycle.markup import api_error_text, without_injected
 from daemon.lifecycle.tools import Roots, describe_input, failure_of
 from daemon.memory.models import Turn
+from daemon.memory.privacy import clipping
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import Copies, StoredMessage
 
@@ -84,10 +85,11 @@ def _without_base64(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return _without_base64(text)
+    """`text` masked, then within `limit` characters: a secret is never cut before it is
+    masked (`privacy.clipping`)."""
+    kept, left = clipping.head(text, limit)
     # Only what is kept is searched for base64 (tool output is often ten times the limit).
-    return _without_base64(text[:limit]) + f" […{len(text) - limit} more characters]"
+    return _without_base64(kept) + (f" […{left} more characters]" if left else "")
 
 
 def render_message(message: StoredMessage, project: Roots = None) -> str:
@@ -95,7 +97,8 @@ def render_message(message: StoredMessage, project: Roots = None) -> str:
     result only when it failed (its first line); secrets masked. Empty when the message
     gives memory nothing to read (a tool result that succeeded)."""
     prefix, body = _render(message, project)
-    return prefix + redact(body) if prefix or body else ""
+    # Every body is `_clip`ped, so masked before it was cut.
+    return prefix + body if prefix or body else ""
 
 
 #: How Claude's parser marks each thinking block of a message (`ingest.parsers.claude`).
@@ -215,12 +218,11 @@ def plan_segments(
             # (forgotten, or a copy of an earlier message: `store.sessions.Copies`).
             current.append(message)
             continue
-        prefix, body = _render(message, project)
-        masked = redact(body) if body else ""  # a third of messages: results that worked
-        line = prefix + masked
+        prefix, body = _render(message, project)  # masked, then cut
+        line = prefix + body
         text = _turn_text(message)
-        # Most turns are their line's body: masked once for both.
-        turn = _turn(message, text, masked if text == body else None)
+        # Most turns are their line's body (nothing in it was masked or cut): masked once.
+        turn = _turn(message, text, body if text == body else None)
         if current:
             # The time since the last message memory keeps: a copy's is an earlier one's.
             previous = current[-1]

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from daemon.memory.privacy import clipping
+
 #: Tools that change one file in place, and the argument that names it.
 EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "NotebookEdit": "notebook_path",
               "replace": "file_path", "edit": "file_path"}
@@ -96,8 +98,7 @@ def shell_command(args: Any) -> str | None:
 
 
 def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clipping.clip(text, limit)  # masked before it is cut
 
 
 def describe_call(name: str, args: Any, project: Roots = None) -> str:

@@ -23,7 +23,7 @@ from daemon.config import Settings
 from daemon.errors import MemorydError
 from daemon.lifecycle.expiry import shown_as_of
 from daemon.memory.models import Memory
-from daemon.memory.privacy.redaction import mask_extra, readable_stored, redact
+from daemon.memory.privacy.redaction import readable_stored, shown
 from daemon.memory.protocol import MemoryBrowse
 from daemon.memory.records import memory_to_record
 from daemon.store import audit, queries
@@ -64,7 +64,7 @@ class ViewerData:
         self._chart: tuple[float, Chart] | None = None
 
     def masked(self, text: str | None) -> str:
-        return "" if not text else mask_extra(redact(text), self._masks)
+        return shown(text, self._masks)
 
     async def _conn(self) -> aiosqlite.Connection:
         return (await self._ops()).store

@@ -841,3 +841,30 @@ def test_a_burst_at_the_connection_limit_never_runs_out_of_descriptors(
             conn.close()
         text = _stop_daemon(tmp_path, proc)
     assert "Too many open files" not in text and '"level": "error"' not in text, text[-3000:]
+
+
+def test_session_summaries_are_masked_wherever_sessions_are_listed(tmp_path: Path) -> None:
+    """A summary line holding a token, an e-mail and a `<private>` span: `sessions --json`
+    with and without a daemon (the API's `list_sessions`) shows none of them (issue 61.7)."""
+    root, state, config = _setup(tmp_path)
+    token = "ghp_Zq8RkT2mWvX9pL4nB7cD1eF3gH5jK0sUaYbW"
+    summary = (f"Rotated {token} for maria.kowalska@example-corp.com;"
+               " <private>the vault lives at /kv/ops</private>")
+    (root / "-p" / "s1.jsonl").write_text(
+        _claude_line("rotate the deploy token please", "k1")
+        + json.dumps({"type": "summary", "summary": summary, "leafUuid": "k1"}) + "\n")
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    offline = _memoryd(tmp_path, config, "sessions", "--json")
+    assert offline.returncode == 0, offline.stderr
+    proc = _run_daemon(tmp_path, config, state)
+    try:
+        through_api = _memoryd(tmp_path, config, "sessions", "--json")
+    finally:
+        _stop_daemon(tmp_path, proc)
+    assert through_api.returncode == 0, through_api.stderr
+    for listed in (offline.stdout, through_api.stdout):
+        rows = json.loads(listed)
+        shown = rows[0]["summary_markdown"]
+        assert "[REDACTED:github_token]" in shown and "Rotated" in shown, shown
+        for piece in (token[4:20], "kowalska@", "vault lives"):
+            assert piece not in listed, listed

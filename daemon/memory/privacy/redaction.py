@@ -400,6 +400,20 @@ def mask_extra(text: str, masks: ExtraMasks) -> str:
     return text
 
 
+def shown(text: str | None, masks: ExtraMasks) -> str:
+    """Stored text as every reader is shown it (`sessions`, `show`, the viewer, the API):
+    secrets, personal data, `<private>` spans and the configured patterns masked."""
+    return "" if not text else mask_extra(redact(text), masks)
+
+
+def sessions_shown(rows: list[dict[str, Any]], masks: ExtraMasks) -> list[dict[str, Any]]:
+    """Rows of `sessions` with their summaries as a reader is shown them."""
+    for row in rows:
+        if row.get("summary_markdown"):
+            row["summary_markdown"] = shown(row["summary_markdown"], masks)
+    return rows
+
+
 #: A JSON string escape: `\n`, `\"`, `\uXXXX`...
 _JSON_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|["\\/bfnrt])')
 _ESCAPED = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\",
