@@ -20,7 +20,7 @@ from daemon.memory.opening import opener, owner_user
 from daemon.memory.privacy.redaction import mask_extra, redact
 from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.names import project_path
-from daemon.store import holds, links, queries, raw, transcripts
+from daemon.store import forgotten, holds, links, queries, raw, transcripts
 
 log = structlog.get_logger("memoryd.api")
 
@@ -44,8 +44,10 @@ class Governance(OpsBase):
             if "postgres" in self.settings.memory.backends:
                 report["forgotten"] = await _forget_other_user(self.settings, self.clock, user)
             return report
-        # The archive first: a sync running meanwhile then finds no text left to save.
+        # The archive first: a sync running meanwhile then finds no text left to save. What
+        # it held is remembered as forgotten first, so a copy written later stays out.
         async with self._writing:
+            await forgotten.remember_forgotten(self._conn, self.clock.now(), everything=True)
             report["archive"] = await raw.clear_everything(self._conn, self.clock.now())
         outbox = getattr(self._backend, "outbox", None)
         if outbox is not None:

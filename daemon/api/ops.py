@@ -153,10 +153,20 @@ class MemoryOperations(OpsBase):
         if memory_id is not None:
             if self._visible(await self._backend.get(memory_id), args) is None:
                 return 0
-            for version in await self._backend.history(memory_id):
+            versions = await self._backend.history(memory_id)
+            for version in versions:
                 refuse_if_held(held, version.project, version.provenance.session_id,
                                 version.provenance.session_external_id)
-            return int(await self._backend.forget(memory_id, hard=hard))
+            forgot = int(await self._backend.forget(memory_id, hard=hard))
+            for version in versions:
+                made_of = version.provenance
+                if made_of.session_id is not None and made_of.first_index is not None:
+                    # The words it was made of, written again in a copy, stay forgotten.
+                    async with self._writing:
+                        await forgotten.remember_forgotten_range(
+                            self._conn, self.clock.now(), made_of.session_id,
+                            made_of.first_index, made_of.last_index or made_of.first_index)
+            return forgot
         if project is not None:
             refuse_if_held(held, project, None, None)
         if session is not None:

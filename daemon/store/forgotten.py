@@ -5,9 +5,12 @@ every layer, and the memory backends remember the session and project so that
 what they bring later is never saved. A copy of the transcript under another
 name is, to the ingester, a new session with a new id: only the content tells
 it is the same. So the daemon's archive remembers here, at the moment of the
-forget, each message's content key (`session_messages.dedupe_key`: the agent's
-own message uuid, or a hash of the raw line where the agent writes none), each
-summary's text hash, and the session and project themselves. Then:
+forget, each message's keys (`session_messages.dedupe_key`: the agent's own
+message uuid, or a hash of the raw line where the agent writes none; and
+`content_key`: a hash of what it says, so that the same records written again
+under new ids, as a resumed Claude Code conversation or a Gemini `/chat resume`
+writes them, are known too), each summary's text hash, and the session and
+project themselves. Then:
 
 - recovery never saves a message or summary whose key is forgotten, wherever
   it is read from (`messages_from` marks them, `summary_forgotten`);
@@ -32,7 +35,7 @@ from daemon.store.distill_queue import drop_forgotten
 #: A message row `m` of session `s` that an agent may be shown (nothing forgotten).
 VISIBLE = (
     "NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'message'"
-    " AND f.value = m.dedupe_key)"
+    " AND f.value IN (m.dedupe_key, m.content_key))"
     " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'session'"
     " AND f.value = CAST(s.id AS TEXT))"
     " AND NOT EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'agent_session'"
@@ -48,8 +51,25 @@ VISIBLE = (
 #: For a message row `m`: 1 when its content key is forgotten.
 MESSAGE_FORGOTTEN = (
     "EXISTS (SELECT 1 FROM forgotten_content f WHERE f.kind = 'message'"
-    " AND f.value = m.dedupe_key)"
+    " AND f.value IN (m.dedupe_key, m.content_key))"
 )
+
+
+def content_key(role: str, kind: str, content: str | None, tool_name: str | None,
+                tool_input: str | None) -> str | None:
+    """What a message says, whatever its uuid or session: its role, kind, text, tool and
+    tool input hashed (`c:` keeps these apart from `dedupe_key`s); None when it says
+    nothing. Identical words in another session ("ok") are forgotten with it: forgetting
+    errs towards forgetting."""
+    text = (content or "").strip()
+    if not text and not tool_input:
+        return None
+    joined = "\x1f".join((role, kind, text, tool_name or "", tool_input or ""))
+    return "c:" + hashlib.sha256(joined.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+#: A message row's content key, stored or (a row stored before the column) computed.
+_CONTENT_KEY = "COALESCE(content_key, content_key_of(role, kind, content, tool_name, tool_input))"
 
 
 def summary_key(content: str) -> str:
@@ -77,10 +97,11 @@ async def remember_forgotten(
     everything: bool = False,
 ) -> int:
     """Record a forget of these sessions (memoryd's ids and/or the agent's id), this
-    project, or everything: the scopes and the content keys of what they hold now (of
-    everything, only the scope). How many message keys were newly recorded."""
+    project, or everything: the scopes and the keys of what they hold now (of everything,
+    the scope and what its messages say). How many message keys were newly recorded."""
     at = utc_text(now)
     chosen = list(session_ids)
+    await conn.create_function("content_key_of", 5, content_key, deterministic=True)
     async with transaction(conn):
         if project is not None:
             async with conn.execute(
@@ -103,6 +124,12 @@ async def remember_forgotten(
             [(kind, value, at) for kind, value in scopes])
         await drop_forgotten(conn, chosen, agent_session=agent_session,
                              everything=everything, at=at)
+        if everything:
+            # What is written again later, under any name, stays forgotten too.
+            await conn.execute(
+                "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
+                f" SELECT DISTINCT 'message', {_CONTENT_KEY}, ? FROM session_messages"
+                f" WHERE {_CONTENT_KEY} IS NOT NULL", (at,))
         if not chosen:
             return 0
         marks = ",".join("?" for _ in chosen)
@@ -112,6 +139,10 @@ async def remember_forgotten(
             f" WHERE session_id IN ({marks})", (at, *chosen))
         added = max(cursor.rowcount, 0)
         await cursor.close()
+        await conn.execute(
+            "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
+            f" SELECT DISTINCT 'message', {_CONTENT_KEY}, ? FROM session_messages"
+            f" WHERE session_id IN ({marks}) AND {_CONTENT_KEY} IS NOT NULL", (at, *chosen))
         async with conn.execute(
             f"SELECT content FROM session_summaries WHERE session_id IN ({marks})", chosen,
         ) as found:
@@ -119,6 +150,22 @@ async def remember_forgotten(
         await conn.executemany(
             "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
             " VALUES ('summary', ?, ?)", [(summary_key(text), at) for text in summaries])
+    return added
+
+
+async def remember_forgotten_range(conn: aiosqlite.Connection, now: datetime,
+                                   session_id: int, first: int, last: int) -> int:
+    """Record a forget of one memory made of messages `first`..`last` of a session: what
+    they say stays forgotten in a copy under any name. How many keys were new."""
+    await conn.create_function("content_key_of", 5, content_key, deterministic=True)
+    async with transaction(conn):
+        cursor = await conn.execute(
+            "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
+            f" SELECT DISTINCT 'message', {_CONTENT_KEY}, ? FROM session_messages"
+            " WHERE session_id = ? AND message_index BETWEEN ? AND ?"
+            f" AND {_CONTENT_KEY} IS NOT NULL", (utc_text(now), session_id, first, last))
+        added = max(cursor.rowcount, 0)
+        await cursor.close()
     return added
 
 

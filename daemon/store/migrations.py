@@ -298,6 +298,15 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         DROP TABLE temp.api_errors;
         """,
     ),
+    (
+        14,
+        "messages: a key of what each says, so that forgetting holds for a rewritten copy",
+        # Filled as messages are stored; a row stored before has its key computed when it
+        # is forgotten (`forgotten.remember_forgotten`).
+        """
+        ALTER TABLE session_messages ADD COLUMN content_key TEXT;
+        """,
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ import aiosqlite
 
 from daemon.clock import utc_text
 from daemon.store.connection import run_on_connection, transaction
+from daemon.store.forgotten import content_key
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 
 _IN_CHUNK = 500
@@ -74,7 +75,7 @@ def _row(session_id: int, index: int, row: MessageRow) -> tuple[object, ...]:
     m = row.message
     return (session_id, index, m.role, m.kind, m.content, m.tool_name, m.tool_input, m.uuid,
             m.timestamp, int(m.is_sidechain), _raw_value(row.raw), row.byte_offset,
-            row.dedupe_key)
+            row.dedupe_key, content_key(m.role, m.kind, m.content, m.tool_name, m.tool_input))
 
 
 def _last_copies(rows: Iterable[MessageRow]) -> list[MessageRow]:
@@ -181,7 +182,7 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         conn.executemany(
             "INSERT INTO session_messages (session_id, message_index, role, kind, content,"
             " tool_name, tool_input, uuid, timestamp, is_sidechain, raw, byte_offset,"
-            " dedupe_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " dedupe_key, content_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             inserts,
         )
     if updates:
@@ -189,7 +190,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         conn.executemany(
             "UPDATE session_messages SET role = ?, kind = ?, content = ?, tool_name = ?,"
             " tool_input = ?, uuid = ?, timestamp = ?, is_sidechain = ?, raw = ?,"
-            " byte_offset = ?, dedupe_key = ? WHERE session_id = ? AND message_index = ?",
+            " byte_offset = ?, dedupe_key = ?, content_key = ? WHERE session_id = ?"
+            " AND message_index = ?",
             updates,
         )
     count = next_index + len(inserts)

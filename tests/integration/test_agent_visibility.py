@@ -77,7 +77,8 @@ def _session(session: str, word: str, cwd: str, start: datetime, *,
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[Daemon]:
-    roots = {"claude": tmp_path / "claude", "codex": tmp_path / "codex"}
+    roots = {"claude": tmp_path / "claude", "codex": tmp_path / "codex",
+             "gemini": tmp_path / "gemini"}
     for root in roots.values():
         root.mkdir()
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots,
@@ -213,6 +214,98 @@ def test_forgotten_sessions_projects_and_copies_never_come_back(running: Daemon)
     # Forgetting everything hides every message that was there.
     assert running.cli("forget", "--all", "--yes", "--hard").returncode == 0
     assert _search(running, "zebrafish") == []
+
+
+def _gemini_chat(session: str, ids: str, when: datetime, text: str) -> str:
+    """A Gemini CLI chat (JSONL): its header, the person's words and the model's answer."""
+    stamp = when.isoformat().replace("+00:00", "Z")
+    lines = [{"sessionId": session, "projectHash": "p" * 64, "startTime": stamp,
+              "lastUpdated": stamp, "kind": "main"},
+             {"id": f"{ids}-u", "timestamp": stamp, "type": "user", "content": [{"text": text}]},
+             {"id": f"{ids}-a", "timestamp": stamp, "type": "gemini",
+              "content": "Noted: " + text, "model": "gemini-3-flash-preview"}]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def _nothing_of(running: Daemon, *words: str) -> None:
+    """None of `words` in recall, search_sessions, the start block or a prompt's block."""
+    for word in words:
+        recalled = running.cli("recall", word, "--json")
+        assert recalled.returncode == 0 and word not in recalled.stdout, recalled.stdout
+        assert not _search(running, word), word
+        block = running.cli("context", "--query", f"zebrafish {word}", "--project", ALPHA)
+        assert block.returncode == 0 and word not in block.stdout, block.stdout
+        start = running.cli("context", "--project", ALPHA)
+        assert start.returncode == 0 and word not in start.stdout, start.stdout
+
+
+@pytest.mark.parametrize("hard", [True, False], ids=["hard", "soft"])
+def test_forgetting_holds_for_copies_written_again_under_new_ids(running: Daemon,
+                                                                 hard: bool) -> None:
+    """Forget a Claude session and a Gemini chat, then the same records appear again under
+    new uuids and session ids (a resumed Claude Code conversation, a Gemini `/chat resume`):
+    stored, never back in memory, recall, search or a block (issue 61.1)."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    folder = running.claude_root / "-a"
+    folder.mkdir()
+    (folder / "sa.jsonl").write_text(_session("sa", "alphaword", ALPHA, start))
+    (folder / "sb.jsonl").write_text(_session("sb", "bravoword", ALPHA, start))
+    chats = running.tmp / "gemini" / "h" / "chats"
+    chats.mkdir(parents=True)
+    said = "zebrafish golfword: the ledger owns the numbering"
+    (chats / "session-2026-01-01T10-00-g1.jsonl").write_text(
+        _gemini_chat("g1", "g1", start, said))
+    wait_for(lambda: _all_synced(running, 3), what="three sessions synced")
+    assert "golfword" in running.cli("recall", "golfword", "--json").stdout
+    flag = ["--hard"] if hard else []
+    for session in ("sb", "g1"):
+        forgot = running.cli("forget", "--session", session, *flag)
+        assert forgot.returncode == 0, forgot.stderr
+
+    (folder / "sb2.jsonl").write_text(_session("sb2", "bravoword", ALPHA, start))
+    (chats / "session-2026-01-01T11-00-g2.jsonl").write_text(
+        _gemini_chat("g2", "g2x", start + timedelta(minutes=1), said))
+    wait_for(lambda: _all_synced(running, 5), what="the copies read and synced")
+    listed = {r["external_id"] for r in json.loads(running.cli("sessions", "--json").stdout)}
+    assert {"sb2", "g2"} <= listed  # the archive keeps what was written
+    _nothing_of(running, "bravoword", "golfword")
+    assert "alphaword" in running.cli("recall", "alphaword", "--json").stdout
+
+
+def test_a_forgotten_memory_stays_forgotten_in_a_copy_under_new_ids(running: Daemon) -> None:
+    """`forget <id>` of the memory a session's words made, then the same records under
+    new ids: those words are not saved again (the session's digest, not forgotten, stays)."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    folder = running.claude_root / "-a"
+    folder.mkdir()
+    (folder / "sb.jsonl").write_text(_session("sb", "bravoword", ALPHA, start))
+    wait_for(lambda: _all_synced(running, 1), what="the session synced")
+    found = json.loads(running.cli("recall", "bravoword", "--json", "--limit", "50").stdout)
+    ids = {r["memory_id"] for r in found if "bravoword" in json.dumps(r)}
+    assert ids
+    for memory_id in ids:
+        forgot = running.cli("forget", memory_id, "--hard")
+        assert forgot.returncode == 0, forgot.stderr
+    (folder / "sb2.jsonl").write_text(_session("sb2", "bravoword", ALPHA, start))
+    wait_for(lambda: _all_synced(running, 2), what="the copy read and synced")
+    recalled = running.cli("recall", "bravoword", "--json", "--limit", "50")
+    assert recalled.returncode == 0, recalled.stderr
+    from_copy = [r for r in json.loads(recalled.stdout)
+                 if r["provenance"].get("session_external_id") == "sb2"]
+    assert not from_copy, from_copy
+
+
+def test_forgetting_everything_holds_for_a_copy_written_later(running: Daemon) -> None:
+    """`forget --all --hard`, then a transcript written again under new ids: not back."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    folder = running.claude_root / "-a"
+    folder.mkdir()
+    (folder / "sa.jsonl").write_text(_session("sa", "alphaword", ALPHA, start))
+    wait_for(lambda: _all_synced(running, 1), what="the session synced")
+    assert running.cli("forget", "--all", "--yes", "--hard").returncode == 0
+    (folder / "sa2.jsonl").write_text(_session("sa2", "alphaword", ALPHA, start))
+    wait_for(lambda: _all_synced(running, 2), what="the copy read and synced")
+    _nothing_of(running, "alphaword")
 
 
 def test_a_forgotten_session_takes_its_subagents_with_it(running: Daemon) -> None:
