@@ -15,12 +15,14 @@ from pathlib import Path
 from daemon.clock import Clock, utc_text
 from daemon.config import Settings
 from daemon.errors import EmbeddingError, MemorydError, StoreBusy
+from daemon.hooks.install import installer_for
 from daemon.ingest.parsers.base import human_size
 from daemon.lock import read_lock_info
 from daemon.memory.chain import ChainBackend
 from daemon.memory.embeddings import local, make_embedder, resolve_provider
 from daemon.memory.opening import is_chain, open_memory_backend
 from daemon.memory.protocol import vector_queue
+from daemon.names import AGENTS
 from daemon.status import layer_states
 from daemon.store.connection import integrity_problems
 from daemon.units import ServiceManager
@@ -329,6 +331,29 @@ def check_hook_client(search_path: str | None = None) -> Check:
     return Check("hook client", "ok", "curl found: hooks answer without starting Python")
 
 
+def check_hooks(settings: Settings, home: Path, project: Path) -> Check:
+    """Whether what each installed hook runs (its shell client, memoryd) is there and
+    answers: a hook that fails can block the agent, and nothing else would say so."""
+    installer = installer_for(settings, memoryd=sys.executable, home=home, project=project,
+                              config=None)
+    installed, broken, seen = 0, set[str](), set[str]()
+    for scope in ("user", "project"):
+        for agent in AGENTS:
+            report = installer.status(agent, scope)
+            if report["hooks_file"] in seen:  # the project is the home folder
+                continue
+            seen.add(report["hooks_file"])
+            installed += len(report.get("hooks") or [])
+            broken.update(f"{agent} ({scope}): {problem}" for problem in report.get("broken")
+                          or [])
+    if broken:
+        return Check("hooks", "fail", "; ".join(sorted(broken)[:3]),
+                     "run `memoryd hooks install` again (`memoryd hooks status` lists all)")
+    if not installed:
+        return Check("hooks", "ok", "none installed (`memoryd hooks install`)")
+    return Check("hooks", "ok", f"{installed} hooks run what is there and answers")
+
+
 RECOVERY = {
     "daemon database": "stop memoryd, move {path} aside, run `memoryd ingest --once`: the"
                        " transcripts are read again from the start (README: Recovery)",
@@ -367,5 +392,6 @@ async def run_checks(settings: Settings, clock: Clock,
     checks.append(await check_distill(settings))
     checks.append(await check_retention(settings, clock))
     checks.extend([check_unit(manager), check_clock(clock), check_daemon(settings),
-                   check_api(settings), check_hook_client()])
+                   check_api(settings), check_hook_client(),
+                   check_hooks(settings, Path.home(), Path.cwd())])
     return checks

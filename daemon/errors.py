@@ -55,6 +55,12 @@ DAMAGE_MARKERS = ("file is not a database", "database disk image is malformed",
                   "malformed database schema", "file is encrypted")
 
 
+#: What a request that needs code or files replaced under the running daemon answers
+#: (`pip install` again): only a restart mends that.
+FILES_REPLACED = ("memoryd's files changed under the running daemon (reinstalled?); restart it"
+                  " (`memoryd service restart`, or stop and start `memoryd run`)")
+
+
 def is_damage(message: str) -> bool:
     """Whether an SQLite error message says the database file is damaged."""
     text = message.lower()

@@ -38,6 +38,7 @@ from daemon.errors import (
     StoreError,
 )
 from daemon.files import atomic_write
+from daemon.hooks.client import refresh_client, stable_client
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
 from daemon.lifecycle.expiry import expire_stale_sessions
@@ -224,6 +225,10 @@ class Service:
         settings, clock = self.settings, self.clock
         tune_threads()
         with hold_lock(settings, "run", clock.now()):
+            client = stable_client(settings.state_dir)
+            if client.exists():
+                # An upgrade's client reaches the installed hooks at the daemon's start.
+                refresh_client(client)
             async with contextlib.AsyncExitStack() as stack:
                 conn = await stack.enter_async_context(open_store(settings))
                 # Lifecycle jobs get their own connection: transactions on one

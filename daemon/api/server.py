@@ -34,7 +34,7 @@ import structlog
 from aiohttp import web
 
 from daemon.api.operations import OPERATIONS, MemoryOps
-from daemon.errors import ApiError, MemorydError
+from daemon.errors import FILES_REPLACED, ApiError, MemorydError
 from daemon.hook_protocol import ANSWER_MARGIN, agent_output, event_request, memoryd_event
 from daemon.names import AGENT_HOME_ENV, agent_transcript_root
 
@@ -99,9 +99,7 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             # The package was replaced under the running daemon (`pip install` again):
             # code it had not loaded yet is gone or newer. Only a restart mends that.
             log.exception("api_operation_crashed", operation=name)
-            return _error(500, f"{name} failed: memoryd's files changed under the running"
-                               " daemon (reinstalled?); restart it (`memoryd service restart`"
-                               f", or stop and start `memoryd run`); details in {log_location}")
+            return _error(500, f"{name} failed: {FILES_REPLACED}; details in {log_location}")
         except Exception:
             log.exception("api_operation_crashed", operation=name)
             return _error(500, f"{name} failed inside memoryd (see {log_location})")

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from daemon.cli.common import (
+    EX_UNAVAILABLE,
     agent_callback,
     config_option,
     json_option,
@@ -22,7 +23,7 @@ from daemon.cli.common import (
 )
 from daemon.config import Settings
 from daemon.errors import SettingsFileError
-from daemon.hooks.install import Change, Installer, Scope, codex_hooks_feature
+from daemon.hooks.install import Change, Installer, Scope, codex_hooks_feature, installer_for
 from daemon.names import AGENTS, Agent
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -69,11 +70,9 @@ def memoryd_executable() -> str:
 
 def _installer(ctx: click.Context, settings: Settings) -> Installer:
     config = ctx.ensure_object(dict).get("config") or os.environ.get("MEMORYD_CONFIG")
-    return Installer(memoryd=memoryd_executable(), socket=settings.socket_path,
-                     hook_timeout=settings.agents.hook_timeout, home=Path.home(),
-                     project=Path(os.getcwd()),
-                     records=settings.state_dir / "integrations.json",
-                     config=os.path.abspath(config) if config else None)
+    return installer_for(settings, memoryd=memoryd_executable(), home=Path.home(),
+                         project=Path(os.getcwd()),
+                         config=os.path.abspath(config) if config else None)
 
 
 def _agents(agent: str) -> list[Agent]:
@@ -160,13 +159,13 @@ def hooks_uninstall(ctx: click.Context, agent: str, scope: Scope, dry_run: bool)
 @config_option
 @click.pass_context
 def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) -> None:
-    """Which agents have memoryd's hooks and MCP server, and where."""
+    """Which agents have memoryd's hooks and MCP server, and where; exits 69 when what a
+    hook runs is missing or does not answer."""
     installer = _installer(ctx, settings_for(ctx))
     reports: list[dict[str, Any]] = [installer.status(a, scope) for a in _agents(agent)]
     if as_json:
         print_json(reports)
-        return
-    for report in reports:
+    for report in [] if as_json else reports:
         events = ", ".join(report.get("hooks") or []) or "none"
         click.echo(f"{report['agent']} ({scope}): hooks {events} [{report['hooks_file']}];"
                    f" MCP server {'yes' if report['mcp'] else 'no'} [{report['mcp_file']}]")
@@ -175,6 +174,10 @@ def hooks_status(ctx: click.Context, agent: str, scope: Scope, as_json: bool) ->
         if report.get("untrusted"):
             click.echo(f"  not yet trusted in Codex, so not run: {', '.join(report['untrusted'])}"
                        " (open `/hooks` in Codex to review and trust them)")
+        for problem in report.get("broken") or []:
+            click.echo(f"  broken: {problem}; run `memoryd hooks install` again")
+    if any(report.get("broken") for report in reports):
+        raise SystemExit(EX_UNAVAILABLE)
 
 
 @main.group(invoke_without_command=True)

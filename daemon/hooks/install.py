@@ -24,15 +24,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from daemon.config import Settings
 from daemon.errors import SettingsFileError
 from daemon.files import atomic_write, make_dirs
+from daemon.hooks.client import (
+    hook_command,
+    parse_command,
+    problems,
+    refresh_client,
+    stable_client,
+)
 from daemon.names import AGENT_EVENTS, AGENTS, Agent
 
 Scope = Literal["user", "project"]
@@ -51,10 +58,7 @@ HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {agent: tuple(AGENT_EVENTS[agent])
                                              for agent in AGENTS}
 #: The agent's own bound on a hook; memoryd's hook caps itself well below it.
 AGENT_TIMEOUT_SECONDS = 10
-#: The shell hook client, and the shell that runs it (named, so that the file needs no
-#: execute bit and no agent's choice of shell matters).
-HOOK_CLIENT = Path(__file__).with_name("memoryd-hook.sh")
-SHELL = "/bin/sh"
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,29 +89,11 @@ class Record:
     original: str | None = None
 
 
-def hook_command(memoryd: str, agent: Agent, event: str, socket: Path, timeout: float,
-                 config: str | None = None) -> str:
-    extra = ["--config", config] if config else []
-    return shlex.join([SHELL, str(HOOK_CLIENT), memoryd, "hook", "--agent", agent,
-                       "--socket", str(socket), "--timeout", f"{timeout:g}", *extra, event])
-
-
 def hook_argv(command: object) -> list[str] | None:
     """The `hook --agent ...` arguments of a memoryd hook's command; None for a command
     that is not memoryd's hook."""
-    if not isinstance(command, str):
-        return None
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if len(words) >= 5 and os.path.basename(words[1]) == HOOK_CLIENT.name and words[3:5] == [
-            "hook", "--agent"]:
-        return words[3:]
-    if len(words) >= 3 and os.path.basename(words[0]).startswith("memoryd") and words[1:3] == [
-            "hook", "--agent"]:
-        return words[1:]
-    return None
+    run = parse_command(command)
+    return None if run is None else run.argv
 
 
 def is_memoryd_hook(command: object) -> bool:
@@ -407,12 +393,24 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def installer_for(settings: Settings, *, memoryd: str, home: Path, project: Path,
+                  config: str | None) -> Installer:
+    """The installer for these settings (`memoryd` the executable hooks run)."""
+    return Installer(memoryd=memoryd, socket=settings.socket_path,
+                     hook_timeout=settings.agents.hook_timeout, home=home, project=project,
+                     records=settings.state_dir / "integrations.json",
+                     client=stable_client(settings.state_dir), config=config)
+
+
 class Installer:
     """Install, uninstall and inspect memoryd's entries for each agent."""
 
     def __init__(self, *, memoryd: str, socket: Path, hook_timeout: float, home: Path,
-                 project: Path, records: Path, config: str | None = None) -> None:
+                 project: Path, records: Path, client: Path,
+                 config: str | None = None) -> None:
         self.memoryd = memoryd
+        #: The hooks' own copy of the shell client (`hooks.client`).
+        self.client = client
         #: The settings file memoryd was told to use, passed on to hooks and the server.
         self.config = config
         self.socket = socket
@@ -480,8 +478,10 @@ class Installer:
         before, document = _load_json(path)
         record = self._record_for(path, "hooks")
         if install:
-            commands = {event: hook_command(self.memoryd, agent, event, self.socket,
-                                            self.hook_timeout, self.config)
+            if not dry_run:
+                refresh_client(self.client)
+            commands = {event: hook_command(self.client, self.memoryd, agent, event,
+                                            self.socket, self.hook_timeout, self.config)
                         for event in HOOK_EVENTS[agent]}
             fresh: Record | None = self._fresh_record(path, "hooks", before)
             assert fresh is not None
@@ -689,12 +689,17 @@ class Installer:
             _, document = _load_json(hooks_path)
             hooks = document.get("hooks") if isinstance(document.get("hooks"), dict) else {}
             assert isinstance(hooks, dict)
-            report["hooks"] = sorted(
-                event for event, groups in hooks.items() if isinstance(groups, list) and any(
-                    isinstance(g, dict) and isinstance(g.get("hooks"), list) and any(
-                        isinstance(h, dict) and is_memoryd_hook(h.get("command"))
-                        for h in g["hooks"])
-                    for g in groups))
+            runs = {event: [run for g in groups if isinstance(g, dict)
+                            and isinstance(g.get("hooks"), list) for h in g["hooks"]
+                            if isinstance(h, dict)
+                            and (run := parse_command(h.get("command"))) is not None]
+                    for event, groups in hooks.items() if isinstance(groups, list)}
+            report["hooks"] = sorted(event for event, found in runs.items() if found)
+            # What each hook runs must be there and answer: a hook that fails can block
+            # the agent, and nothing else would tell the person.
+            answered: dict[str, str | None] = {}
+            report["broken"] = sorted({problem for found in runs.values() for run in found
+                                       for problem in problems(run, answered)})
             if agent == "codex":
                 report["untrusted"] = _codex_untrusted(hooks_path, hooks, mcp_path)
         except SettingsFileError as exc:

@@ -1,8 +1,10 @@
 # memoryd's hook, as the agents run it. `memoryd hooks install` writes
 #
-#     /bin/sh <this file> <memoryd> hook --agent A --socket S --timeout T EVENT
+#     /bin/sh -c '<guard>' memoryd-hook <this file> <memoryd> hook --agent A --socket S \
+#         --timeout T EVENT
 #
-# into their settings. Starting an interpreter is most of what a Python hook costs (0.1 s
+# into their settings (through a guard that exits 0 when this file is missing; the file is
+# memoryd's own copy in its state directory, `daemon/hooks/client.py`). Starting an interpreter is most of what a Python hook costs (0.1 s
 # of 0.12 on a slow machine), and an agent runs two or three hooks before its first
 # request; curl starts in a hundredth of that. So this sends the agent's payload as it is
 # to the daemon (`POST /v1/hook/<agent>/<event>`, daemon/api/server.py) and prints the
@@ -13,6 +15,8 @@
 
 memoryd=$1
 shift
+# memoryd moved or was uninstalled: nothing to say, and never an error the agent acts on.
+[ -x "$memoryd" ] || exit 0
 if [ $# -ne 8 ] || [ "$1" != hook ] || [ "$2" != --agent ] || [ "$4" != --socket ] \
         || [ "$6" != --timeout ]; then
     exec "$memoryd" "$@"

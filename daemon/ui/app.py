@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import structlog
+from jinja2 import TemplateNotFound
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
@@ -33,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from daemon.errors import ApiError, MemorydError
+from daemon.errors import FILES_REPLACED, ApiError, MemorydError
 from daemon.memory.models import MemoryType
 from daemon.ui.data import CHART_DAYS, Chart, ViewerData
 
@@ -104,8 +105,28 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
                                                                        MemoryType],
                                  about=about_date, stored_apart=stored_apart)
 
+    told = False
+
+    def replaced() -> Response:
+        # Said once in the log; every page says it until the daemon is restarted.
+        nonlocal told
+        if not told:
+            told = True
+            log.warning("ui_files_replaced", directory=str(HERE))
+        return PlainTextResponse(f"memoryd viewer: {FILES_REPLACED}", status_code=503)
+
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        return templates.TemplateResponse(request, name, context, status_code=status)
+        try:
+            return templates.TemplateResponse(request, name, context, status_code=status)
+        except TemplateNotFound:
+            return replaced()
+
+    class Static(StaticFiles):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if not (HERE / "static").is_dir():
+                await replaced()(scope, receive, send)
+                return
+            await super().__call__(scope, receive, send)
 
     def guarded(handler: Callable[[Request], Awaitable[Response]]
                 ) -> Callable[[Request], Awaitable[Response]]:
@@ -219,7 +240,8 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
         Route("/memories/{memory_id}/forget", guarded(forget), methods=["POST"]),
         Route("/activity", guarded(activity)),
         Route("/chart.svg", guarded(chart)),
-        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        Mount("/static", Static(directory=str(HERE / "static"), check_dir=False),
+              name="static"),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, secret=secret)])
 

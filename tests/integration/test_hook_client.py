@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
 
-from daemon.hooks.install import HOOK_CLIENT, Installer, settings_path
+from daemon.hooks.client import PACKAGED_CLIENT
+from daemon.hooks.install import Installer, settings_path
 from daemon.names import AGENT_HOME_ENV
 
 if shutil.which("curl") is None and os.environ.get("HOOK_CLIENT_TESTS_REQUIRE_CURL") != "1":
@@ -52,7 +53,8 @@ class Client:
         home = daemon.tmp / "agent-home"
         self.installer = Installer(memoryd=str(wrapper), socket=socket or daemon.socket,
                                    hook_timeout=2.0, home=home, project=daemon.tmp / "project",
-                                   records=daemon.tmp / "integrations.json")
+                                   records=daemon.tmp / "integrations.json",
+                                   client=daemon.tmp / "hooks" / "memoryd-hook.sh")
 
     def command(self, agent: str, event: str) -> str:
         self.installer.hooks(agent, "user", install=True, dry_run=False)  # type: ignore[arg-type]
@@ -281,6 +283,6 @@ def test_the_payload_and_the_agents_home_reach_the_daemon_exactly(
 
 def test_the_client_names_the_same_agent_homes_as_the_daemon() -> None:
     """The script's agent -> environment variable table is names.AGENT_HOME_ENV."""
-    script = HOOK_CLIENT.read_text()
+    script = PACKAGED_CLIENT.read_text()
     for agent, (variable, _folder) in AGENT_HOME_ENV.items():
         assert re.search(rf"^\s*{agent}\) home=\${{{variable}-}} ;;$", script, re.M), agent

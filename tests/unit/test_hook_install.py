@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,10 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from daemon.hooks.client import GUARD, PACKAGED_CLIENT
 from daemon.hooks.install import (
     AGENTS,
     ALLOW_RULES,
-    HOOK_CLIENT,
     HOOK_EVENTS,
     Installer,
     SettingsFileError,
@@ -30,7 +31,13 @@ MEMORYD = "/opt/memoryd/bin/memoryd"
 def installer(root: Path) -> Installer:
     return Installer(memoryd=MEMORYD, socket=root / "state" / "memoryd.sock", hook_timeout=2.0,
                      home=root / "home", project=root / "project",
-                     records=root / "state" / "integrations.json")
+                     records=root / "state" / "integrations.json",
+                     client=root / "state" / "hooks" / "memoryd-hook.sh")
+
+
+def client_of(inst: Installer) -> str:
+    """How a hook's command starts: the guard, then the hooks' own copy of the client."""
+    return shlex.join(["/bin/sh", "-c", GUARD, "memoryd-hook", str(inst.client), MEMORYD])
 
 
 _keys = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=8)
@@ -155,8 +162,8 @@ def test_hook_commands_are_absolute_and_in_each_agents_units(tmp_path: Path) -> 
     claude = json.loads(settings_path("claude", "hooks", "user", inst.home,
                                       inst.project).read_text())
     handler = claude["hooks"]["UserPromptSubmit"][0]["hooks"][0]
-    assert handler["command"].startswith(f"/bin/sh {HOOK_CLIENT} {MEMORYD} hook --agent claude")
-    assert HOOK_CLIENT.is_absolute() and HOOK_CLIENT.is_file()
+    assert handler["command"].startswith(f"{client_of(inst)} hook --agent claude")
+    assert inst.client.is_absolute() and inst.client.read_bytes() == PACKAGED_CLIENT.read_bytes()
     assert handler["command"].endswith("UserPromptSubmit") and handler["timeout"] == 10
     gemini = json.loads(settings_path("gemini", "hooks", "user", inst.home,
                                       inst.project).read_text())
@@ -227,6 +234,7 @@ def test_config_file_is_passed_to_hooks_and_the_server(tmp_path: Path) -> None:
     inst = Installer(memoryd=MEMORYD, socket=tmp_path / "s.sock", hook_timeout=2.0,
                      home=tmp_path / "home", project=tmp_path / "project",
                      records=tmp_path / "state" / "integrations.json",
+                     client=tmp_path / "state" / "hooks" / "memoryd-hook.sh",
                      config="/etc/memoryd.yaml")
     inst.hooks("claude", "user", install=True, dry_run=False)
     inst.mcp("gemini", "user", install=True, dry_run=False)
@@ -428,7 +436,7 @@ def test_an_earlier_installs_python_hook_is_replaced_not_doubled(tmp_path: Path)
     commands = [h["command"] for g in groups for h in g["hooks"]]
     assert "echo mine" in commands and old not in commands
     ours = [c for c in commands if is_memoryd_hook(c)]
-    assert len(ours) == 1 and ours[0].startswith(f"/bin/sh {HOOK_CLIENT} {MEMORYD} hook")
+    assert len(ours) == 1 and ours[0].startswith(f"{client_of(inst)} hook")
     inst.hooks("claude", "user", install=False, dry_run=False)
     remaining = json.loads(path.read_text())["hooks"]["SessionStart"]
     assert [h["command"] for g in remaining for h in g["hooks"]] == ["echo mine"]
