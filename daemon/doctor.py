@@ -172,6 +172,28 @@ async def check_backend(settings: Settings, clock: Clock) -> Check:
     return Check(name, "ok", f"{settings.memory_path} answers")
 
 
+async def check_memory_coverage(settings: Settings) -> Check:
+    """Whether the embedded memory holds what the archive says was saved to it."""
+    from daemon.lifecycle.coverage import memory_lost
+    from daemon.store.connection import connect
+
+    if not settings.database_path.exists():
+        return Check("memory coverage", "ok", "nothing saved yet")
+    try:
+        conn = await connect(settings.database_path, readonly=True)
+        try:
+            lost = await memory_lost(conn, settings)
+        finally:
+            await conn.close()
+    except (MemorydError, sqlite3.Error, OSError) as exc:
+        return Check("memory coverage", "warn", f"not checked: {exc}")
+    if lost:
+        return Check("memory coverage", "fail",
+                     f"{settings.memory_path} holds nothing, yet {lost} sessions were saved"
+                     " to it", "stop memoryd, run `memoryd rebuild-memory` (README: Recovery)")
+    return Check("memory coverage", "ok", "memory holds what was saved to it")
+
+
 async def check_retention(settings: Settings, clock: Clock) -> Check:
     """What the next retention run would remove (a dry run: nothing is deleted)."""
     from daemon.lifecycle.retention import Retention, describe
@@ -357,8 +379,9 @@ def check_hooks(settings: Settings, home: Path, project: Path) -> Check:
 RECOVERY = {
     "daemon database": "stop memoryd, move {path} aside, run `memoryd ingest --once`: the"
                        " transcripts are read again from the start (README: Recovery)",
-    "memory database": "stop memoryd, `memoryd export` what still reads, move {path} aside,"
-                       " `memoryd import` the export, then `memoryd sync` (README: Recovery)",
+    "memory database": "stop memoryd, run `memoryd rebuild-memory`: what still reads of"
+                       " {path} is kept, the file moved aside, and every message memoryd"
+                       " holds saved again (README: Recovery)",
 }
 
 
@@ -383,7 +406,8 @@ async def run_checks(settings: Settings, clock: Clock,
     checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
               *check_sources(settings), check_sqlite(),
               check_integrity("daemon database", settings.database_path, full=full),
-              check_integrity("memory database", settings.memory_path, full=full)]
+              check_integrity("memory database", settings.memory_path, full=full),
+              await check_memory_coverage(settings)]
     if is_chain(settings):
         checks.extend(await check_chain(settings, clock))
     else:

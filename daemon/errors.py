@@ -13,6 +13,7 @@
     │   ├── BackendUnsupported  the backend cannot do this (its capabilities)
     │   ├── BackendOutcomeUnknown  a write may or may not have been applied (never resent)
     │   ├── BackendDamaged   the memory database is not a database, or malformed (exit 74)
+    │   │   └── MemoryLost   the embedded memory holds nothing the archive says it held
     │   ├── StoreOwnedElsewhere  the memory store belongs to another user
     │   ├── GatewayError     a Memory Gateway call failed
     │   │   ├── GatewayUnavailable  (also BackendUnavailable) try later
@@ -149,6 +150,11 @@ class BackendDamaged(BackendError):
     """The memory database is not a database or is malformed (see README: Recovery)."""
 
     damaged = True
+
+
+class MemoryLost(BackendDamaged):
+    """The embedded memory holds nothing while the archive says sessions were saved to it
+    (moved, deleted, made anew): `memoryd rebuild-memory` saves them again."""
 
 
 class BackendOutcomeUnknown(BackendError):

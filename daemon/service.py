@@ -41,6 +41,7 @@ from daemon.files import atomic_write
 from daemon.hooks.client import refresh_client, stable_client
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
+from daemon.lifecycle.coverage import check_memory
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.rate import Throughput
 from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
@@ -310,6 +311,9 @@ class Service:
     async def _open_recovery(self, conn: aiosqlite.Connection) -> Recovery | None:
         if self._recovery is None:
             try:
+                # A memory that lost what it held is not opened anew silently: the
+                # archive keeps ingesting until `memoryd rebuild-memory`.
+                await check_memory(conn, self.settings)
                 self._backend = await open_memory_backend(self.settings, self.clock)
             except (MemorydError, OSError) as exc:
                 log.warning("memory_backend_unavailable", error=str(exc))

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
-TRANSCRIPTS = SHARED / "fixtures" / "transcripts"
+#: The real transcripts the tests read, kept in the repository with their sources and
+#: licences (`tests/data/transcripts/SOURCES.md`): a clone needs nothing beside it.
+TRANSCRIPTS = REPO / "tests" / "data" / "transcripts"
 
 
 def fixture_files(kind: str) -> list[Path]:

@@ -158,8 +158,8 @@ def print_json(data: object) -> None:
 #: module (and what that imports); listing them all (`--help`) loads every one.
 COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("hook", "hooks", "mcp"), "agent_commands"),
-    **dict.fromkeys(("run", "ingest", "status", "sessions", "show", "sync", "doctor"),
-                    "daemon_commands"),
+    **dict.fromkeys(("run", "ingest", "status", "sessions", "show", "sync", "doctor",
+                     "rebuild-memory"), "daemon_commands"),
     **dict.fromkeys(("recall", "remember", "correct", "forget", "show-memory",
                      "recall-temporal", "context", "export", "import", "audit"),
                     "memory_commands"),

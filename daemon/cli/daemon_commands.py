@@ -301,6 +301,37 @@ def sync(ctx: click.Context, session: str | None) -> None:
               "skipped, run again later", 1)
 
 
+@main.command("rebuild-memory")
+@config_option
+@click.pass_context
+def rebuild_memory(ctx: click.Context) -> None:
+    """Save every message memoryd holds into a new embedded memory (memory.db damaged,
+    missing or empty): what still reads of the old one is kept, the file moved aside."""
+    from daemon.lifecycle.rebuild import rebuild_memory as rebuild
+    from daemon.lock import hold_lock
+    from daemon.process import tune_threads
+
+    settings = settings_for(ctx)
+    if settings.memory.backends != ["sqlite"]:
+        fail("rebuild-memory rebuilds the embedded memory (memory.backends: [sqlite]); a"
+             " chain's layers are mended by `memoryd memory`", EX_CONFIG)
+    clock = SystemClock()
+    tune_threads()
+    with hold_lock(settings, "rebuild-memory", clock.now()):  # never beside a daemon
+        report = run_async(rebuild(settings, clock))
+    if report.moved_to:
+        click.echo(f"kept {report.salvaged} memories that still read"
+                   f" ({report.unreadable} rows unreadable) in {report.moved_to}.jsonl;"
+                   f" the old file is {report.moved_to}")
+    click.echo(f"saved {report.sync.segments_saved} segments ({report.sync.messages_synced}"
+               f" messages) from {report.sync.sessions} sessions,"
+               f" {report.sync.summaries_saved} summaries; {report.imported} memories"
+               " no message holds imported from what still read")
+    if report.sync.failed_sessions:
+        fail(f"memory backend failed for sessions {report.sync.failed_sessions}; run"
+             " `memoryd rebuild-memory` again to go on", 1)
+
+
 @main.command()
 @config_option
 @click.option("--full", is_flag=True,

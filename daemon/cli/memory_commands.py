@@ -40,10 +40,11 @@ from daemon.cli.common import (
 from daemon.client import MemoryClient
 from daemon.clock import SystemClock, utc_text
 from daemon.config import Settings
-from daemon.errors import ApiError
+from daemon.errors import ApiError, BackendDamaged
 from daemon.files import atomic_writer
 from daemon.memory import Capability, MemoryBackend, MemoryType, require
 from daemon.memory.backends.gateway import call_events as gateway_calls
+from daemon.memory.backends.sqlite.salvage import readable_memories
 from daemon.memory.models import visible_to
 from daemon.memory.opening import open_memory_backend
 from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET
@@ -384,9 +385,12 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
 
     async def work(backend: MemoryBackend) -> int:
         require(backend, Capability.EXPORT)
+        return await write(records(backend))
+
+    async def write(found: AsyncIterator[dict[str, Any]]) -> int:
         count = 0
         if output is None:
-            async for record in records(backend):
+            async for record in found:
                 sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
             return count
@@ -394,16 +398,36 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
         # umask; a predictable one could be a planted symlink that the export would follow.
         try:
             with atomic_writer(output) as handle:
-                async for record in records(backend):
+                async for record in found:
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                     count += 1
         except OSError as exc:
             fail(f"cannot write {output}: {exc.strerror or exc}", EX_CANTCREAT)
         return count
 
-    count = run_async(_with_backend(settings, work))
+    async def salvaged(kept: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        wanted = project_path(project)
+        for record in kept:
+            if (wanted is None or record.get("project") == wanted) and (
+                    agent is None or visible_to(record.get("private_to"), agent)):
+                yield record
+
+    async def export_all() -> tuple[int, int | None]:
+        try:
+            return await _with_backend(settings, work), None
+        except BackendDamaged:
+            if settings.memory.backends != ["sqlite"]:
+                raise
+        # What still reads of a damaged embedded memory, row by row (README: Recovery).
+        salvage = readable_memories(settings.memory_path)
+        return await write(salvaged(salvage.records)), salvage.unreadable
+
+    count, unreadable = run_async(export_all())
     _audit_cli(settings, "export", count)
-    click.echo(f"exported {count} memories" + (f" to {output}" if output else ""), err=True)
+    click.echo(f"exported {count} memories" + (f" to {output}" if output else "")
+               + (f" from a damaged {settings.memory_path} ({unreadable} rows unreadable;"
+                  " `memoryd rebuild-memory` mends it)" if unreadable is not None else ""),
+               err=True)
 
 
 #: An export record is one memory on one line; a longer line is not one (and reading it

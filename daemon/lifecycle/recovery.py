@@ -42,6 +42,7 @@ from tenacity import (
 from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.errors import BackendError
+from daemon.lifecycle.coverage import check_memory
 from daemon.lifecycle.digest import Digest, DigestBuilder
 from daemon.lifecycle.extraction import Request, extract_requests
 from daemon.lifecycle.segments import (
@@ -746,6 +747,7 @@ async def sync_now(settings: Settings, clock: Clock, session: str | None) -> Syn
             if found is None:
                 return None
             session_id = int(found["id"])
+        await check_memory(conn, settings)
         backend = await open_memory_backend(settings, clock)
         try:
             recovery = Recovery(conn, backend, clock, recovery_policy(settings))

@@ -581,3 +581,20 @@ async def mark_summary_synced(conn: aiosqlite.Connection, summary_id: int, now: 
             "UPDATE session_summaries SET memory_synced_at = ? WHERE id = ?",
             (utc_text(now), summary_id),
         )
+
+
+async def sessions_saved(conn: aiosqlite.Connection,
+                         is_own: Callable[[str | None], bool]) -> int:
+    """How many sessions (memoryd's own passed over) have messages saved to memory."""
+    async with conn.execute(
+            "SELECT project, worktree FROM sessions WHERE memory_sync_index > 0") as cursor:
+        rows = await cursor.fetchall()
+    return sum(not (is_own(r[0]) or is_own(r[1])) for r in rows)
+
+
+async def reset_memory_progress(conn: aiosqlite.Connection) -> None:
+    """Every session's memory progress back to its start, for a memory made anew: its
+    messages, digest and summaries are saved again (`lifecycle.rebuild`)."""
+    async with transaction(conn):
+        await conn.execute("UPDATE sessions SET memory_sync_index = 0, digest_index = 0")
+        await conn.execute("UPDATE session_summaries SET memory_synced_at = NULL")

@@ -56,3 +56,10 @@ async def sessions_after(conn: aiosqlite.Connection, position: int,
             "SELECT id, project, worktree FROM sessions WHERE id > ? ORDER BY id LIMIT ?",
             (position, limit)) as cur:
         return [(int(r[0]), r[1], r[2]) for r in await cur.fetchall()]
+
+
+async def restart(conn: aiosqlite.Connection, name: str, now: datetime) -> None:
+    """Begin `name` again from nothing (a work that may be done more than once)."""
+    async with transaction(conn):
+        await conn.execute("DELETE FROM upgrades WHERE name = ?", (name,))
+    await advance(conn, name, 0, 0, now)

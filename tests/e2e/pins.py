@@ -50,8 +50,9 @@ def installed(agent: str) -> Path:
         raise Unavailable("npm is not installed (.ci/run installs Node.js and npm)")
     prefix.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund",
-         "--loglevel=error", f"{pin.package}@{pin.version}"],
+        # npm's own download cache beside the agents, not in the tester's ~/.npm.
+        [npm, "install", "--prefix", str(prefix), "--cache", str(cache_dir() / "npm-cache"),
+         "--no-audit", "--no-fund", "--loglevel=error", f"{pin.package}@{pin.version}"],
         capture_output=True, text=True, timeout=900)
     if done.returncode != 0 or not binary.exists():
         raise Unavailable(f"npm install {pin.package}@{pin.version} failed:"

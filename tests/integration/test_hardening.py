@@ -236,7 +236,7 @@ def test_an_unwritable_or_full_state_directory_at_start_up_never_hangs(
         doctor = _memoryd(tmp_path, config, "doctor")
         assert doctor.returncode == 1
         assert any(line.startswith("fail  state directory") for line in
-                   doctor.stdout.splitlines()), doctor.stdout
+                   doctor.stdout.splitlines()), doctor.stdout + doctor.stderr
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 

@@ -228,3 +228,14 @@ def test_any_query_around_a_phrase(before: str, phrase: str, after: str,
     words = query.split()
     kept = found.rest.split()
     assert len(kept) == len(words) - len(found.phrase.split())
+
+
+def test_today_is_a_time_even_at_its_first_instant() -> None:
+    """Asked at exactly 00:00, "this morning" and "today" name today (empty so far), not
+    no time at all."""
+    midnight = datetime(2026, 11, 19, 0, 0, tzinfo=UTC)
+    with local_time_zone("UTC"):
+        for query in ("what broke this morning", "what did we do today"):
+            found = spoken_time(query, midnight)
+            assert found is not None, query
+            assert (found.start, found.end) == (midnight, midnight)

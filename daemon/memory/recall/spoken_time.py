@@ -130,7 +130,9 @@ def spoken_time(query: str, now: datetime) -> SpokenTime | None:
         else:
             span = _span(name, match, now)
         start, end = (span[0], min(span[1], now)) if span is not None else (now, now)
-        if start >= end:  # a date to come, an impossible one, a day not begun
+        # A date to come, an impossible one, a day not begun; today has begun even at its
+        # first instant (asked at 00:00, "this morning" is a time, empty so far).
+        if start > end or (start == end and name != "today"):
             refused.append((begins, match.end()))
             continue
         rest = " ".join((query[:begins] + " " + query[match.end():]).split())

@@ -424,8 +424,8 @@ def translate(exc: sqlite3.Error) -> BackendError:
     """A sqlite3 error as a BackendError; locked or full databases are transient."""
     kind = sqlite.kind_of(exc)
     if kind is sqlite.Kind.DAMAGED:
-        return BackendDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)",
-                              backend=BACKEND_NAME)
+        return BackendDamaged(f"{exc} (stop memoryd and run `memoryd rebuild-memory`;"
+                              " README: Recovery)", backend=BACKEND_NAME)
     if kind is sqlite.Kind.TRANSIENT:
         return BackendUnavailable(str(exc), backend=BACKEND_NAME)
     return BackendError(str(exc), backend=BACKEND_NAME)
