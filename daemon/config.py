@@ -605,6 +605,8 @@ def load_settings(
             raise ConfigError(str(path), f"not valid YAML ({where})") from None
         except OSError as exc:
             raise ConfigError(str(path), f"cannot be read: {exc.strerror}") from None
+        except RecursionError:
+            raise ConfigError(str(path), "nested too deeply to be settings") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

@@ -33,6 +33,7 @@ class Governance(OpsBase):
         memories in every layer (with vectors), saves still waiting in the outbox, and,
         when they are this daemon's user, the text of the raw archive. Counts only."""
         user = arg.text(args, "user")
+        arg.confirmed_everything(args, "forgetting everything about a user")
         if await holds.standing(self._conn):
             raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
                                 " everything would delete what they keep")

@@ -144,6 +144,7 @@ class MemoryOperations(OpsBase):
             raise ApiError(400, "give exactly one of memory_id, session, project, all")
         held = await holds.standing(self._conn)
         if everything:
+            arg.confirmed_everything(args, "forgetting all")
             if held:
                 raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
                                     " everything would delete what they keep")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ def run(ctx: click.Context) -> None:
 @click.pass_context
 def ingest(ctx: click.Context, once: bool) -> None:
     """Read every transcript to its end once, then exit (`memoryd run` keeps following)."""
+    # Ctrl-C stops the pass (exit 130) even when the shell started us with SIGINT ignored
+    # (a job started with `&`): what was read is committed, the rest is read next time.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     settings = settings_for(ctx)
     clock = SystemClock()
     show_progress = sys.stderr.isatty()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
+from daemon.api.args import CONFIRM_EVERYTHING
 from daemon.cli import render
 from daemon.cli.common import (
     EX_CANTCREAT,
@@ -85,6 +86,8 @@ def recall(ctx: click.Context, query: str | None, project: str | None, all_proje
     if from_stdin == (query is not None):
         raise click.UsageError("give a QUERY or --stdin, not both" if query is not None
                                else "missing QUERY (or --stdin)")
+    if query is not None and not query.strip():
+        raise click.UsageError("QUERY is empty: say what to look for")
     settings = settings_for(ctx)
     scope = {"project": project_path(project), "all_projects": all_projects, "limit": limit,
              "since": iso_or_none(since), "until": iso_or_none(until),
@@ -258,7 +261,8 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
 
     done = call(settings, "forget", {
         "memory_id": memory_id, "session": session, "project": project_path(project),
-        "all": everything, "hard": hard})
+        "all": everything, "hard": hard,
+        **({"confirm": CONFIRM_EVERYTHING} if everything else {})})
     count = int(done["forgotten"])
     _note_copies(done, "forget")
     if memory_id is not None and count == 0:
@@ -270,7 +274,7 @@ def forget(ctx: click.Context, memory_id: str | None, session: str | None, proje
 def _forget_user(settings: Settings, user: str) -> None:
     if not user.strip():
         raise click.UsageError("--everything-about needs a user name")
-    done = call(settings, "forget_user", {"user": user})
+    done = call(settings, "forget_user", {"user": user, "confirm": CONFIRM_EVERYTHING})
     click.echo(f"everything about {user}: {done['forgotten']} memory versions deleted (hard)"
                f" in every layer, {done['outbox_saves_dropped']} waiting saves dropped")
     archive = done.get("archive")

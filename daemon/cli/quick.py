@@ -243,6 +243,8 @@ def _sessions(socket_path: str, user: str, args: list[str]) -> int:
 def _recall(socket_path: str, user: str, args: list[str]) -> int:
     options, (query,) = _options(args, {"--json", "--all-projects"},
                                  {"--project", "--limit", "--agent"}, positional=1)
+    if not query.strip():
+        raise _Fallback  # the full command says what is wrong
     limit = _number(options.get("--limit"), int, 1, 1000) or 10
     found = _call(socket_path, user, "recall", {
         "query": query, "project": _project(options), "limit": limit,

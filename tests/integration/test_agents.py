@@ -911,3 +911,30 @@ def test_a_session_killed_a_moment_ago_is_in_the_next_sessions_start_block(
         block = context_of(daemon.hook("claude", "SessionStart", claude_payload(
             "SessionStart", "next", folder / "next.jsonl", source="startup")))
         assert block is not None and "ledger service" in block
+
+
+def test_forgetting_everything_over_the_api_needs_its_word_and_never_comes_from_mcp(
+        daemon: Daemon) -> None:
+    """`forget {"all": true, "hard": true}` and `forget_user` without `"confirm": "forget
+    everything"` are refused (400) and forget nothing; from MCP, refused even with it (403);
+    with it, everything goes (issue 61.13)."""
+    daemon.start()
+    kept = daemon.api("remember", {"content": "the release train leaves on Thursdays"})
+    assert kept.status_code == 200, kept.text
+
+    def recalled() -> bool:
+        answer = daemon.api("recall", {"query": "release train Thursdays"})
+        return any("release train" in r["content"] for r in answer.json()["results"])
+
+    for body in ({"all": True, "hard": True}, {"all": True, "confirm": "yes"}):
+        refused = daemon.api("forget", body)
+        assert refused.status_code == 400 and "confirm" in refused.json()["error"], refused.text
+    refused = daemon.api("forget_user", {"user": os.environ.get("USER") or "root"})
+    assert refused.status_code == 400, refused.text
+    from_mcp = daemon.api("forget", {"all": True, "hard": True, "interface": "mcp",
+                                     "confirm": "forget everything"})
+    assert from_mcp.status_code == 403, from_mcp.text
+    assert recalled()
+    done = daemon.api("forget", {"all": True, "hard": True, "confirm": "forget everything"})
+    assert done.status_code == 200 and done.json()["forgotten"] >= 1, done.text
+    assert not recalled()

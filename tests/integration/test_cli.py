@@ -469,10 +469,14 @@ def test_a_last_line_without_its_newline_is_named_as_held_back(tmp_path: Path) -
     assert f"held back: a partial last line (no newline at its end) in {transcript}" in text
 
 
-def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", [signal.SIG_DFL, signal.SIG_IGN],
+                         ids=["default", "ignored"])
+def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(
+        tmp_path: Path, inherited: signal.Handlers) -> None:
     """Issue 36.6: Ctrl-C during `ingest --once` jumped the bar to 100 % and printed
     "Aborted!" with status 1. At a terminal (a pty), the bar stays where it stopped, one
-    line says what was kept, and the status is 130."""
+    line says what was kept, and the status is 130: also when SIGINT was inherited
+    ignored (a job a script started with `&`; issue 61.14)."""
     import os
     import pty
     import select
@@ -489,12 +493,12 @@ def test_ctrl_c_during_ingest_leaves_the_bar_and_exits_130(tmp_path: Path) -> No
             + "\n" for i in range(2500)))
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", {"claude": root})
     leader, follower = pty.openpty()
-    # As at a terminal: SIGINT at its default (a job started with `&` by a script, as CI
-    # may be, inherits it ignored, and Python then never raises KeyboardInterrupt).
+    # As at a terminal: SIGINT at its default; or as a job started with `&` by a script
+    # (CI may be one) inherits it: ignored.
     proc = subprocess.Popen(memoryd_command("--config", str(config), "ingest", "--once"),
                             env=daemon_env(tmp_path), stdout=subprocess.DEVNULL,
                             stderr=follower, stdin=subprocess.DEVNULL,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))
     os.close(follower)
     seen = b""
     deadline = time.monotonic() + 60

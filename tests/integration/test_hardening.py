@@ -868,3 +868,28 @@ def test_session_summaries_are_masked_wherever_sessions_are_listed(tmp_path: Pat
         assert "[REDACTED:github_token]" in shown and "Rotated" in shown, shown
         for piece in (token[4:20], "kowalska@", "vault lives"):
             assert piece not in listed, listed
+
+
+def test_an_empty_recall_query_is_refused_with_and_without_a_daemon(tmp_path: Path) -> None:
+    """`recall ""` (or blanks) names the empty QUERY and exits 2, through the daemon's quick
+    path and without a daemon; it never lists memories as an empty query's answer."""
+    _root, state, config = _setup(tmp_path)
+    assert _memoryd(tmp_path, config, "remember", "the deploy key rotates monthly"
+                    ).returncode == 0
+    for query in ("", "   "):
+        done = _memoryd(tmp_path, config, "recall", query)
+        assert done.returncode == 2 and "QUERY is empty" in done.stderr, done.stderr
+        assert "deploy key" not in done.stdout
+    proc = _run_daemon(tmp_path, config, state)
+    try:
+        done = _memoryd(tmp_path, config, "recall", "")
+    finally:
+        _stop_daemon(tmp_path, proc)
+    assert done.returncode == 2 and "QUERY is empty" in done.stderr, done.stderr
+
+
+def test_a_config_nested_beyond_reason_exits_78_with_one_line(tmp_path: Path) -> None:
+    """A YAML file of thousands of nested lists is a bad configuration (78), not a crash."""
+    config = tmp_path / "deep.yaml"
+    config.write_text("sources: " + "[" * 5000 + "]" * 5000 + "\n")
+    _one_line_failure(_memoryd(tmp_path, config, "status"), 78)

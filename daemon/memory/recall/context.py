@@ -13,6 +13,7 @@ and code and non-Latin text less than a character rule alone would under-count.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -32,9 +33,15 @@ DUPLICATE_SIMILARITY = 0.8
 ITEM_SHARE = 0.5
 
 _WORDS = re.compile(r"\w+|[^\w\s]")
-#: Anything in a memory that could close or reopen the block's frame: a `<` followed, past
-#: anything that is not a letter or digit (spaces, slashes, combining marks), by the tag.
-_FRAME_TAG = re.compile(r"<(?=[\W_]*memory_context)", re.IGNORECASE)
+#: The tag of the frame around what memoryd writes for an agent.
+FRAME = "memory_context"
+
+
+@functools.cache
+def _frame_tag(frame: str) -> re.Pattern[str]:
+    """Anything that could close or reopen the frame `frame`: a `<` followed, past anything
+    that is not a letter or digit (spaces, slashes, combining marks), by the tag."""
+    return re.compile(rf"<(?=[\W_]*{re.escape(frame)})", re.IGNORECASE)
 #: Unicode categories that are not text to a reader: controls (a terminal's escape
 #: sequences among them), format characters (zero-width, bidirectional overrides, soft
 #: hyphens, tag characters), private use, surrogates and unassigned code points.
@@ -46,9 +53,10 @@ _INVISIBLE_MARKS = re.compile("[\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u316
 _ASCII_TEXT = re.compile(r"[ -~]*")
 
 
-def defang(text: str) -> str:
-    """Memory text made unable to end the block early: `<memory_context` tags become `&lt;`."""
-    return _FRAME_TAG.sub("&lt;", text)
+def defang(text: str, frame: str = FRAME) -> str:
+    """Text made unable to end its frame early: `<memory_context` tags (or `frame`'s)
+    become `&lt;`."""
+    return _frame_tag(frame).sub("&lt;", text)
 
 
 def _visible(text: str) -> str:
@@ -58,13 +66,13 @@ def _visible(text: str) -> str:
     return "".join(c for c in text if unicodedata.category(c) not in _INVISIBLE_CATEGORIES)
 
 
-def escape(text: str) -> str:
+def escape(text: str, frame: str = FRAME) -> str:
     """The one escaping step for everything written into a block (memory text, labels,
     ids, paths, names): one line (every kind of line break and whitespace run becomes a
     space), nothing invisible, and no tag that could close or reopen the frame. Whatever
     a transcript, a session id or a project path holds, an item stays one line inside
     the block."""
-    return defang(_visible(" ".join(text.split())))
+    return defang(_visible(" ".join(text.split())), frame)
 
 
 def _label_field(text: str) -> str:
