@@ -36,6 +36,7 @@ from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
 from daemon.memory.embeddings import LazyLocalEmbedder
+from daemon.memory.policy import injectable
 from daemon.memory.privacy.redaction import (
     mask_extra,
     readable_stored,
@@ -271,9 +272,10 @@ class SessionEvents(OpsBase):
         sessions without a digest. Nothing of a session outside the project, nor of one
         in no project."""
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
-        explicit = await self._recall(
+        explicit = [r for r in await self._recall(
             "", scope, limit=40,
             types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
+            if injectable(r, project)]
         digests: list[RecallResult] = []
         recent: list[RecallResult] = []
         digested: set[tuple[str | None, int | str | None]] = set()
@@ -351,7 +353,7 @@ class SessionEvents(OpsBase):
         digested = await self._digested_sessions(given, results)
         # A session whose digest this agent session was given: its raw conversation
         # would tell the same again.
-        fresh = [r for r in results if r.memory_id not in given
+        fresh = [r for r in results if r.memory_id not in given and injectable(r, project)
                  and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested)
                  and passes_gate(r, query, spoken, floor)]
         if not fresh:

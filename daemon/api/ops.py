@@ -15,6 +15,8 @@ from daemon.api.base import (
 )
 from daemon.errors import ApiError
 from daemon.memory import Capability, MemoryType, memory_to_record
+from daemon.memory.models import Provenance
+from daemon.memory.policy import FROM_AGENT_TOOL, injectable
 from daemon.memory.protocol import IdPrefix
 from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.recall.gate import content_words, coverage
@@ -61,6 +63,10 @@ class MemoryOperations(OpsBase):
         query = arg.text(args, "query", default="")
         budget = arg.integer(args, "budget", DEFAULT_BUDGET, MIN_BUDGET, 100_000)
         results = await self._recall(query, args, limit=CONTEXT_CANDIDATES)
+        here = await self._linked(args)
+        if here is not None:
+            # A project's block: what is the project's, and what the person said for all.
+            results = [r for r in results if injectable(r, here)]
         block = build_context(results, budget)
         ids = [item.result.memory_id for item in block.items]
         agent_session = arg.opt_text(args, "agent_session_id")
@@ -94,10 +100,14 @@ class MemoryOperations(OpsBase):
             if private_to in (None, "unknown"):
                 raise ApiError(400, "a private memory needs the agent it is private to"
                                     " (agent)")
+        # What an agent's tool saves is marked so: never given to every project unasked.
+        made_by = (Provenance(source=FROM_AGENT_TOOL)
+                   if arg.opt_text(args, "interface") == "mcp" else None)
         memory = await self._backend.remember(
             content, type=MemoryType(kind),
             importance=None if importance is None else float(importance),
-            project=await self._linked(args), tags=tags, private_to=private_to)
+            project=await self._linked(args), tags=tags, private_to=private_to,
+            provenance=made_by)
         return {"memory": memory_to_record(memory)}
 
     async def correct(self, args: Mapping[str, Any]) -> dict[str, Any]:

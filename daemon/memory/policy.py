@@ -19,6 +19,11 @@ the same rule as a query over their `forgotten_scopes` table.
 `recall_filters` is what a recall may return (live, visible to the asking agent, in
 the project, in the time span, of the types asked for), as SQL terms written with
 the backend's own placeholders.
+
+`injectable` is what may reach an agent by itself (a hook's block, `memory_context`):
+a project's own memories, and memories of no project only when the person said them
+for every project (`memoryd remember`, the viewer), never words lifted from a session
+that had no project, nor what an agent's tool saved there.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from daemon.memory.models import Memory, MemoryType
+from daemon.memory.models import Memory, MemoryType, RecallResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,3 +182,17 @@ class VectorMark:
         self.through = through
         if full:
             self.checked_at = now
+
+
+#: The provenance source of a memory an agent saved through its MCP tools.
+FROM_AGENT_TOOL = "mcp"
+
+
+def injectable(result: RecallResult, project: str | None) -> bool:
+    """Whether `result` may be given, unasked, to an agent working in `project`."""
+    if result.project is not None:
+        return result.project == project
+    made = result.provenance
+    said_by_person = (made.session_id is None and made.session_external_id is None
+                      and made.source != FROM_AGENT_TOOL)
+    return said_by_person
