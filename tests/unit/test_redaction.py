@@ -234,3 +234,78 @@ def test_detect_secrets_rules_load_without_its_http_client() -> None:
                          check=True).stdout.split()
     assert int(out[0]) >= 20 and out[1:3] == ["False", "False"]
     assert out[3] == "[REDACTED:github_token]"
+
+
+#: Each kind the audit of issue 61.10 found unmasked, as it is written where people paste
+#: it, with the part that must never be seen again.
+_NAMED_KINDS = [
+    ("private_key", "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: me\n"
+     "Public-Lines: 2\nAAAAC3NzaC1lZDI1NTE5AAAAIC1\nAAAA\nPrivate-Lines: 1\n"
+     "AAAAIJ2x7Qmz9KpL3sVbN8wYtR4uE6fH0cD5gA1jK2lM9nOp\nPrivate-MAC: 5f1b2c3d4e5f6071829\n",
+     "AAAAIJ2x7Qmz9KpL3sVbN8wYtR4uE6fH0cD5gA1jK2lM9nOp"),
+    ("google_oauth_secret", "client_secret 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s done",
+     "1aB2cD3eF4gH5iJ6kL7mN8oP9qR0s"),
+    ("grafana_token", "export GRAFANA=glsa_AbCdEfGhIjKlMnOpQrStUvWxYz012345_0a1b2c3d",
+     "AbCdEfGhIjKlMnOpQrStUvWxYz012345"),
+    ("atlassian_token", "jira: ATATT3xFfGF0T4JsmQk8zY1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvWx=1234",
+     "T4JsmQk8zY1b2C3d4E5f6G7h8I9j0KlMn"),
+    ("databricks_token", "use dapi0123456789abcdef0123456789abcdef now",
+     "0123456789abcdef0123456789abcdef"),
+    ("linear_key", "LINEAR lin_api_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd",
+     "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCd"),
+    ("notion_token", "notion ntn_123456789012AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ab ok",
+     "123456789012AbCdEfGhIjKlMnOpQrStUvWxYz"),
+    ("postman_key", "PMAK-0123456789abcdef01234567-0123456789abcdef0123456789abcdef01",
+     "0123456789abcdef0123456789abcdef01"),
+    ("newrelic_key", "key NRAK-ABCDEFGHIJ0123456789KLMNOPQ", "ABCDEFGHIJ0123456789KLMNOPQ"),
+    ("groq_key", "gsk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789AbCdEfGhIjKlMnOp",
+     "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    ("docker_auth", '{"auths": {"registry.example.com": {"auth": "dXNlcjpzM2NyZXRQYXNzd29yZA=="}}}',
+     "dXNlcjpzM2NyZXRQYXNzd29yZA"),
+    ("kube_client_key", "    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlF\n",
+     "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlF"),
+    ("national_id", "my NI number is AB 12 34 56 C", "12 34 56"),
+    ("national_id", "DNI 12345678Z", "12345678Z"),
+    ("national_id", "NIE X1234567L", "1234567L"),
+    ("national_id", "CPF 529.982.247-25", "529.982.247"),
+    ("national_id", "SIN 130-692-544", "130-692-544"),
+    ("national_id", "Aadhaar 2341 2341 2346", "2341 2341 2346"),
+    ("national_id", "codice fiscale RSSMRA85T10A562S", "RSSMRA85T10A562S"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "secret"), _NAMED_KINDS,
+                         ids=[f"{k}-{i}" for i, (k, _t, _s) in enumerate(_NAMED_KINDS)])
+def test_every_named_kind_is_masked(kind: str, text: str, secret: str) -> None:
+    """Each kind is masked as itself, and no 8-character run of its secret is left."""
+    masked = redact(text)
+    assert f"[REDACTED:{kind}]" in masked, masked
+    assert not any(secret[i:i + 8] in masked for i in range(len(secret) - 7)), masked
+
+
+@pytest.mark.parametrize("text", [
+    "the api key for staging is 9f2c7a1b4e8d6f30a2c5, keep it safe",
+    "our access token was Zq8RkT2mWvX9pL4nB7cD1eF for the old box",
+])
+def test_a_secret_said_in_prose_is_masked(text: str) -> None:
+    """"The api key for staging is 9f2c…": the words name it, the value is long and mixed."""
+    masked = redact(text)
+    assert "[REDACTED:" in masked and "9f2c7a1b" not in masked and "Zq8RkT2m" not in masked
+
+
+def test_a_bare_aws_secret_key_is_masked_where_the_text_speaks_of_aws() -> None:
+    """Forty characters of base64 alone could be a hash; beside "AWS" they are the key."""
+    key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzEXAMPLEKY"
+    assert key not in redact(f"on the AWS box I set {key} as the key yesterday")
+    assert key in redact(f"the checksum was {key}")
+
+
+@pytest.mark.parametrize("text", [
+    "the token is expired, and the secret is out",
+    "build 12345678 and 2024-11-28 and v1.2.3 and item AB123456",
+    "version 123.456.789-00 of the schema",
+    "commit 3f2a9c1b7d8e6f5a4c3b2a19087f6e5d4c3b2a19 on aws",
+])
+def test_what_merely_looks_like_a_secret_stays(text: str) -> None:
+    """Words about secrets, dates, versions, ids and hashes are not secrets."""
+    assert redact(text) == text

@@ -120,6 +120,39 @@ _OWN: list[_Rule] = [
     # ~/.netrc: `machine HOST login USER password SECRET`, any value.
     ("netrc_password", ("machine",),
      re.compile(r"(?i)\bmachine\s+\S+\s+login\s+\S+\s+password\s+(\S+)"), 1),
+    # A PuTTY key file: its private lines and their MAC, whatever follows the header.
+    ("private_key", ("PuTTY-User-Key-File",), re.compile(
+        r"PuTTY-User-Key-File-\d+:[^\n]*(?:\n(?!Private-MAC:)[^\n]*)*"
+        r"(?:\nPrivate-MAC:[^\n]*|\Z)"), None),
+    # More services' token formats people paste (issue 61.10).
+    ("google_oauth_secret", ("GOCSPX-",),
+     re.compile(r"\bGOCSPX-[A-Za-z0-9_\-]{24,}"), None),
+    ("grafana_token", ("glsa_", "glc_"),
+     re.compile(r"\b(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/=]{32,})"), None),
+    ("atlassian_token", ("ATATT", "ATCTT"),
+     re.compile(r"\bAT[AC]TT[A-Za-z0-9_\-=]{40,}"), None),
+    ("databricks_token", ("dapi",), re.compile(r"\bdapi[a-f0-9]{32}(?:-\d)?\b"), None),
+    ("linear_key", ("lin_api_", "lin_oauth_"),
+     re.compile(r"\blin_(?:api|oauth)_[A-Za-z0-9]{32,}"), None),
+    ("notion_token", ("ntn_", "secret_"),
+     re.compile(r"\b(?:ntn_[A-Za-z0-9]{40,}|secret_[A-Za-z0-9]{43})\b"), None),
+    ("postman_key", ("PMAK-",), re.compile(r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"), None),
+    ("newrelic_key", ("NRAK-", "NRII-", "NRJS-"),
+     re.compile(r"\bNR(?:AK|II|JS)-[A-Za-z0-9]{19,}"), None),
+    ("groq_key", ("gsk_",), re.compile(r"\bgsk_[A-Za-z0-9]{40,}"), None),
+    # A Docker config's registry credentials (`"auth": "<base64 of user:password>"`).
+    ("docker_auth", ("auth",), re.compile(
+        r"(?i)[\"']auth[\"']\s*:\s*[\"']([A-Za-z0-9+/]{8,}={0,2})[\"']"), 1),
+    # A kubeconfig's client key (and its token is an assignment).
+    ("kube_client_key", ("client-key-data",),
+     re.compile(r"client-key-data\s*:\s*[\"']?([A-Za-z0-9+/]{16,}={0,2})"), 1),
+    # A key, token or secret said in prose: "the api key for staging is 9f2c...". The
+    # value has letters and digits and is long, so "the token is expired" stays.
+    ("named_secret", ("key", "token", "secret"), re.compile(
+        r"(?i)\b(?:api[\s_\-]?key|access[\s_\-]?key|secret(?:[\s_\-]?key)?|token)\b"
+        r"[^.\n:=]{0,40}?\b(?:is|was|=)\s+[`\"']?"
+        r"((?=[A-Za-z0-9_\-./+=]*\d)(?=[A-Za-z0-9_\-./+=]*[A-Za-z])[A-Za-z0-9_\-./+=]{16,})"),
+     1),
 ]
 # A bare AWS secret key is 40 characters of base64; alone it is indistinguishable from a
 # hash, so it is masked only in text that also holds an access key id.
@@ -352,13 +385,95 @@ def _mask_ip(match: re.Match[str]) -> str:
     return match.group(0) if match.group(0) in _HARMLESS_IPS else "[REDACTED:ip]"
 
 
+# National identity numbers beside the US SSN, each as it is written and, where it has
+# one, with its check digit or letter verified (a random number rarely passes).
+#: United Kingdom National Insurance number: AB 12 34 56 C.
+_NINO = re.compile(r"(?<![A-Za-z0-9])(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
+                   r" ?\d{2} ?\d{2} ?\d{2} ?[A-D](?![A-Za-z0-9])")
+#: Spain's DNI (8 digits and a letter) and NIE (X, Y or Z, 7 digits, a letter).
+_DNI = re.compile(r"(?<![A-Za-z0-9])([XYZ]?)(\d{7,8})-?([A-Z])(?![A-Za-z0-9])")
+_DNI_LETTERS = "TRWAGMYFPDXBNJZSQVHLCKE"
+#: Brazil's CPF as printed: 123.456.789-09.
+_CPF = re.compile(r"(?<![\d.])(\d{3})\.(\d{3})\.(\d{3})-(\d{2})(?![\d-])")
+#: Canada's SIN as printed, 3-3-3 with dashes or spaces (Luhn).
+_SIN = re.compile(r"(?<![\d-])(\d{3})([ \-])(\d{3})\2(\d{3})(?![\d-])")
+#: India's Aadhaar as printed, 4-4-4 (Verhoeff; never starts with 0 or 1).
+_AADHAAR = re.compile(r"(?<![\d-])([2-9]\d{3})([ \-])(\d{4})\2(\d{4})(?![\d-])")
+#: Italy's codice fiscale: six letters, two digits, a month letter, two digits, a letter,
+#: three digits, a check letter.
+_FISCAL_CODE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{6}\d{2}[A-EHLMPRST]\d{2}[A-Z]\d{3}[A-Z]"
+                          r"(?![A-Za-z0-9])")
+_VERHOEFF_D = [[(i + j) % 5 + 5 * ((i // 5 + j // 5) % 2) if i < 5 and j < 5 else 0
+                for j in range(10)] for i in range(10)]
+
+
+def _verhoeff(number: str) -> bool:
+    mult = ((0, 1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 3, 4, 0, 6, 7, 8, 9, 5),
+            (2, 3, 4, 0, 1, 7, 8, 9, 5, 6), (3, 4, 0, 1, 2, 8, 9, 5, 6, 7),
+            (4, 0, 1, 2, 3, 9, 5, 6, 7, 8), (5, 9, 8, 7, 6, 0, 4, 3, 2, 1),
+            (6, 5, 9, 8, 7, 1, 0, 4, 3, 2), (7, 6, 5, 9, 8, 2, 1, 0, 4, 3),
+            (8, 7, 6, 5, 9, 3, 2, 1, 0, 4), (9, 8, 7, 6, 5, 4, 3, 2, 1, 0))
+    perm = ((0, 1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 5, 7, 6, 2, 8, 3, 0, 9, 4),
+            (5, 8, 0, 3, 7, 9, 6, 1, 4, 2), (8, 9, 1, 6, 0, 4, 3, 5, 2, 7),
+            (9, 4, 5, 3, 1, 2, 6, 8, 7, 0), (4, 2, 8, 6, 5, 7, 3, 9, 0, 1),
+            (2, 7, 9, 3, 8, 0, 6, 4, 1, 5), (7, 0, 4, 6, 9, 1, 3, 2, 5, 8))
+    check = 0
+    for position, digit in enumerate(reversed(number)):
+        check = mult[check][perm[position % 8][int(digit)]]
+    return check == 0
+
+
+def _mask_dni(match: re.Match[str]) -> str:
+    prefix, digits, letter = match.groups()
+    if (prefix and len(digits) != 7) or (not prefix and len(digits) != 8):
+        return match.group(0)
+    number = int(str("XYZ".index(prefix)) + digits) if prefix else int(digits)
+    return "[REDACTED:national_id]" if _DNI_LETTERS[number % 23] == letter else match.group(0)
+
+
+def _mask_cpf(match: re.Match[str]) -> str:
+    digits = [int(c) for c in "".join(match.groups())]
+    if len(set(digits)) == 1:
+        return match.group(0)
+    for size in (9, 10):
+        total = sum(d * w for d, w in zip(digits[:size], range(size + 1, 1, -1), strict=True))
+        if (total * 10 % 11) % 10 != digits[size]:
+            return match.group(0)
+    return "[REDACTED:national_id]"
+
+
+def _mask_sin(match: re.Match[str]) -> str:
+    digits = match.group(1) + match.group(3) + match.group(4)
+    return "[REDACTED:national_id]" if digits[0] != "0" and _luhn(digits) else match.group(0)
+
+
+def _mask_aadhaar(match: re.Match[str]) -> str:
+    digits = match.group(1) + match.group(3) + match.group(4)
+    return "[REDACTED:national_id]" if _verhoeff(digits) else match.group(0)
+
+
+def _mask_national(text: str) -> str:
+    if "." in text and "-" in text:
+        text = _CPF.sub(_mask_cpf, text)
+    text = _SIN.sub(_mask_sin, text)
+    text = _AADHAAR.sub(_mask_aadhaar, text)
+    text = _DNI.sub(_mask_dni, text)
+    text = _NINO.sub("[REDACTED:national_id]", text)
+    return _FISCAL_CODE.sub("[REDACTED:national_id]", text)
+
+
 def mask_personal(text: str) -> str:
-    """E-mail addresses, phone numbers, payment cards (Luhn), IBANs (mod 97), IPs."""
+    """E-mail addresses, phone numbers, payment cards (Luhn), IBANs (mod 97), IPs, and
+    national identity numbers (the US SSN; the UK's, Spain's, Brazil's, Canada's, India's
+    and Italy's, with their checks)."""
     if "@" in text:
         text = _EMAIL.sub("[REDACTED:email]", text)
     # One pass in C (ten `count`s were a tenth of a backfill's masking): most text has
     # few digits.
     digits = len(text.encode("utf-8", "surrogatepass").translate(None, _NOT_DIGITS))
+    if digits < 6:
+        return text
+    text = _mask_national(text)
     if digits < 7:
         return text
     # Cards, SSNs, IPv4 addresses and phone numbers begin a run of digits (their
@@ -451,7 +566,10 @@ def _mask_secrets(text: str) -> str:
             masked = _mask(text, kind, pattern, group)
             if masked != text:
                 text, found = masked, _markers_in(masked, masked.lower())
-    if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text) and _AWS_ID.search(text):
+    # A bare AWS secret key is told from a hash only by what is around it: an access key
+    # id, or the text speaking of AWS.
+    if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text
+            or "aws" in lowered) and (_AWS_ID.search(text) or "aws" in lowered):
         masked = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
         if masked != text:
             text, found = masked, _markers_in(masked, masked.lower())
