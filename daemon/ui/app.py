@@ -3,11 +3,14 @@
 Security, for a page that can forget memories:
 - It listens on 127.0.0.1 only, and answers only requests whose Host is
   127.0.0.1 or localhost on its own port (no DNS rebinding).
-- Every request needs the secret token: `memoryd ui` opens `/login?token=...`,
-  which sets it as an HttpOnly, SameSite=Strict cookie and redirects to a
-  clean URL. Without it, 403.
-- Every state-changing request is a POST carrying a CSRF token (derived from
-  the secret) from a same-origin page; anything else is refused. The
+- Every request needs a session: `memoryd ui` opens `/login?token=...` with
+  the secret token, which starts a session of a random id (never the token: a
+  browser sends a 127.0.0.1 cookie to every local port, other servers'
+  included) in an HttpOnly, SameSite=Strict cookie named for the port, and
+  redirects to a clean URL. Without one, 403.
+- Every state-changing request is a POST carrying the session's CSRF token
+  (an HMAC of the session id with a key of its own, never derived from the
+  token) from a same-origin page; anything else is refused. The
   SameSite=Strict cookie is not even sent from another site.
 - A Content-Security-Policy allows only this server's own styles, script and
   images; nothing is fetched from the internet (everything ships in the package).
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,25 +46,61 @@ from daemon.ui.data import CHART_DAYS, Chart, ViewerData
 log = structlog.get_logger("memoryd.ui")
 
 HERE = Path(__file__).parent
-COOKIE = "memoryd_ui"
+#: The session cookie's name: one per viewer port, so two viewers never overwrite each
+#: other's, and what another local server is sent is only a session id of this run.
+COOKIE_PREFIX = "memoryd_ui_"
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self';"
        " form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#9c755f")
+#: How long a viewer session lasts without a new `memoryd ui`.
+SESSION_SECONDS = 12 * 3600
 
 
-def csrf_token(secret: str) -> str:
-    return hmac.new(secret.encode(), b"memoryd-ui-csrf", hashlib.sha256).hexdigest()
+def cookie_name(port: int | None) -> str:
+    return f"{COOKIE_PREFIX}{port}"
+
+
+class Sessions:
+    """The viewer's sessions: a random id per login, never the secret token (a browser
+    sends a 127.0.0.1 cookie to every local port), each with a CSRF token from a secret
+    of its own. They live as long as the viewer, at most SESSION_SECONDS each."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._started: dict[str, float] = {}
+        self._csrf_key = secrets.token_bytes(32)
+
+    def open(self) -> str:
+        session = secrets.token_urlsafe(32)
+        self._started[session] = self._clock()
+        return session
+
+    def valid(self, session: str) -> bool:
+        started = self._started.get(session)
+        if started is None:
+            return False
+        if self._clock() - started > SESSION_SECONDS:
+            del self._started[session]
+            return False
+        return True
+
+    def csrf(self, session: str) -> str:
+        return hmac.new(self._csrf_key, session.encode(), hashlib.sha256).hexdigest()
+
+
+def _session_of(request: Request) -> str:
+    port = request.scope.get("server", (None, None))[1]
+    return request.cookies.get(cookie_name(port), "")
 
 
 class Guard(BaseHTTPMiddleware):
-    """Host, token and CSRF checks on every request; security headers on every answer."""
+    """Host, session and CSRF checks on every request; security headers on every answer."""
 
-    def __init__(self, app: Any, secret: str) -> None:
+    def __init__(self, app: Any, sessions: Sessions) -> None:
         super().__init__(app)
-        self._secret = secret
-        self._csrf = csrf_token(secret)
+        self._sessions = sessions
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         refusal = await self._refusal(request)
@@ -80,8 +121,8 @@ class Guard(BaseHTTPMiddleware):
             return PlainTextResponse("memoryd viewer: unknown host", status_code=400)
         if request.url.path == "/login":
             return None
-        cookie = request.cookies.get(COOKIE, "")
-        if not hmac.compare_digest(cookie.encode(), self._secret.encode()):
+        session = _session_of(request)
+        if not self._sessions.valid(session):
             return PlainTextResponse("memoryd viewer: open it with `memoryd ui`",
                                      status_code=403)
         if request.method not in ("GET", "HEAD"):
@@ -92,7 +133,7 @@ class Guard(BaseHTTPMiddleware):
             await request.body()  # read once here: the handler gets it replayed
             form = await request.form()
             sent = str(form.get("csrf") or "")
-            if not hmac.compare_digest(sent.encode(), self._csrf.encode()):
+            if not hmac.compare_digest(sent.encode(), self._sessions.csrf(session).encode()):
                 return PlainTextResponse("memoryd viewer: missing or wrong form token",
                                          status_code=403)
         return None
@@ -100,9 +141,9 @@ class Guard(BaseHTTPMiddleware):
 
 def make_app(data: ViewerData, secret: str) -> Starlette:
     """The viewer over `data`, guarded by `secret` (the token `memoryd ui` hands out)."""
+    logins = Sessions()
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.globals.update(csrf=csrf_token(secret), memory_types=[t.value for t in
-                                                                       MemoryType],
+    templates.env.globals.update(memory_types=[t.value for t in MemoryType],
                                  about=about_date, stored_apart=stored_apart)
 
     told = False
@@ -117,6 +158,7 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
 
     def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
         try:
+            context = {"csrf": logins.csrf(_session_of(request)), **context}
             return templates.TemplateResponse(request, name, context, status_code=status)
         except TemplateNotFound:
             return replaced()
@@ -146,7 +188,9 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
             return PlainTextResponse("memoryd viewer: open it with `memoryd ui`",
                                      status_code=403)
         response = RedirectResponse("/", status_code=303)
-        response.set_cookie(COOKIE, secret, httponly=True, samesite="strict", path="/")
+        port = request.scope.get("server", (None, None))[1]
+        response.set_cookie(cookie_name(port), logins.open(), httponly=True,
+                            samesite="strict", path="/")
         return response
 
     async def overview(request: Request) -> Response:
@@ -243,7 +287,7 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
         Mount("/static", Static(directory=str(HERE / "static"), check_dir=False),
               name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, secret=secret)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, sessions=logins)])
 
 
 def _see(path: str, **query: str) -> RedirectResponse:

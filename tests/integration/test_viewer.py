@@ -124,6 +124,46 @@ def test_the_viewer_refuses_whoever_lacks_the_token(viewer: tuple[Daemon, str]) 
     assert secret not in (daemon.tmp / "daemon.log").read_text()
 
 
+def test_the_viewer_s_cookie_is_a_session_not_its_token(viewer: tuple[Daemon, str]) -> None:
+    """A browser sends a 127.0.0.1 cookie to every local port: the cookie is a random
+    session id named for the viewer's port, never the secret token, and each login gets
+    its own; the CSRF token is not derived from the token and one session's does not
+    serve another (issue 61.5)."""
+    _daemon, url = viewer
+    base = _base(url)
+    secret = url.split("token=")[1]
+    port = base.rsplit(":", 1)[1]
+    tokens, sessions = [], []
+    for _ in range(2):
+        with httpx.Client(base_url=base, timeout=30) as browser:
+            assert browser.get(url.replace(base, "")).status_code == 303
+            cookies = dict(browser.cookies)
+            assert list(cookies) == [f"memoryd_ui_{port}"], cookies
+            session = cookies[f"memoryd_ui_{port}"]
+            assert session != secret and secret not in session and len(session) >= 32
+            found = re.search(r'name="csrf" value="(\w+)"', browser.get("/memories").text)
+            assert found is not None
+            assert found.group(1) != csrf_token(secret)
+            tokens.append(found.group(1))
+            sessions.append(session)
+    assert sessions[0] != sessions[1] and tokens[0] != tokens[1]
+    with httpx.Client(base_url=base, timeout=30,
+                      cookies={f"memoryd_ui_{port}": sessions[1]}) as other:
+        crossed = other.post("/memories", data={"content": "planted", "csrf": tokens[0]})
+        assert crossed.status_code == 403
+    with httpx.Client(base_url=base, timeout=30,
+                      cookies={f"memoryd_ui_{port}": secret}) as token_as_cookie:
+        assert token_as_cookie.get("/").status_code == 403
+
+
+def csrf_token(secret: str) -> str:
+    """How the CSRF token was made from the secret token before (a constant's HMAC)."""
+    import hashlib
+    import hmac
+
+    return hmac.new(secret.encode(), b"memoryd-ui-csrf", hashlib.sha256).hexdigest()
+
+
 # -- pages in a real browser ------------------------------------------------------------
 
 def _chromium() -> str:
