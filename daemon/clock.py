@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 Precision = Literal["auto", "seconds", "milliseconds", "microseconds"]
+
+
+#: This boot's id on Linux; elsewhere none is known.
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+@dataclass(frozen=True, slots=True)
+class BootReading:
+    """Which boot this is, and the seconds since it on a clock that counts suspended time
+    and that no one sets: how far the wall clock may honestly have moved since a reading
+    of the same boot."""
+
+    boot_id: str | None
+    seconds: float | None
 
 
 @runtime_checkable
@@ -17,6 +33,10 @@ class Clock(Protocol):
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes backwards (for timers only)."""
+        ...
+
+    def boot(self) -> BootReading:
+        """This boot, and the seconds since it (suspended time counted)."""
         ...
 
 
@@ -44,6 +64,15 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def boot(self) -> BootReading:
+        try:
+            boot_id: str | None = _BOOT_ID.read_text().strip() or None
+        except OSError:
+            boot_id = None
+        boottime = getattr(time, "CLOCK_BOOTTIME", None)
+        seconds = time.clock_gettime(boottime) if boottime is not None else None
+        return BootReading(boot_id, seconds)
+
 
 class FakeClock:
     """A clock that only moves when told to."""
@@ -61,3 +90,10 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self._now += timedelta(seconds=seconds)
         self._mono += seconds
+
+    def step(self, seconds: float) -> None:
+        """The wall clock set forward (or back) by `seconds`: no time passed."""
+        self._now += timedelta(seconds=seconds)
+
+    def boot(self) -> BootReading:
+        return BootReading("fake-boot", self._mono)

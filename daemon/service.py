@@ -41,6 +41,7 @@ from daemon.files import atomic_write
 from daemon.hooks.client import refresh_client, stable_client
 from daemon.ingest.ingester import Ingester
 from daemon.ingest.watcher import watch_roots
+from daemon.lifecycle.clock_trust import clock_ahead
 from daemon.lifecycle.coverage import check_memory
 from daemon.lifecycle.expiry import expire_stale_sessions
 from daemon.lifecycle.rate import Throughput
@@ -556,6 +557,8 @@ class Service:
                     return
 
         async def expire_audit() -> None:
+            if await clock_ahead(conn, clock, mark=False) is not None:
+                return  # a clock set a year ahead must not empty the trail (`clock_trust`)
             before = clock.now() - timedelta(seconds=settings.audit_retention)
             async with self._sync_lock:
                 removed = await audit.expire(conn, before)

@@ -63,7 +63,8 @@ class Governance(OpsBase):
             raise ApiError(400, "dry_run must be true or false")
         job = Retention(self._conn, self._backend, self.clock, self.settings.retention)
         async with self._writing:  # recorded in the audit trail by `run`, like any operation
-            report = await job.run(dry_run=dry_run, audit_as=None)
+            report = await job.run(dry_run=dry_run, audit_as=None,
+                                   trust_clock=arg.flag(args, "trust_clock"))
         return report.as_dict()
 
     async def transcripts(self, args: Mapping[str, Any]) -> dict[str, Any]:

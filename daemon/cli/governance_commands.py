@@ -7,12 +7,15 @@ and open the stores directly otherwise, like every memory command.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import click
 
 from daemon.cli.common import (
+    EX_UNAVAILABLE,
     config_option,
+    fail,
     json_option,
     main,
     print_json,
@@ -21,21 +24,29 @@ from daemon.cli.common import (
 )
 from daemon.cli.memory_commands import call
 from daemon.config import parse_duration
+from daemon.lifecycle.clock_trust import say
 
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Only say what would go; delete nothing.")
+@click.option("--trust-clock", is_flag=True,
+              help="The clock is right, though it reads far later than the time since the"
+                   " last run explains: delete by age as it says.")
 @json_option
 @config_option
 @click.pass_context
-def retention(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+def retention(ctx: click.Context, dry_run: bool, trust_clock: bool, as_json: bool) -> None:
     """Apply the retention settings now (the daemon also does, daily): expire old
     conversation memories (and summaries, and raw message text, when set), never
     explicit facts, corrections or anything under a legal hold."""
     settings = settings_for(ctx)
-    report = call(settings, "retention", {"dry_run": True} if dry_run else {})
+    report = call(settings, "retention", {**({"dry_run": True} if dry_run else {}),
+                                          **({"trust_clock": True} if trust_clock else {})})
     if as_json:
         print_json(report)
+    if report.get("clock_ahead_days") is not None:
+        fail(say(timedelta(days=report["clock_ahead_days"])), EX_UNAVAILABLE)
+    if as_json:
         return
     policy = settings.retention
     verb = "would expire" if report["dry_run"] else "expired"

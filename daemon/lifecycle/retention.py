@@ -40,6 +40,7 @@ import structlog
 
 from daemon.clock import Clock
 from daemon.config import RetentionSettings
+from daemon.lifecycle.clock_trust import clock_ahead, say
 from daemon.memory import Capability, MemoryBackend, MemoryType
 from daemon.memory.records import from_utc_text
 from daemon.store import audit
@@ -66,6 +67,9 @@ class RetentionReport:
     raw_sessions: int = 0
     #: Survivor id -> the ids of the duplicates merged into it.
     merged: dict[str, list[str]] = field(default_factory=dict)
+    #: How many days the wall clock seems ahead of what the time since the last run
+    #: explains (`clock_trust`): nothing was deleted by age. None: the clock is trusted.
+    clock_ahead_days: float | None = None
 
     @property
     def expired(self) -> int:
@@ -83,7 +87,7 @@ class RetentionReport:
                 "held": self.held, "raw_messages": self.raw_messages,
                 "raw_sessions": self.raw_sessions,
                 "merged": sum(len(ids) for ids in self.merged.values()),
-                "merged_into": self.merged}
+                "merged_into": self.merged, "clock_ahead_days": self.clock_ahead_days}
 
 
 def _cutoffs(policy: RetentionSettings, now: datetime) -> dict[str, datetime]:
@@ -163,12 +167,26 @@ class Retention:
         self._clock = clock
         self.policy = policy
 
-    async def run(self, *, dry_run: bool | None = None,
-                  audit_as: str | None = "daemon") -> RetentionReport:
+    async def run(self, *, dry_run: bool | None = None, audit_as: str | None = "daemon",
+                  trust_clock: bool = False) -> RetentionReport:
         """Apply the policy now; recorded in the audit trail as `audit_as` (None: the
-        caller records it)."""
+        caller records it). Nothing is deleted while the wall clock seems to have jumped
+        ahead (`clock_trust`), unless `trust_clock`: the person said it is right."""
         dry = self.policy.dry_run if dry_run is None else dry_run
         now = self._clock.now()
+        by_age = any(value is not None for value in (
+            self.policy.conversations, self.policy.summaries, self.policy.raw_messages))
+        gap = await clock_ahead(self._conn, self._clock, trust=trust_clock,
+                                mark=not dry) if by_age else None
+        if gap is not None:
+            report = RetentionReport(dry_run=dry, clock_ahead_days=gap.total_seconds() / 86400)
+            if dry:
+                return report
+            log.warning("retention_clock_ahead", days=round(report.clock_ahead_days or 0, 1))
+            if audit_as is not None:
+                await audit.record(self._conn, audit.AuditEvent(
+                    interface=audit_as, action="retention_refused", detail=say(gap)), now)
+            return report
         holds = await standing(self._conn)
         report = RetentionReport(dry_run=dry)
         report.memories, report.held, report.merged = await survey(
@@ -199,6 +217,8 @@ class Retention:
 
 def describe(report: RetentionReport) -> str:
     """What a (dry) run removes, in one line."""
+    if report.clock_ahead_days is not None:
+        return "nothing: " + say(timedelta(days=report.clock_ahead_days))
     merged = sum(len(ids) for ids in report.merged.values())
     if not report.expired and not merged and not report.raw_messages:
         return "nothing"

@@ -307,6 +307,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE session_messages ADD COLUMN content_key TEXT;
         """,
     ),
+    (
+        15,
+        "clock marks: the wall clock and the boot clock when deletions by age last ran",
+        """
+        CREATE TABLE clock_marks (
+            name TEXT PRIMARY KEY,
+            wall TEXT NOT NULL,
+            boot_id TEXT,
+            boot_seconds REAL
+        );
+        """,
+    ),
 ]
 
 

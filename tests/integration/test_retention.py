@@ -263,3 +263,61 @@ def test_status_says_what_retention_may_delete(tmp_path: Path) -> None:
     line = next(x for x in _cli(expiring, env, "status").stdout.splitlines()
                 if x.startswith("retention:"))
     assert "conversations after 90 days" in line
+
+
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def test_a_wall_clock_step_ahead_deletes_nothing_until_the_person_says_so(
+        tmp_path: Path) -> None:
+    """`retention.conversations: 300d`, the daemon running, and the wall clock set 400 days
+    forward (libfaketime, the boot clock untouched): the daily job deletes nothing, logs
+    it once a run, and doctor says why; `memoryd retention` refuses with one line until
+    `--trust-clock` (issue 61.6)."""
+    import os
+    import signal
+    import time
+
+    import pytest
+    from helpers import wait_ready
+
+    if not FAKETIME.exists():
+        if os.environ.get("FAKETIME_TESTS_REQUIRED"):
+            pytest.fail(f"{FAKETIME} is missing: .ci/run installs Debian's faketime")
+        pytest.skip("no libfaketime (apt-get install faketime)")
+    config, env, state = _set_up(tmp_path, conversations="300d", schedule="* * * * *")
+    assert _cli(config, env, "retention").returncode == 0  # the mark, at the true time
+    before = _recalled(config, env)
+    assert {"old-alpha", "old-beta", "new-alpha"} <= before
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    faked = {**env, "LD_PRELOAD": str(FAKETIME), "FAKETIME_TIMESTAMP_FILE": str(offset),
+             "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(memoryd_command("--config", str(config), "run"), env=faked,
+                            stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(state, proc.pid)
+        offset.write_text("+400d\n")
+        deadline = time.monotonic() + 150
+        while b"retention_clock_ahead" not in (tmp_path / "run.log").read_bytes():
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                (tmp_path / "run.log").read_text()[-3000:]
+            time.sleep(1)
+        assert _recalled(config, faked) == before
+        refused = _cli(config, faked, "retention")
+        assert refused.returncode == 69 and "--trust-clock" in refused.stderr, refused.stderr
+        assert _recalled(config, faked) == before
+        doctor = _cli(config, faked, "doctor")
+        assert "--trust-clock" in doctor.stdout, doctor.stdout
+        trusted = _cli(config, faked, "retention", "--trust-clock")
+        assert trusted.returncode == 0, trusted.stderr
+        assert not {"old-alpha", "old-beta", "new-alpha"} & _recalled(config, faked)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
