@@ -45,10 +45,14 @@ def distill(ctx: click.Context, since: datetime, dry_run: bool) -> None:
 
 async def _distill(settings: Settings, clock: Clock, since: datetime, dry_run: bool) -> None:
     from daemon.distill.backlog import plan_backlog
-    from daemon.store.distill_queue import enqueue_backlog
+    from daemon.store.distill_queue import enqueue_backlog, requeue_failed
     from daemon.store.opening import open_store
 
     async with open_store(settings) as conn:
+        if not dry_run:
+            again = await requeue_failed(conn, since, clock.now())
+            if again:
+                click.echo(f"{again} segments whose answers failed before queued again")
         backlog = await plan_backlog(conn, settings, since)
         llm = settings.memory.llm
         days = backlog.tokens / llm.daily_tokens if llm.daily_tokens else float("inf")

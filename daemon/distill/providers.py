@@ -90,6 +90,16 @@ def estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
+def counted(completion: Completion, system: str, user: str) -> Completion:
+    """`completion` with what its provider did not say it cost estimated from what was
+    sent and answered: a server that omits `usage` must not spend the daily budget free."""
+    if completion.tokens_in and completion.tokens_out:
+        return completion
+    return Completion(completion.text,
+                      completion.tokens_in or estimate_tokens(system) + estimate_tokens(user),
+                      completion.tokens_out or estimate_tokens(completion.text))
+
+
 def shown_url(url: str) -> str:
     """`url` without user:password@ and without its query."""
     return re.sub(r"//[^/@\s]*@", "//", url).split("?", 1)[0]

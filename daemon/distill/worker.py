@@ -33,7 +33,7 @@ from daemon.clock import Clock
 from daemon.config import Settings
 from daemon.distill.answer import Item, decode_items, encode_items, parse_answer
 from daemon.distill.prompt import build_prompt
-from daemon.distill.providers import Completion, Provider
+from daemon.distill.providers import Completion, Provider, counted
 from daemon.errors import BackendError, DistillError, DistillRefused, DistillUnavailable
 from daemon.lifecycle.segments import new_copies
 from daemon.memory import DistilledMemory, MemoryBackend, MemoryType, RecallResult
@@ -133,7 +133,8 @@ class Distiller:
             if await self._budget_spent():
                 report.stopped = "daily budget spent"
                 break
-            job = next((j for j in await queue.waiting(self._conn, len(tried) + 1)
+            job = next((j for j in await queue.waiting(self._conn, len(tried) + 1,
+                                                       self._clock.now())
                         if j.segment_id not in tried), None)
             if job is None:
                 break
@@ -213,7 +214,8 @@ class Distiller:
             return None
         now = self._clock.now()
         try:
-            completion = await self._provider.complete(prompt.system, prompt.user)
+            completion = counted(await self._provider.complete(prompt.system, prompt.user),
+                                 prompt.system, prompt.user)
         except DistillRefused as exc:
             skipped = await queue.record_failure(
                 self._conn, job.segment_id, str(exc), now=now,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import aiosqlite
@@ -29,8 +29,12 @@ from daemon.store.audit import AuditEvent, insert_events
 from daemon.store.connection import run_on_connection
 
 #: Attempts at a job whose answer failed its checks (or whose call failed for a reason
-#: that is not transient) before it is skipped.
+#: that is not transient) in one round; after a round it waits, RETRY_AFTER doubled each
+#: round (a provider answering prose for an hour must not cost every segment for good),
+#: and after MAX_ROUNDS it is skipped (`memoryd distill --since` queues it again).
 MAX_ATTEMPTS = 2
+MAX_ROUNDS = 5
+RETRY_AFTER = timedelta(minutes=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +137,31 @@ async def unfinished_among(conn: aiosqlite.Connection, segment_ids: list[str]) -
     return left
 
 
-async def waiting(conn: aiosqlite.Connection, limit: int) -> list[Job]:
-    """The oldest jobs not finished, answered ones first (their tokens are spent)."""
+async def waiting(conn: aiosqlite.Connection, limit: int, now: datetime) -> list[Job]:
+    """The oldest jobs not finished and due by `now` (one that failed a round waits),
+    answered ones first (their tokens are spent)."""
     async with conn.execute(
         "SELECT segment_id, session_id, first_index, last_index, state, attempts, answer"
-        " FROM distill_queue WHERE state IN ('pending', 'answered')"
-        " ORDER BY state = 'pending', queued_at, segment_id LIMIT ?", (limit,),
+        " FROM distill_queue WHERE state IN ('pending', 'answered') AND queued_at <= ?"
+        " ORDER BY state = 'pending', queued_at, segment_id LIMIT ?", (utc_text(now), limit),
     ) as cursor:
         return [Job(*row) for row in await cursor.fetchall()]
+
+
+def _requeue(conn: sqlite3.Connection, since: datetime, now: datetime) -> int:
+    with immediate_transaction(conn):
+        return conn.execute(
+            "UPDATE distill_queue SET state = 'pending', attempts = 0, error = NULL,"
+            " done_at = NULL, queued_at = ? WHERE state = 'skipped' AND attempts >= ?"
+            " AND COALESCE(error, '') != 'forgotten' AND session_id IN (SELECT id FROM"
+            " sessions WHERE julianday(last_message_at) >= julianday(?))",
+            (utc_text(now), MAX_ATTEMPTS, utc_text(since))).rowcount
+
+
+async def requeue_failed(conn: aiosqlite.Connection, since: datetime, now: datetime) -> int:
+    """The jobs of sessions active since `since` that were skipped after failing (never
+    forgotten ones) queued again from the start; how many."""
+    return await run_on_connection(conn, _requeue, since, now)
 
 
 def _day(now: datetime) -> str:
@@ -202,10 +223,15 @@ def _failed(conn: sqlite3.Connection, segment_id: str, error: str, tokens: int,
             " WHERE segment_id = ? AND state = 'pending' RETURNING attempts",
             (1 if counted else 0, error, tokens, counted, utc_text(now), segment_id))
         row = cursor.fetchone()
-        skipped = row is not None and row[0] >= MAX_ATTEMPTS
+        attempts = row[0] if row is not None else 0
+        skipped = counted and attempts >= MAX_ATTEMPTS * MAX_ROUNDS
         if skipped:
             conn.execute("UPDATE distill_queue SET state = 'skipped', done_at = ?"
                          " WHERE segment_id = ?", (utc_text(now), segment_id))
+        elif counted and attempts and attempts % MAX_ATTEMPTS == 0:
+            wait = RETRY_AFTER * 2 ** (attempts // MAX_ATTEMPTS - 1)
+            conn.execute("UPDATE distill_queue SET queued_at = ? WHERE segment_id = ?",
+                         (utc_text(now + wait), segment_id))
         _spend(conn, now, tokens, error)
         if event is not None:
             insert_events(conn, [event], now)

@@ -46,6 +46,8 @@ class FakeModel:
     cut: int | None = None
     #: With `cut`: end the stream with an error event of this type instead.
     cut_with: str | None = None
+    #: Say what each answer cost (`usage`); a server that does not leaves it out.
+    usage: bool = True
 
     def say(self, text: str, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.script.append((status, headers or {}, text))
@@ -60,6 +62,13 @@ class FakeModel:
         if "system" in body:
             return str(body["system"])
         return str(body["messages"][0]["content"])
+
+
+def _without_usage(data: Any) -> Any:
+    """`data` with every `usage` it holds left out (a server that never says)."""
+    if isinstance(data, dict):
+        return {k: _without_usage(v) for k, v in data.items() if k != "usage"}
+    return data
 
 
 def _events_for(path: str, text: str, piece: int) -> Iterator[tuple[str | None, Any]]:
@@ -136,7 +145,8 @@ def serve() -> Iterator[FakeModel]:
                     and model.stream:
                 self._stream(payload, headers)
                 return
-            data = json.dumps(_body_for(self.path, payload) if status == 200
+            data = json.dumps((_body_for(self.path, payload) if model.usage else
+                               _without_usage(_body_for(self.path, payload))) if status == 200
                               and isinstance(payload, str) else payload).encode()
             self.send_response(status)
             for name, value in {"content-type": "application/json", **headers}.items():
@@ -158,6 +168,7 @@ def serve() -> Iterator[FakeModel]:
             self.wfile.write(b": keep-alive\n\ndata:\n\n")
             pieces = 0
             for event, data in _events_for(self.path, text, model.piece):
+                data = data if model.usage else _without_usage(data)
                 is_piece = event == "content_block_delta" or (
                     isinstance(data, dict) and any("content" in c.get("delta", {})
                                                    for c in data.get("choices", [])))

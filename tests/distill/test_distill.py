@@ -209,18 +209,55 @@ async def test_hostile_and_malformed_answers_store_only_checked_items(
                                 types=[MemoryType.OBSERVATION]) == []
 
 
-async def test_an_answer_malformed_twice_skips_the_segment(
+async def test_an_answer_malformed_twice_puts_the_segment_off_then_it_is_tried_again(
         world: World, backend: SQLiteMemoryBackend) -> None:
+    """Two malformed answers end a round: the segment waits half an hour (not skipped for
+    good: a provider answering prose for a while must not cost it), then is asked again
+    (issue 61.11)."""
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     await save(world, backend)
     world.model.say("{not json")
     world.model.say(json.dumps({"observations": ["the ledger owns numbering"]}))
     assert (await distill(world, backend)).skipped == 0
     report = await distill(world, backend)
-    assert report.skipped == 1
+    assert report.skipped == 0
     state, attempts, error, *_ = world.queue()[0]
-    assert (state, attempts) == ("skipped", 2) and "schema" in error
-    assert (await distill(world, backend)).jobs == 0
+    assert (state, attempts) == ("pending", 2) and "schema" in error
+    assert (await distill(world, backend)).jobs == 0  # not due yet
+    world.clock.advance(31 * 60)
+    world.model.say(json.dumps({"items": [LEDGER]}))
+    report = await distill(world, backend)
+    assert (report.jobs, report.stored) == (1, 1)
+    assert world.queue()[0][0] == "done"
+
+
+async def test_a_burst_of_prose_answers_loses_no_segment(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """Every answer prose (status 200) for every round: each segment waits longer each
+    round, is skipped only after the last, and `distill --since` queues it again."""
+    from daemon.store.distill_queue import MAX_ATTEMPTS, MAX_ROUNDS, requeue_failed
+
+    world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
+    await save(world, backend)
+    waits = []
+    for _ in range(MAX_ATTEMPTS * MAX_ROUNDS):
+        world.model.say("Sure! Here is what I found in the conversation.")
+        report = await distill(world, backend, max_jobs=1)
+        assert report.jobs == 1, world.queue()
+        state, attempts, *_ = world.queue()[0]
+        if state == "skipped":
+            break
+        with sqlite3.connect(world.settings.database_path) as db:
+            due = db.execute("SELECT queued_at FROM distill_queue").fetchone()[0]
+        waits.append(due)
+        world.clock.advance(24 * 3600)  # well past any wait
+    assert (state, attempts) == ("skipped", MAX_ATTEMPTS * MAX_ROUNDS)
+    async with open_store(world.settings) as conn:
+        again = await requeue_failed(conn, world.clock.now() - timedelta(days=30),
+                                     world.clock.now())
+    assert again == 1 and world.queue()[0][:2] == ("pending", 0)
+    world.model.say(json.dumps({"items": [LEDGER]}))
+    assert (await distill(world, backend)).stored == 1
 
 
 async def test_a_rate_limited_provider_stops_the_pass_and_is_not_held_against_the_segment(
@@ -750,3 +787,24 @@ async def test_a_resumed_conversation_written_again_reaches_the_model_once(
     async with open_store(world.settings) as conn:
         backlog = await plan_backlog(conn, world.settings, datetime(2000, 1, 1, tzinfo=UTC))
     assert backlog.messages == 3
+
+
+async def test_a_server_that_never_says_what_it_cost_is_counted_by_what_was_sent(
+        world: World, backend: SQLiteMemoryBackend) -> None:
+    """No `usage` in any answer: the day's tokens count what each request sent and what
+    came back (about four characters a token), so the daily budget still binds
+    (issue 61.12)."""
+    world.model.usage = False
+    for n in range(3):
+        world.write(f"{SESSION}-{n}", ("user", f"The ledger owns invoice numbering ({n}). "
+                                               + "We decided it in review. " * 30),
+                    ("assistant", "Ok."))
+    await save(world, backend)
+    world.model.default = lambda _body: (200, {}, json.dumps({"items": [LEDGER]}))
+    report = await distill(world, backend)
+    assert report.jobs == 3
+    sent = sum(len(world.model.system_text(i)) + len(world.model.user_text(i))
+               for i in range(len(world.model.requests)) if world.model.requests[i]["body"])
+    with sqlite3.connect(world.settings.database_path) as db:
+        tokens = db.execute("SELECT SUM(tokens) FROM distill_usage").fetchone()[0]
+    assert tokens >= sent // 4 * 0.9, (tokens, sent)
