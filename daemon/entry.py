@@ -18,12 +18,27 @@ import sys
 SWITCH_INTERVAL = 0.0005
 
 
+def _hook_args(args: list[str]) -> list[str] | None:
+    """The hook's own arguments when `args` run `memoryd hook` (the global `--config`
+    before it passed on to it), else None."""
+    if {"-h", "--help"} & set(args):
+        return None
+    if args[:1] == ["hook"]:
+        return args[1:]
+    if args[:1] == ["--config"] and args[2:3] == ["hook"]:
+        return ["--config", args[1], *args[3:]]
+    if args[:1] and args[0].startswith("--config=") and args[1:2] == ["hook"]:
+        return ["--config", args[0].removeprefix("--config="), *args[2:]]
+    return None
+
+
 def main() -> None:
     args = sys.argv[1:]
-    if args[:1] == ["hook"] and not {"-h", "--help"} & set(args):
+    hook_args = _hook_args(args)
+    if hook_args is not None:
         from daemon.hooks.fast import main as hook_main
 
-        hook_main(args[1:])
+        hook_main(hook_args)
     if {"status", "sessions", "recall", "context", "remember", "mcp"} & set(args[:3]):
         # With the daemon running, these ask it without loading the full command line.
         from daemon.cli.quick import run

@@ -11,11 +11,13 @@ inside (`< private >`, `</ private>`), attributes on the opening tag
 closes); an unclosed tag hides the rest of the text (of the JSON string, in a
 raw line, so that the line stays valid JSON); a closing tag with no opening one
 is left as it is. In a raw line a tag may also be written with JSON's escapes
-(`\\u003cprivate\\u003e`).
+(`\\u003cprivate\\u003e`, or a letter escaped: `<\\u0070rivate>`); a line whose tag
+only its decoded strings show is written again decoded, then masked.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 PLACEHOLDER = "[REDACTED:private]"
@@ -101,3 +103,17 @@ def mask_private_raw(raw: bytes) -> bytes:
         return raw
     masked = _STRING.sub(lambda m: _mask_literal(m.group(0)), raw)
     return raw if masked == raw else masked
+
+
+def mask_private_line(raw: bytes, decoded_held_one: bool) -> bytes:
+    """`mask_private_raw`, and where that finds nothing though the line's decoded strings
+    held a tag (`decoded_held_one`: a tag written with escaped letters), the line written
+    again with its strings decoded, then masked; still valid JSON."""
+    masked = mask_private_raw(raw)
+    if masked != raw or not decoded_held_one:
+        return masked
+    try:
+        plain = json.dumps(json.loads(raw), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return masked
+    return mask_private_raw(plain.encode("utf-8", "surrogatepass"))

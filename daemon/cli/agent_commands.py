@@ -46,7 +46,8 @@ def change_options(func: F) -> F:
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                 "help_option_names": ["-h", "--help"]})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def hook(args: tuple[str, ...]) -> None:
+@click.pass_context
+def hook(ctx: click.Context, args: tuple[str, ...]) -> None:
     """An agent's hook: `memoryd hook [--agent A] EVENT` reads the agent's JSON on stdin.
 
     It prints the agent's JSON answer (a <memory_context> block) or nothing, and
@@ -54,7 +55,11 @@ def hook(args: tuple[str, ...]) -> None:
     """
     from daemon.hooks.fast import main as hook_main
 
-    hook_main(list(args))
+    config = ctx.ensure_object(dict).get("config")
+    given = list(args)
+    if config and "--config" not in given:
+        given = ["--config", str(config), *given]  # the global option, as the hook's own
+    hook_main(given)
 
 
 def memoryd_executable() -> str:

@@ -36,7 +36,7 @@ from daemon.ingest.identity import (
 )
 from daemon.ingest.parsers import RecordParser, parse_document, record_parser_for
 from daemon.ingest.parsers.base import ParsedMessage
-from daemon.private import mask_private, mask_private_raw, may_hold_private
+from daemon.private import mask_private, mask_private_line, may_hold_private
 from daemon.repository import gemini_project, project_root, working_tree
 from daemon.store.offsets import submit_batch
 from daemon.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
@@ -104,14 +104,19 @@ def _row(message: ParsedMessage, raw: bytes, offset: int) -> MessageRow:
     """A message to store, `<private>` spans masked in its text and its raw line (the key
     that recognises it when read again is the unmasked line's, as before)."""
     key = _dedupe_key(message.uuid, raw)
-    if not may_hold_private(raw):
+    # Only a `\\u` escape can spell the word in the decoded text but not in the line.
+    decoded = b"\\u" in raw and ("private" in message.content.lower() or (
+        message.tool_input is not None and "private" in message.tool_input.lower()))
+    if not decoded and not may_hold_private(raw):
         return MessageRow(message, raw, offset, key)
     # The decoded text is masked whatever the raw line's own masking found: a tag written
     # with JSON's escapes, or split across a message's blocks, is still a tag.
-    message.content = mask_private(message.content)
-    if message.tool_input is not None:
-        message.tool_input = mask_private(message.tool_input)
-    return MessageRow(message, mask_private_raw(raw), offset, key)
+    content, tool_input = message.content, message.tool_input
+    message.content = mask_private(content)
+    if tool_input is not None:
+        message.tool_input = mask_private(tool_input)
+    changed = message.content != content or message.tool_input != tool_input
+    return MessageRow(message, mask_private_line(raw, changed), offset, key)
 
 
 def _dedupe_key(uuid: str | None, raw: bytes) -> str:

@@ -893,3 +893,44 @@ def test_a_config_nested_beyond_reason_exits_78_with_one_line(tmp_path: Path) ->
     config = tmp_path / "deep.yaml"
     config.write_text("sources: " + "[" * 5000 + "]" * 5000 + "\n")
     _one_line_failure(_memoryd(tmp_path, config, "status"), 78)
+
+
+@pytest.mark.parametrize("form", ["--config", "--config="])
+def test_the_global_config_reaches_the_hook(tmp_path: Path, form: str) -> None:
+    """`memoryd --config C hook ...` (MEMORYD_CONFIG unset, C not the default path) reads
+    C's state directory: the start block holds what was remembered there."""
+    _root, _state, config = _setup(tmp_path)
+    project = tmp_path / "shop"
+    project.mkdir()
+    assert _memoryd(tmp_path, config, "remember", "--project", str(project),
+                    "invoices are numbered by the ledger").returncode == 0
+    payload = json.dumps({"session_id": "s-hook", "transcript_path": "/nonexistent.jsonl",
+                          "cwd": str(project), "hook_event_name": "SessionStart",
+                          "source": "startup"})
+    head = ["--config", str(config)] if form == "--config" else [f"--config={config}"]
+    done = subprocess.run(memoryd_command(*head, "hook", "--agent", "claude", "SessionStart"),
+                          env=daemon_env(tmp_path), input=payload, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "ledger" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_a_private_tag_with_an_escaped_letter_is_private_in_the_archive(
+        tmp_path: Path) -> None:
+    """`<\\u0070rivate>...</\\u0070rivate>` in a JSON line is `<private>` once decoded: the
+    span is masked in the stored content and in the raw line, which stays JSON."""
+    root, state, config = _setup(tmp_path)
+    line = _claude_line("the deploy key lives in <private>vault path /kv/ops/deploy</private>"
+                        ", ask Sam", "k1").replace("private>", "\\u0070rivate>")
+    assert "vault path" in line and "private>" not in line
+    (root / "-p" / "s.jsonl").write_text(line)
+    assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        content, raw = conn.execute(
+            "SELECT content, raw FROM session_messages WHERE uuid = 'k1'").fetchone()
+    finally:
+        conn.close()
+    raw_text = raw.decode() if isinstance(raw, bytes) else raw
+    for text in (content, raw_text):
+        assert "vault path" not in text and "[REDACTED:private]" in text, text
+    assert json.loads(raw_text)["message"]["content"].endswith(", ask Sam")
