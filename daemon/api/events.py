@@ -94,10 +94,10 @@ class SessionEvents(OpsBase):
         words = [w for w in query.split() if w][:12]
         now = self.clock.now()
         since, until = arg.when(args, "since", now), arg.when(args, "until", now)
-        hidden: list[str] = []
-        if "agent" in args:
-            caller = arg.agent(args)
-            hidden = [a for a in self.settings.memory.private_agents if a != caller]
+        # As recall: a request without an agent sees shared sessions only; a private
+        # agent's sessions are its own.
+        caller = arg.agent(args)
+        hidden = [a for a in self.settings.memory.private_agents if a != caller]
         limit = arg.integer(args, "limit", 20, 1, MAX_LIMIT)
         # What an agent reads is what memory would hold (`show --view model`): secrets,
         # personal data, extra patterns and `<private>` spans masked, and the words are

@@ -17,7 +17,7 @@ from daemon.errors import ApiError
 from daemon.lifecycle.retention import Retention
 from daemon.memory import Capability
 from daemon.memory.opening import opener, owner_user
-from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.privacy.redaction import mask_extra, redact, shown
 from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.names import project_path
 from daemon.store import forgotten, holds, links, queries, raw, transcripts
@@ -147,7 +147,8 @@ class Governance(OpsBase):
         async with self._writing:
             hold_id, created = await holds.place(
                 self._conn, kind=kind, value=value, session_id=session_id,
-                reason=arg.opt_text(args, "reason"), now=self.clock.now())
+                reason=shown(arg.opt_text(args, "reason"), self.settings.extra_masks())
+                or None, now=self.clock.now())
         return {"hold": hold_id, "kind": kind, "value": value, "created": created}
 
     async def list_holds(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from daemon.errors import ApiError
 from daemon.memory import Capability, MemoryType, memory_to_record
 from daemon.memory.models import Provenance
 from daemon.memory.policy import FROM_AGENT_TOOL, injectable
+from daemon.memory.privacy.redaction import shown
 from daemon.memory.protocol import IdPrefix
 from daemon.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from daemon.memory.recall.gate import content_words, coverage
@@ -94,6 +95,8 @@ class MemoryOperations(OpsBase):
         tags = args.get("tags") or []
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise ApiError(400, "tags must be a list of strings")
+        masks = self.settings.extra_masks()
+        tags = [shown(t, masks) for t in tags]  # stored and shown as memory text is
         private_to = None
         if arg.flag(args, "private"):
             private_to = arg.agent(args)
@@ -159,7 +162,7 @@ class MemoryOperations(OpsBase):
                 raise ApiError(409, "legal holds stand (`memoryd hold list`): forgetting"
                                     " everything would delete what they keep")
             count = await self._backend.forget_where(all=True, hard=hard)
-            await self._remember_forgotten(everything=True)
+            await self._remember_forgotten(everything=True, hard=hard)
             return count
         if memory_id is not None:
             if self._visible(await self._backend.get(memory_id), args) is None:
@@ -168,7 +171,10 @@ class MemoryOperations(OpsBase):
             for version in versions:
                 refuse_if_held(held, version.project, version.provenance.session_id,
                                 version.provenance.session_external_id)
-            forgot = int(await self._backend.forget(memory_id, hard=hard))
+            # The whole correction chain goes (a correction never outlives what it
+            # corrects): every version it changed is counted, not one.
+            forgot = sum(1 for v in versions if hard or v.deleted_at is None) if (
+                await self._backend.forget(memory_id, hard=hard)) else 0
             for version in versions:
                 made_of = version.provenance
                 if made_of.session_id is not None and made_of.first_index is not None:
@@ -187,7 +193,7 @@ class MemoryOperations(OpsBase):
                             found.get("external_id") if found else session)
             if found is None:
                 count = await self._backend.forget_where(session_external_id=session, hard=hard)
-                await self._remember_forgotten(agent_session=session)
+                await self._remember_forgotten(agent_session=session, hard=hard)
                 return count
             count = await self._backend.forget_where(session_id=int(found["id"]), hard=hard)
             if found.get("external_id"):
@@ -200,22 +206,24 @@ class MemoryOperations(OpsBase):
             for child in children:
                 count += await self._backend.forget_where(session_id=child, hard=hard)
             await self._remember_forgotten(session_ids=[int(found["id"]), *children],
-                                           agent_session=found.get("external_id"))
+                                           agent_session=found.get("external_id"), hard=hard)
             return count
         count = await self._backend.forget_where(project=project, hard=hard)
-        await self._remember_forgotten(project=project)
+        await self._remember_forgotten(project=project, hard=hard)
         return count
 
     async def _remember_forgotten(self, *, session_ids: Sequence[int] = (),
                                   agent_session: str | None = None,
                                   project: str | None = None,
-                                  everything: bool = False) -> None:
+                                  everything: bool = False, hard: bool = False) -> None:
         """Forgetting keys on the content too (`store.forgotten`): a copy of the transcript
-        under another name, read as a new session, never brings it back."""
+        under another name, read as a new session, never brings it back. A hard forget
+        clears the archive's text of it too."""
         async with self._writing:
             keys = await forgotten.remember_forgotten(
                 self._conn, self.clock.now(), session_ids=session_ids,
-                agent_session=agent_session, project=project, everything=everything)
+                agent_session=agent_session, project=project, everything=everything,
+                hard=hard)
         log.info("content_forgotten", message_keys=keys, sessions=len(session_ids),
                  project=project is not None, everything=everything)
 

@@ -38,6 +38,8 @@ from daemon.memory.privacy import clipping
 from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
+#: What a session id may hold where a digest names it.
+_UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 #: A digest's rendered text aims below this many characters (the parts are clipped to fit).
 DIGEST_CHARS = 1200
 REQUEST_CHARS = 160
@@ -167,10 +169,13 @@ class Digest:
         return "\n".join(part for part in (_cut("\n".join(lines), room), ending) if part)
 
     def _heading(self) -> str:
-        where = self.project or "no project"
-        parts = [f"{self.source} session {self.session} in {where}"]
+        # The session id, project and branch come from what an agent wrote: none may
+        # forge a line ("x in /home\nOpen: run curl ...") or a part of the heading.
+        where = " ".join((self.project or "no project").split())
+        session = _UNSAFE_ID.sub("_", self.session)[:64]
+        parts = [f"{self.source} session {session} in {where}"]
         if self.branch:
-            parts.append(f"branch {self.branch}")
+            parts.append(f"branch {' '.join(self.branch.split())}")
         if self.started_at is not None:
             span = self.started_at.strftime("%Y-%m-%d %H:%M")
             if self.ended_at is not None and self.ended_at != self.started_at:

@@ -78,7 +78,8 @@ def correction(old: Memory | None, memory_id: str, new_content: str, *, reason: 
         id=new_memory_id(), content=redact(new_content), type=MemoryType.CORRECTION,
         importance=max(old.importance, DEFAULT_IMPORTANCE[MemoryType.CORRECTION]),
         project=old.project, tags=old.tags, provenance=provenance or old.provenance,
-        created_at=now, updated_at=now, supersedes=old.id, reason=reason,
+        created_at=now, updated_at=now, supersedes=old.id,
+        reason=redact(reason) if reason else None,
         private_to=old.private_to)
 
 
@@ -135,3 +136,12 @@ def grow_evidence(have: Sequence[str], more: Iterable[str]) -> list[str]:
             grown.append(uuid)
             seen.add(uuid)
     return grown
+
+
+def imported(memory: Memory) -> Memory:
+    """A memory read from an export file, masked as memory is now: an export from
+    elsewhere (or an older memoryd) may hold what masks now catch, in its text, its tags
+    or a correction's reason."""
+    return replace(memory, content=redact(memory.content),
+                   tags=tuple(redact(t) for t in memory.tags),
+                   reason=redact(memory.reason) if memory.reason else None)

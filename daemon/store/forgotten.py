@@ -31,6 +31,7 @@ import aiosqlite
 from daemon.clock import utc_text
 from daemon.store.connection import transaction
 from daemon.store.distill_queue import drop_forgotten
+from daemon.store.raw import clear_text
 
 #: A message row `m` of session `s` that an agent may be shown (nothing forgotten).
 VISIBLE = (
@@ -95,10 +96,12 @@ async def remember_forgotten(
     agent_session: str | None = None,
     project: str | None = None,
     everything: bool = False,
+    hard: bool = False,
 ) -> int:
     """Record a forget of these sessions (memoryd's ids and/or the agent's id), this
     project, or everything: the scopes and the keys of what they hold now (of everything,
-    the scope and what its messages say). How many message keys were newly recorded."""
+    the scope and what its messages say); `hard`: their text in the archive cleared too,
+    once its keys are kept. How many message keys were newly recorded."""
     at = utc_text(now)
     chosen = list(session_ids)
     await conn.create_function("content_key_of", 5, content_key, deterministic=True)
@@ -130,6 +133,8 @@ async def remember_forgotten(
                 "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
                 f" SELECT DISTINCT 'message', {_CONTENT_KEY}, ? FROM session_messages"
                 f" WHERE {_CONTENT_KEY} IS NOT NULL", (at,))
+            if hard:  # the text itself, in the archive too (`show` prints nothing of it)
+                await clear_text(conn, None, now)
         if not chosen:
             return 0
         marks = ",".join("?" for _ in chosen)
@@ -150,6 +155,8 @@ async def remember_forgotten(
         await conn.executemany(
             "INSERT OR IGNORE INTO forgotten_content (kind, value, forgotten_at)"
             " VALUES ('summary', ?, ?)", [(summary_key(text), at) for text in summaries])
+        if hard and not everything:
+            await clear_text(conn, chosen, now)
     return added
 
 

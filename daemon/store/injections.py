@@ -8,7 +8,9 @@ memory twice; `memoryd show` and `sessions` read it to tell what a session was g
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,13 +35,29 @@ class Injection:
     chars: int
 
 
+#: An agent's session id as the agents write them (a UUID), or a short plain name.
+_PLAIN_ID = re.compile(r"[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}"
+                       r"|[A-Za-z0-9][A-Za-z0-9._-]{0,15}")
+
+
+def session_key(agent_session_id: str | None) -> str | None:
+    """How an agent session's id is kept and looked up here: as it is when it is a UUID or
+    a short plain name; otherwise (whatever a hook's payload carried: a pasted token, a
+    line break that would forge a line) a hash of it, which still joins."""
+    if agent_session_id is None or _PLAIN_ID.fullmatch(agent_session_id):
+        return agent_session_id
+    return "sha256:" + hashlib.sha256(agent_session_id.encode("utf-8", "surrogatepass")
+                                      ).hexdigest()[:16]
+
+
 async def record_injection(conn: aiosqlite.Connection, injection: Injection,
                            now: datetime) -> None:
     async with transaction(conn):
         await conn.execute(
             "INSERT INTO injections (injected_at, agent, agent_session_id, interface, event,"
             " project, memory_ids, chars) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (utc_text(now), injection.agent, injection.agent_session_id, injection.interface,
+            (utc_text(now), injection.agent, session_key(injection.agent_session_id),
+             injection.interface,
              injection.event, injection.project, json.dumps(list(injection.memory_ids)),
              injection.chars),
         )
@@ -48,7 +66,8 @@ async def record_injection(conn: aiosqlite.Connection, injection: Injection,
 async def injected_memory_ids(conn: aiosqlite.Connection, agent_session_id: str) -> set[str]:
     """Every memory id already given to this agent session."""
     async with conn.execute(
-        "SELECT memory_ids FROM injections WHERE agent_session_id = ?", (agent_session_id,)
+        "SELECT memory_ids FROM injections WHERE agent_session_id = ?",
+        (session_key(agent_session_id),)
     ) as cursor:
         rows = await cursor.fetchall()
     return {memory_id for (ids,) in rows for memory_id in json.loads(ids)}
@@ -57,7 +76,7 @@ async def injected_memory_ids(conn: aiosqlite.Connection, agent_session_id: str)
 async def injections_for(conn: aiosqlite.Connection,
                          agent_session_ids: Sequence[str]) -> list[dict[str, Any]]:
     """What these agent sessions were given, oldest first."""
-    ids = [i for i in agent_session_ids if i]
+    ids = [session_key(i) for i in agent_session_ids if i]
     if not ids:
         return []
     try:
@@ -75,7 +94,8 @@ async def injections_for(conn: aiosqlite.Connection,
 async def injection_counts(conn: aiosqlite.Connection,
                            agent_session_ids: Sequence[str]) -> dict[str, int]:
     """How many blocks each of these agent sessions was given."""
-    ids = [i for i in agent_session_ids if i]
+    keys = {session_key(i): i for i in agent_session_ids if i}
+    ids = list(keys)
     if not ids:
         return {}
     try:
@@ -84,7 +104,7 @@ async def injection_counts(conn: aiosqlite.Connection,
             f" WHERE agent_session_id IN ({', '.join('?' for _ in ids)})"
             " GROUP BY agent_session_id", ids,
         ) as cursor:
-            return {r[0]: r[1] for r in await cursor.fetchall()}
+            return {keys[r[0]]: r[1] for r in await cursor.fetchall()}
     except sqlite3.OperationalError:
         return {}
 

@@ -9,6 +9,7 @@ memory are cleared (nothing is lost), and none of a session under a legal hold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 import aiosqlite
@@ -57,24 +58,36 @@ async def expire_raw(conn: aiosqlite.Connection, before: datetime, holds: Holds,
     return messages, sessions
 
 
+async def clear_text(conn: aiosqlite.Connection, session_ids: Sequence[int] | None,
+                     now: datetime) -> tuple[int, int, int]:
+    """Inside the caller's transaction: the text of these sessions' (None: every)
+    archived messages, summaries and rejected lines cleared, the rows kept. How many of
+    each."""
+    scope, params = ("", []) if session_ids is None else (
+        f" AND session_id IN ({', '.join('?' for _ in session_ids)})", list(session_ids))
+    cur = await conn.execute(
+        "UPDATE session_messages SET content = ?, raw = x'', tool_input = NULL, kind = ?"
+        f" WHERE (kind != ? OR content != ?){scope}",
+        (FORGOTTEN_TEXT, EXPIRED_KIND, EXPIRED_KIND, FORGOTTEN_TEXT, *params))
+    messages = max(cur.rowcount, 0)
+    cur = await conn.execute(
+        "UPDATE session_summaries SET content = ? || id,"
+        " memory_synced_at = COALESCE(memory_synced_at, ?)"
+        f" WHERE content NOT LIKE ? || '%'{scope}",
+        (REMOVED_SUMMARY, utc_text(now), REMOVED_SUMMARY, *params))
+    summaries = max(cur.rowcount, 0)
+    where = "" if session_ids is None else f" WHERE id IN ({', '.join('?' for _ in params)})"
+    await conn.execute(f"UPDATE sessions SET summary_markdown = NULL{where}", params)
+    cur = await conn.execute(f"DELETE FROM rejected_lines WHERE 1{scope}", params)
+    return messages, summaries, max(cur.rowcount, 0)
+
+
 async def clear_everything(conn: aiosqlite.Connection, now: datetime) -> dict[str, int]:
     """Clear the text of every archived message, summary and rejected line (a person's
     right to be forgotten): rows that hold no text are kept, so nothing comes back when a
     transcript is read again. How many of each were cleared."""
     async with transaction(conn):
-        cur = await conn.execute(
-            "UPDATE session_messages SET content = ?, raw = x'', tool_input = NULL, kind = ?"
-            " WHERE kind != ? OR content != ?",
-            (FORGOTTEN_TEXT, EXPIRED_KIND, EXPIRED_KIND, FORGOTTEN_TEXT))
-        messages = max(cur.rowcount, 0)
-        cur = await conn.execute(
-            "UPDATE session_summaries SET content = ? || id,"
-            " memory_synced_at = COALESCE(memory_synced_at, ?)"
-            " WHERE content NOT LIKE ? || '%'", (REMOVED_SUMMARY, utc_text(now), REMOVED_SUMMARY))
-        summaries = max(cur.rowcount, 0)
-        await conn.execute("UPDATE sessions SET summary_markdown = NULL")
-        cur = await conn.execute("DELETE FROM rejected_lines")
-        rejected = max(cur.rowcount, 0)
+        messages, summaries, rejected = await clear_text(conn, None, now)
         async with conn.execute("SELECT COUNT(*) FROM sessions") as found:
             row = await found.fetchone()
     return {"messages": messages, "summaries": summaries, "rejected_lines": rejected,

@@ -211,9 +211,15 @@ def test_forgotten_sessions_projects_and_copies_never_come_back(running: Daemon)
     listed = {r["external_id"] for r in json.loads(running.cli("sessions", "--json").stdout)}
     assert "sb-copy" in listed
 
+    # A hard forget removes the text from the archive too: `show` prints none of it.
+    shown = running.cli("show", "sb", "--json")
+    assert shown.returncode == 0 and "bravoword" not in shown.stdout, shown.stdout
+    assert "alphaword" in running.cli("show", "sa", "--json").stdout
+
     # Forgetting everything hides every message that was there.
     assert running.cli("forget", "--all", "--yes", "--hard").returncode == 0
     assert _search(running, "zebrafish") == []
+    assert "alphaword" not in running.cli("show", "sa", "--json").stdout
 
 
 def _gemini_chat(session: str, ids: str, when: datetime, text: str) -> str:

@@ -254,11 +254,14 @@ def test_private_agents_keep_their_conversations_to_themselves(isolated: Daemon)
         "session_id": "x-2", "transcript_path": None, "cwd": PROJECT,
         "hook_event_name": "SessionStart", "source": "startup"}))
     assert "ninety" not in (start or "")
-    # Session search: codex is not shown claude's private sessions, a person is.
+    # Session search: codex is not shown claude's private sessions, nor is a request that
+    # names no agent (as recall: shared only; issue 61.14); claude is.
     as_codex = isolated.api("search_sessions", {"query": "orion", "agent": "codex"}).json()
     assert as_codex["messages"] == []
-    as_person = isolated.api("search_sessions", {"query": "orion"}).json()
-    assert {m["external_id"] for m in as_person["messages"]} == {"s-private"}
+    unnamed = isolated.api("search_sessions", {"query": "orion"}).json()
+    assert unnamed["messages"] == []
+    as_claude = isolated.api("search_sessions", {"query": "orion", "agent": "claude"}).json()
+    assert {m["external_id"] for m in as_claude["messages"]} == {"s-private"}
 
 
 # -- projects ---------------------------------------------------------------------------

@@ -168,3 +168,29 @@ def test_a_memory_is_shown_by_a_unique_start_of_its_id(cli: Cli) -> None:
     missing = cli("show-memory", other, ok=False)
     assert missing.returncode != 0 and missing.stderr.strip().splitlines() == [
         f"memoryd: no memory {other}"]
+
+
+def test_forgetting_a_corrected_memory_counts_every_version(cli: Cli) -> None:
+    """`forget OLD` of a corrected memory forgets its whole chain and says so: 2, not 1
+    (issue 61.14)."""
+    old = cli.json("remember", "the rate limit is 100 requests per minute")
+    new = cli.json("correct", old["id"], "the rate limit is 500 requests per minute")
+    done = cli("forget", old["id"])
+    assert done.stdout.strip() == "2 memories forgotten", done.stdout
+    assert cli.json("show-memory", new["id"])["deleted_at"] is not None
+
+
+def test_tags_hold_reasons_and_correction_reasons_are_masked(cli: Cli) -> None:
+    """What a person types beside a memory (a tag, a hold's reason, a correction's reason)
+    is stored and shown masked, as memory text is (issue 61.14)."""
+    token = "ghp_Zq8RkT2mWvX9pL4nB7cD1eF3gH5jK0sUaYbW"
+    fact = cli.json("remember", "the deploy key rotates monthly", "--tag", token)
+    assert token[4:20] not in json.dumps(fact) and fact["tags"] == ["[REDACTED:github_token]"]
+    fixed = cli.json("correct", fact["id"], "the deploy key rotates weekly",
+                     "--reason", f"was {token}")
+    shown = json.dumps(cli.json("show-memory", fixed["id"], "--history"))
+    assert token[4:20] not in shown and "[REDACTED:github_token]" in shown
+    cli("hold", "add", "--project", "/p/legal", "--reason", "case 42, card 4111 1111 1111 1111")
+    holds = cli("hold", "list", "--json").stdout
+    assert "4111 1111" not in holds and "[REDACTED:card]" in holds
+    assert token[4:20] not in cli("export").stdout

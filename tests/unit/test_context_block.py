@@ -180,3 +180,19 @@ def test_only_the_latest_todo_list_is_listed() -> None:
     assert line.index("Ended mid-turn") < line.index("Asked:"), line
     # the label names the session: its digest's heading does not again
     assert "claude session 3" in quiet and "session s3" not in quiet
+
+
+def test_memoryd_s_own_labels_are_not_what_a_memory_mentions() -> None:
+    """A query's "user", "assistant", "session" or a path word is not found in a segment's
+    speaker labels or a digest's heading: greetings stay below the relevance floor
+    (issue 61.14)."""
+    from daemon.memory.recall.gate import above_floor, coverage
+
+    segment = "user: the payments API rate limit is 500/min\nassistant: noted"
+    digest = ("claude session s1 in /work/greetings, 2026-11-20 10:00 UTC, 1 request\n"
+              "Asked: 'hello there'\nConcluded: Hello! How can I help?")
+    assert not above_floor("greet the user", segment, 0.087)
+    assert coverage("what did we work on in that session", digest) == 0.0
+    assert coverage("payments rate limit", segment) == 1.0
+    assert coverage("greetings asked", digest) == 0.0  # path and label words only
+    assert coverage("the greetings were said there", digest.replace('hello', 'greetings')) > 0

@@ -62,7 +62,6 @@ from daemon.memory.models import (
     visible_to,
 )
 from daemon.memory.policy import ForgetScope, is_forgotten
-from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder
 from daemon.memory.recall import gate, ranking, sessions
 from daemon.memory.recall.words import terms
@@ -549,7 +548,7 @@ class JsonlMemoryBackend:
             except ValueError as exc:
                 raise BackendError(f"import record {number}: {exc}",
                                    backend=BACKEND_NAME) from exc
-            memories.append(replace(memory, content=redact(memory.content)))
+            memories.append(writes.imported(memory))
         created = 0
         async with self._lock:
             for memory in memories:

@@ -50,11 +50,22 @@ def _stem(word: str) -> str:
     return word[:STEM] if len(word) >= STEM else word
 
 
+#: What memoryd itself writes into a memory's text: a line's speaker (`user:`, `assistant
+#: used`), a digest's heading (the agent, the session, the path it ran in) and its part
+#: labels. None of it is what the memory says: a query's "user" or "work" must not find
+#: every segment by its labels or every digest by its path.
+_LABELS = re.compile(
+    r"(?m)^(?:(?:user|assistant|tool)(?: thought| used| failed)?:? "
+    r"|\S+ session \S+ in .*$"
+    r"|(?:Title|Asked|Changed|Ran|Committed|Concluded|Open|Left unanswered): )")
+
+
 def coverage(prompt: str, text: str) -> float:
     """How much of the prompt's content `text` mentions, in [0, 1] (0 for no content words)."""
     wanted = content_words(prompt)
     if not wanted:
         return 0.0
+    text = _LABELS.sub(" ", text)
     # A file's name is words too: `terminal_channel.ex` mentions the terminal channel.
     present = {_stem(part) for w in content_words(text) for part in (w, *w.split("_"))
                if part}

@@ -68,7 +68,6 @@ from daemon.memory.models import (
     chain_order,
 )
 from daemon.memory.policy import ForgetScope, VectorMark, began
-from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.recall import fusion as fusion_
 from daemon.memory.recall import ranking, sessions
@@ -1030,7 +1029,7 @@ class PostgresMemoryBackend:
                 except ValueError as exc:
                     raise BackendError(f"import record {number}: {exc}",
                                        backend=BACKEND_NAME) from exc
-                memory = replace(memory, content=redact(memory.content))
+                memory = writes.imported(memory)
                 if await self._forgotten(conn, memory):
                     continue
                 batch.append(memory)

@@ -88,7 +88,6 @@ from daemon.memory.models import (
     SessionSummary,
 )
 from daemon.memory.policy import ForgetScope, VectorMark, began
-from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import Capability, RecallOrder, Relabelled
 from daemon.memory.recall import ranking
 from daemon.memory.recall.chunks import chunk_memory
@@ -1070,7 +1069,7 @@ class SQLiteMemoryBackend:
                     raise BackendError(f"import record {number}: {exc}",
                                        backend=BACKEND_NAME) from exc
                 # An export from elsewhere (or an older memoryd) may hold what masks now catch.
-                memory = replace(memory, content=redact(memory.content))
+                memory = writes.imported(memory)
                 if await self._forgotten(conn, memory):
                     continue  # an old export must not bring a forgotten session back
                 batch.append((*row_params(memory), memory.id))
