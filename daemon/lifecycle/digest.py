@@ -26,6 +26,8 @@ from daemon.lifecycle.tools import (
     EDIT_TOOLS,
     EXIT_STATUS,
     SHELL_TOOLS,
+    TASK_CREATE,
+    TASK_UPDATE,
     TODO_TOOLS,
     WRITE_TOOLS,
     Roots,
@@ -483,6 +485,44 @@ def _todo_items(args: Any) -> tuple[list[str], bool] | None:
     return left, bool(items)
 
 
+#: How Claude Code answers a TaskCreate: "Task #3 created successfully: ...".
+_TASK_MADE = re.compile(r"\bTask #(\w+) created")
+
+
+class _Tasks:
+    """Claude Code's tasks as its TaskCreate and TaskUpdate calls leave them."""
+
+    def __init__(self) -> None:
+        self.made = False
+        self._subjects: dict[str, str] = {}
+        self._done: set[str] = set()
+
+    def apply(self, call: _Call) -> None:
+        args = call.args if isinstance(call.args, dict) else {}
+        if call.name == TASK_CREATE:
+            subject = args.get("subject") or args.get("description") or args.get("title")
+            if not isinstance(subject, str) or not subject.strip() or call.failed:
+                return
+            self.made = True
+            found = _TASK_MADE.search(call.result or "")
+            key = found.group(1) if found else f"#{len(self._subjects) + 1}"
+            self._subjects[key] = _clip(subject, REQUEST_CHARS)
+        elif call.name == TASK_UPDATE and not call.failed:
+            key = str(args.get("taskId") or "")
+            status = str(args.get("status") or "").lower()
+            if key not in self._subjects:
+                return
+            if isinstance(args.get("subject"), str) and args["subject"].strip():
+                self._subjects[key] = _clip(args["subject"], REQUEST_CHARS)
+            if status in ("completed", "deleted"):
+                self._done.add(key)
+            elif status:
+                self._done.discard(key)
+
+    def open(self) -> list[str]:
+        return [text for key, text in self._subjects.items() if key not in self._done]
+
+
 def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
     for match in _PATCH.finditer(patch):
         verb, path, moved = match.group(1), match.group(2), match.group(3)
@@ -593,11 +633,16 @@ class DigestBuilder:
         digest.asked = _choose_requests(self._requests)
         todos: list[str] | None = None
         had_todo_items = False
+        tasks = _Tasks()
         for call in self._ordered:
             _apply_call(call, digest, self._roots)
             written = _todo_items(call.args) if call.name in TODO_TOOLS else None
             if written is not None:
                 todos, had_todo_items = written
+            tasks.apply(call)
+        if tasks.made:
+            todos = [*(todos or []), *tasks.open()]
+            had_todo_items = True
         digest.ran = digest.ran[-MAX_COMMANDS:]
         if self._last_assistant_text:
             digest.concluded = _clip(self._last_assistant_text, CONCLUSION_CHARS)

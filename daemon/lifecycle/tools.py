@@ -26,9 +26,13 @@ WRITE_TOOLS = {"Write": "file_path", "write_file": "file_path"}
 SHELL_TOOLS = ("Bash", "shell", "exec_command", "run_shell_command", "local_shell",
                "container.exec", "shell_command")
 TODO_TOOLS = ("TodoWrite", "update_plan", "write_todos")
+#: Claude Code 2.1's task tools: one task each call (`TaskCreate` {subject, description},
+#: answered "Task #N created successfully: ..."), changed by id (`TaskUpdate` {taskId,
+#: status: pending | in_progress | completed | deleted}).
+TASK_CREATE, TASK_UPDATE = "TaskCreate", "TaskUpdate"
 #: Arguments that name what a call worked on, in the order they are looked for.
 _TARGET_KEYS = ("file_path", "notebook_path", "absolute_path", "path", "file", "dir_path",
-                "pattern", "url", "query", "description", "prompt", "name")
+                "pattern", "url", "query", "subject", "description", "prompt", "name")
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+)$", re.M)
 #: A tool input cut short by the parser is no longer JSON: its string fields are still
 #: found where they stand.

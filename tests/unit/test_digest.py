@@ -478,3 +478,38 @@ def test_a_session_id_or_branch_cannot_forge_a_line_of_a_digest() -> None:
     lines = digest.render().splitlines()
     assert not any(line.startswith(("Open:", "Concluded:")) for line in lines), lines
     assert "\n" not in lines[0] and "x_in__home_victim" in lines[0]
+
+
+def _claude_call_line(call_id: str, name: str, args: dict[str, Any]) -> bytes:
+    return json.dumps({"type": "assistant", "message": {"role": "assistant", "content": [
+        {"type": "tool_use", "id": call_id, "name": name, "input": args}]}}).encode()
+
+
+def _claude_result_line(call_id: str, text: str) -> bytes:
+    return json.dumps({"type": "user", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call_id, "content": text}]}}).encode()
+
+
+def test_claude_code_tasks_left_open_are_the_digest_s_open_items() -> None:
+    """TaskCreate / TaskUpdate (Claude Code 2.1): tasks created and not completed or
+    deleted are open, in the order made; a task completed is not (issue 62.1)."""
+    messages, index = [], 0
+    for call_id, name, args, result in (
+            ("t1", "TaskCreate", {"subject": "Apply 0041_create_accounts on staging"},
+             "Task #1 created successfully: Apply 0041_create_accounts on staging"),
+            ("t2", "TaskCreate", {"subject": "Run make check-migrations again"},
+             "Task #2 created successfully: Run make check-migrations again"),
+            ("t3", "TaskCreate", {"subject": "Write the release note"},
+             "Task #3 created successfully: Write the release note"),
+            ("t4", "TaskUpdate", {"taskId": "3", "status": "completed"}, "Updated task #3"),
+            ("t5", "TaskUpdate", {"taskId": "2", "status": "in_progress"}, "Updated task #2")):
+        messages.append(DigestMessage(index, "assistant", "tool_call", f"[tool_use {name}]",
+                                      name, json.dumps(args),
+                                      raw=_claude_call_line(call_id, name, args)))
+        messages.append(DigestMessage(index + 1, "tool", "tool_result", result,
+                                      raw=_claude_result_line(call_id, result)))
+        index += 2
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.open_items == ["Apply 0041_create_accounts on staging",
+                                 "Run make check-migrations again"]
+    assert "Open: Apply 0041_create_accounts on staging; Run make check" in digest.render()
