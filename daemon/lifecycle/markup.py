@@ -26,12 +26,20 @@ ESCAPED_BLOCK = re.compile(r"&lt;memory_context&gt;.*?(?:&lt;/memory_context&gt;
                            re.DOTALL | re.IGNORECASE)
 
 
+#: The line Claude Code writes after a background task's `<task-notification>`, in the
+#: person's name: "Read the output file to retrieve the result: /tmp/claude-1000/...".
+TASK_OUTPUT = re.compile(r"^Read the output file to retrieve the result:[^\n]*\n?", re.M)
+
+
 def without_injected(text: str) -> str:
     """`text` without anything an agent, an IDE or a hook put into it (memoryd's own
     blocks included, escaped or not)."""
     if "<" not in text and "&lt;" not in text:
         return text
-    return ESCAPED_BLOCK.sub("", INJECTED.sub("", text))
+    text = ESCAPED_BLOCK.sub("", INJECTED.sub("", text))
+    if "Read the output file" in text:
+        text = TASK_OUTPUT.sub("", text)
+    return text
 
 
 _API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)

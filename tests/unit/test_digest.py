@@ -513,3 +513,19 @@ def test_claude_code_tasks_left_open_are_the_digest_s_open_items() -> None:
     assert digest.open_items == ["Apply 0041_create_accounts on staging",
                                  "Run make check-migrations again"]
     assert "Open: Apply 0041_create_accounts on staging; Run make check" in digest.render()
+
+
+def test_a_background_task_s_notification_is_not_what_the_person_asked() -> None:
+    """Claude Code writes a finished background task's notification in the person's name,
+    then "Read the output file to retrieve the result: ...": neither is asked (issue 62.3)."""
+    notification = (
+        "<task-notification>\n<task-id>b0be39e</task-id>\n<output-file>/tmp/claude-1000/"
+        "-home-dev-shop/tasks/b0be39e.output</output-file>\n<status>completed</status>\n"
+        "<summary>Background command \"mix test\" completed (exit code 0)</summary>\n"
+        "</task-notification>\nRead the output file to retrieve the result: /tmp/claude-1000/"
+        "-home-dev-shop/tasks/b0be39e.output")
+    digest = build_digest([DigestMessage(0, "user", "message", "run the tests please"),
+                           DigestMessage(1, "user", "message", notification)],
+                          source="claude", session="s", project=PROJECT)
+    assert digest.asked == ["run the tests please"]
+    assert "output file" not in digest.render()
