@@ -29,6 +29,19 @@ AGENT_EVENTS: dict[str, dict[str, str]] = {
     "gemini": {"SessionStart": "start", "BeforeAgent": "prompt",
                "PreCompress": "pre_compact", "SessionEnd": "end", "AfterAgent": "stop"},
 }
+#: Claude Code runs the agent that summarises a conversation it compacts as a subagent of
+#: it (`<session>/subagents/agent-acompact-<id>.jsonl`): it re-reads the conversation, and
+#: its summary is written into the parent's own transcript too. A derived view of its
+#: parent, never a session of its own.
+COMPACTION_AGENT_PREFIX = "agent-acompact-"
+
+
+def is_compaction_agent(source: str, external_id: str | None) -> bool:
+    """Whether a session is an agent's compaction of another session (see above)."""
+    return source == "claude" and bool(external_id) and str(external_id).startswith(
+        COMPACTION_AGENT_PREFIX)
+
+
 #: Where each agent writes its transcripts unless its environment says otherwise.
 DEFAULT_ROOTS: dict[str, str] = {
     "claude": "~/.claude/projects",

@@ -62,6 +62,7 @@ from daemon.memory import (
 from daemon.memory.opening import open_memory_backend
 from daemon.memory.privacy.redaction import redact
 from daemon.memory.protocol import prepare_segments, save_segments
+from daemon.names import is_compaction_agent
 from daemon.store import queries
 from daemon.store import sessions as store
 from daemon.store.audit import AuditEvent
@@ -372,7 +373,8 @@ class Recovery:
     ) -> None:
         index = session.memory_sync_index
         if self._own(session):
-            # What memoryd itself sent a model: never the user's memory.
+            # What memoryd itself sent a model, or an agent's compaction of a session: never
+            # the user's memory (the parent holds the summary).
             await store.advance_sync_index(self._conn, session.id, index,
                                            session.message_count)
             return
@@ -604,7 +606,10 @@ class Recovery:
         return stored
 
     def _own(self, session: SessionSyncState) -> bool:
-        return self.policy.is_own(session.project) or self.policy.is_own(session.worktree)
+        """Whether memory passes the session over: memoryd's own (a model it asked), or an
+        agent's compaction of another session (its parent holds the same)."""
+        return (self.policy.is_own(session.project) or self.policy.is_own(session.worktree)
+                or is_compaction_agent(session.source, session.external_id))
 
     def _private_to(self, source: str) -> str | None:
         return source if source in self.policy.private_agents else None

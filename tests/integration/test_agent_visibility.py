@@ -448,3 +448,23 @@ def test_a_hook_never_reads_another_users_file(running: Daemon) -> None:
     assert done.returncode == 0
     assert "theirword" not in _stored_words(running)
     assert "owned by another user" in (running.tmp / "daemon.log").read_text()
+
+
+def test_a_compaction_agent_is_never_a_session_of_memory(running: Daemon) -> None:
+    """Claude Code's `subagents/agent-acompact-*.jsonl` re-reads its parent to summarise it:
+    stored in the archive, never saved as memory or given as a session (issue 62.2)."""
+    start = datetime.now(UTC) - timedelta(minutes=5)
+    folder = running.claude_root / "-a"
+    (folder / "sp" / "subagents").mkdir(parents=True)
+    (folder / "sp.jsonl").write_text(_session("sp", "parentword", ALPHA, start))
+    (folder / "sp" / "subagents" / "agent-acompact-1f2e3d.jsonl").write_text(
+        _session("sp", "compactword", ALPHA, start).replace("sp-", "sp-compact-"))
+    (folder / "sp" / "subagents" / "agent-a7c9e21.jsonl").write_text(
+        _session("sp", "helperword", ALPHA, start).replace("sp-", "sp-helper-"))
+    wait_for(lambda: _all_synced(running, 3), what="the session and its subagents synced")
+    recalled = running.cli("recall", "zebrafish", "--all-projects", "--json", "--limit", "50")
+    assert recalled.returncode == 0, recalled.stderr
+    assert "parentword" in recalled.stdout and "helperword" in recalled.stdout
+    assert "compactword" not in recalled.stdout
+    block = running.cli("context", "--project", ALPHA)
+    assert "compactword" not in block.stdout and "agent-acompact" not in block.stdout
