@@ -243,6 +243,9 @@ class Server:
             except ValueError:
                 write(_error(None, PARSE_ERROR, "not JSON"))
                 continue
+            except RecursionError:  # `[[[[…` thousands deep: not a request, never a crash
+                write(_error(None, PARSE_ERROR, "nested too deeply"))
+                continue
             task = asyncio.create_task(answer(message))
             pending.add(task)
             task.add_done_callback(pending.discard)

@@ -197,6 +197,30 @@ def test_stdio_server_without_a_daemon_ends_quietly_when_the_client_goes(
     assert "Traceback" not in done.stderr and "RuntimeError" not in done.stderr
 
 
+def test_a_line_nested_beyond_reason_is_a_parse_error_not_a_crash(tmp_path: Path) -> None:
+    """200,000 `[` on one line (issue 61.14): answered as a parse error, and the server
+    answers the requests after it."""
+    import json
+    import subprocess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nsources: []\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORYD_")}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "xdg"), PYTHONPATH=os.pathsep.join(sys.path))
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}
+    done = subprocess.run(
+        [sys.executable, "-m", "daemon", "--config", str(config), "mcp"],
+        input="[" * 200_000 + "\n" + json.dumps(hello) + "\n", capture_output=True,
+        text=True, timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answers[0]["error"]["code"] == -32700
+    assert answers[1]["result"]["serverInfo"]["name"] == "memoryd"
+    assert "Traceback" not in done.stderr
+
+
 def test_the_handshake_loads_neither_the_sdk_nor_the_settings(tmp_path: Path) -> None:
     """Issue 32.4: agents send their first request without waiting long for an MCP server;
     `memoryd mcp` answered in 1.6-1.8 s on the official SDK. Its handshake now loads
