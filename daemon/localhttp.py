@@ -29,15 +29,23 @@ def request(socket_path: str, method: str, path: str, body: bytes | None,
         except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as exc:
             raise Unreachable(str(exc)) from None
         data = body or b""
-        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: memoryd\r\n".encode()
-                     + (b"Content-Type: application/json\r\n" if body is not None else b"")
-                     + b"Connection: close\r\nContent-Length: " + str(len(data)).encode()
-                     + b"\r\n\r\n" + data)
         chunks: list[bytes] = []
         size = 0
+        try:
+            sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: memoryd\r\n".encode()
+                         + (b"Content-Type: application/json\r\n" if body is not None
+                            else b"")
+                         + b"Connection: close\r\nContent-Length: " + str(len(data)).encode()
+                         + b"\r\n\r\n" + data)
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            raise Unreachable(f"the daemon closed the connection ({exc})") from None
         while True:
             sock.settimeout(max(0.05, deadline - time.monotonic()))
-            chunk = sock.recv(65536)
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError as exc:
+                # Refused at the door (every connection busy) or stopped mid-answer.
+                raise Unreachable(f"the daemon closed the connection ({exc})") from None
             if not chunk:
                 break
             chunks.append(chunk)

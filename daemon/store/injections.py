@@ -35,14 +35,14 @@ class Injection:
     chars: int
 
 
-#: An agent's session id as the agents write them (a UUID), or a short plain name.
-_PLAIN_ID = re.compile(r"[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}"
-                       r"|[A-Za-z0-9][A-Za-z0-9._-]{0,15}")
+#: An agent's session id as the agents write them (a UUID) or a plain name: no line
+#: break, no blank, and no run of 20 letters and digits, which is how tokens look.
+_PLAIN_ID = re.compile(r"(?![\s\S]*[A-Za-z0-9]{20})[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def session_key(agent_session_id: str | None) -> str | None:
     """How an agent session's id is kept and looked up here: as it is when it is a UUID or
-    a short plain name; otherwise (whatever a hook's payload carried: a pasted token, a
+    a plain name; otherwise (whatever a hook's payload carried: a pasted token, a
     line break that would forge a line) a hash of it, which still joins."""
     if agent_session_id is None or _PLAIN_ID.fullmatch(agent_session_id):
         return agent_session_id

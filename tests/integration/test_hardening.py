@@ -754,11 +754,14 @@ def _daemon_with_few_descriptors(
     return state, config, proc
 
 
-def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sent", [b"", b"G"], ids=["silent", "one-byte"])
+def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path,
+                                                             sent: bytes) -> None:
     """Issue 29.8: thousands of idle connections made the API unresponsive and logged a
     traceback per refused accept. Here the daemon may open 128 descriptors and 400
-    connections stay open without a byte: a client is still answered at once, the log
-    says so once and holds no traceback, and the idle ones are closed."""
+    connections stay open without a byte, or with one byte of a request head that never
+    ends (issue 61.14): a client is still answered at once, the log says so once and
+    holds no traceback, and the idle ones are closed."""
     import socket as socket_
 
     state, config, proc = _daemon_with_few_descriptors(tmp_path)
@@ -774,6 +777,9 @@ def test_idle_connections_cannot_lock_clients_out_of_the_api(tmp_path: Path) -> 
             except OSError:
                 conn.close()
                 continue
+            if sent:
+                with contextlib.suppress(OSError):
+                    conn.sendall(sent)
             idle.append(conn)
         time.sleep(1)
         for attempt in range(2):  # asked twice: the first answer is no accident
@@ -934,3 +940,24 @@ def test_a_private_tag_with_an_escaped_letter_is_private_in_the_archive(
     for text in (content, raw_text):
         assert "vault path" not in text and "[REDACTED:private]" in text, text
     assert json.loads(raw_text)["message"]["content"].endswith(", ask Sam")
+
+
+def test_clients_that_go_away_mid_body_leave_no_traceback(tmp_path: Path) -> None:
+    """A hundred clients send a request's head and half its body, then close (issue
+    61.14): the daemon logs no traceback for them and answers the next client."""
+    import socket as socket_
+
+    _root, state, config = _setup(tmp_path)
+    proc = _run_daemon(tmp_path, config, state)
+    try:
+        for _ in range(100):
+            with socket_.socket(socket_.AF_UNIX, socket_.SOCK_STREAM) as conn:
+                conn.connect(str(state / "memoryd.sock"))
+                conn.sendall(b"POST /v1/recall HTTP/1.1\r\nHost: memoryd\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: 1000\r\n"
+                             b"\r\n{\"query\":")
+        done = _memoryd(tmp_path, config, "status", "--json")
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        text = _stop_daemon(tmp_path, proc)
+    assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
