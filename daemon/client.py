@@ -22,7 +22,7 @@ import structlog
 from daemon.api.operations import OPERATIONS, MemoryOps
 from daemon.clock import Clock
 from daemon.config import Settings, SourceKind
-from daemon.errors import AlreadyRunningError, ApiError, DaemonUnreachable
+from daemon.errors import AlreadyRunningError, ApiError, DaemonUnreachable, StoreDamaged
 from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from daemon.memory import MemoryBackend
 from daemon.memory.opening import memory_user, open_memory_backend
@@ -65,6 +65,9 @@ def _unwrap(response: httpx.Response) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(response.status_code, "the daemon sent an unexpected answer")
     if response.status_code != 200 or not body.get("ok"):
+        if body.get("damaged"):
+            # The daemon found a database damaged: the command exits 74, as the daemon does.
+            raise StoreDamaged(str(body.get("error") or "a database is damaged"))
         raise ApiError(response.status_code, str(body.get("error") or "request failed"))
     body.pop("ok", None)
     return body

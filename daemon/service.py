@@ -271,8 +271,9 @@ class Service:
                 from daemon.units import log_location
 
                 where = log_location(dict(os.environ), Path.home(), os.getpid())
-                api = ApiServer(settings.socket_path, make_app(self._api_ops, self._api_status,
-                                                                  self._client_asked, where))
+                api = ApiServer(settings.socket_path, make_app(
+                    self._api_ops, self._api_status, self._client_asked, where,
+                    on_damage=lambda exc: self._record_error(exc, "api")))
                 try:
                     await api.start()
                 except (OSError, MemorydError) as exc:
@@ -293,6 +294,11 @@ class Service:
                          sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
                 try:
                     await self._supervise(tasks)
+                except Exception as exc:
+                    if self._damaged is not None:
+                        # What failed on the way out is the damage's doing: exit 74.
+                        raise self._damaged from exc
+                    raise
                 finally:
                     self.notifier.stopping()
                     await scheduler.stop(settings.shutdown_grace)

@@ -20,7 +20,7 @@ Every block given is recorded in `injections` (never its text).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
@@ -30,7 +30,7 @@ import structlog
 from daemon.api import args as arg
 from daemon.api.base import MAX_LIMIT, OpsBase
 from daemon.config import DEFAULT_ROOTS, SourceKind
-from daemon.errors import ApiError
+from daemon.errors import ApiError, MemorydError
 from daemon.ingest.discovery import NOT_THERE_YET, admit_transcript
 from daemon.lifecycle.expiry import shown_as_of
 from daemon.lifecycle.markup import without_injected
@@ -172,8 +172,8 @@ class SessionEvents(OpsBase):
             event = "stop"
         admitted = transcript is not None and self._admitted(transcript, kind, args)
         if admitted and transcript is not None:
-            await self._runtime.follow(transcript, kind,
-                                       read_to_end=event in ("pre_compact", "end"))
+            await self._best_effort(self._runtime.follow(
+                transcript, kind, read_to_end=event in ("pre_compact", "end")), "follow")
         if event in ("pre_compact", "end", "stop"):
             await self._session_ended_or_synced(event, transcript, agent_session,
                                                 read_first=admitted)
@@ -186,7 +186,8 @@ class SessionEvents(OpsBase):
             embedder = getattr(vector_queue(self._backend), "embedder", None)
             if isinstance(embedder, LazyLocalEmbedder):
                 embedder.prepare()
-            await self._save_quiet_sessions(project, agent_session)
+            await self._best_effort(self._save_quiet_sessions(project, agent_session),
+                                    "save_quiet_sessions")
             block_text, ids = await self._start_context(project, agent)
         else:
             block_text, ids = await self._prompt_context(
@@ -205,6 +206,16 @@ class SessionEvents(OpsBase):
                                          interface="hook", event=event, project=project,
                                          memory_ids=tuple(ids), chars=len(block_text)))
         return {"context": block_text, "memory_ids": ids}
+
+    async def _best_effort(self, work: Awaitable[Any], what: str) -> None:
+        """Saving before a block is given: a full disk or a busy store must not cost the
+        agent its block (reading still works); damage stops everything, as always."""
+        try:
+            await work
+        except MemorydError as exc:
+            if exc.damaged:
+                raise
+            log.warning("hook_save_skipped", step=what, error=str(exc))
 
     def _admitted(self, transcript: str, kind: SourceKind, args: Mapping[str, Any]) -> bool:
         """Whether a transcript a hook named may be read (`discovery.admit_transcript`):

@@ -74,11 +74,12 @@ def _error(status: int, message: str) -> web.Response:
 
 def make_app(ops: OpsProvider, status: StatusProvider,
              on_request: Callable[[], None] | None = None,
-             log_location: str = "its log") -> web.Application:
+             log_location: str = "its log",
+             on_damage: Callable[[MemorydError], None] | None = None) -> web.Application:
     """The API as an aiohttp application (served on the socket by `ApiServer`);
     `on_request` is told of every operation asked for (the daemon's background work
     gives way to its clients); `log_location` is named to a client when a request fails
-    inside the daemon."""
+    inside the daemon; `on_damage` is told of a damaged database a request found."""
 
     async def perform(name: str, args: dict[str, Any]) -> dict[str, Any] | web.Response:
         """The operation's result, or the error response that says why there is none."""
@@ -92,6 +93,12 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             return _error(504, f"{name} took longer than {TIMEOUTS.get(name, DEFAULT_TIMEOUT)} s")
         except MemorydError as exc:
             log.warning("api_operation_failed", operation=name, error=str(exc))
+            if exc.damaged:
+                # Found by a request: the daemon stops writing as if it had found it itself
+                # (`run` exits 74), and the client says so with the same status.
+                if on_damage is not None:
+                    on_damage(exc)
+                return _answer(500, {"ok": False, "error": str(exc), "damaged": True})
             return _error(503 if exc.transient else 500, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))

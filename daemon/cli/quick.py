@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from daemon.cli import render
-from daemon.errors import Unreachable
+from daemon.errors import EX_DAMAGED, Unreachable
 from daemon.localhttp import request
 from daemon.locations import (
     config_checked,
@@ -203,7 +203,8 @@ def _call(socket_path: str, user: str, operation: str, args: dict[str, Any]) -> 
     if status != 200 or not isinstance(answer, dict) or not answer.get("ok"):
         message = answer.get("error") if isinstance(answer, dict) else None
         print(f"memoryd: {message or f'the daemon answered {status}'}", file=sys.stderr)
-        raise SystemExit(render.EXIT_FOR_STATUS.get(status, 1))
+        damaged = isinstance(answer, dict) and answer.get("damaged") is True
+        raise SystemExit(EX_DAMAGED if damaged else render.EXIT_FOR_STATUS.get(status, 1))
     return answer
 
 

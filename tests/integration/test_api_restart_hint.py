@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from daemon.api.server import ApiServer, make_app
 from daemon.units import log_location
@@ -66,3 +67,45 @@ def test_the_log_is_where_the_service_manager_keeps_it(tmp_path: Path) -> None:
     launchd = log_location({"XPC_SERVICE_NAME": "io.memoryd.daemon"}, tmp_path, 1)
     assert launchd == f"its log: {tmp_path}/Library/Logs/memoryd/memoryd.err.log"
     assert log_location({"INVOCATION_ID": "x"}, tmp_path, 1).endswith("-u memoryd.service")
+
+
+async def test_damage_a_request_finds_stops_the_daemon_and_exits_74(tmp_path: Path) -> None:
+    """A damaged database found by a request (not by the daemon's own jobs): the daemon is
+    told (it then stops and exits 74, as for damage it finds itself), and the command that
+    asked exits 74, through the quick path and the full one (issue 61.14)."""
+    import asyncio
+
+    from daemon.cli import quick
+    from daemon.client import DaemonClient
+    from daemon.config import load_settings
+    from daemon.errors import MemorydError, StoreDamaged
+
+    told: list[MemorydError] = []
+    ops = _Replaced(StoreDamaged("database disk image is malformed"))
+
+    async def provide() -> Any:
+        return ops
+
+    async def status() -> dict[str, Any]:
+        return {}
+
+    socket = tmp_path / "api.sock"
+    server = ApiServer(socket, make_app(provide, status, None, "its log",
+                                        on_damage=told.append))
+    await server.start()
+    try:
+        with pytest.raises(SystemExit) as exited:
+            await asyncio.to_thread(quick._call, str(socket), "me", "recall", {"query": "x"})
+        assert exited.value.code == 74
+        settings = load_settings(None, state_dir=str(tmp_path), sources=[])
+        assert settings.socket_path == tmp_path / "memoryd.sock"
+        socket.rename(settings.socket_path)
+        client = DaemonClient(settings)
+        try:
+            with pytest.raises(StoreDamaged):
+                await client.call("recall", {"query": "x"})
+        finally:
+            await client.close()
+    finally:
+        await server.stop()
+    assert len(told) == 2 and all(e.damaged for e in told)

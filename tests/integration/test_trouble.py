@@ -166,3 +166,40 @@ def test_unopenable_memory_backend_does_not_stop_ingestion(tmp_path: Path) -> No
                 db.close()
 
         wait_for(synced, 30, "the message to reach memory once the store works")
+
+
+async def test_the_start_block_is_given_when_saving_before_it_fails(tmp_path: Path) -> None:
+    """A full disk (or a locked store) where the start hook saves first (following the
+    agent's transcript, saving quiet sessions): reading still works, so the agent still
+    gets its block; the failure is one warning (issue 61.14; the fault is injected)."""
+    from structlog.testing import capture_logs
+
+    from daemon.client import direct_ops
+    from daemon.clock import SystemClock
+    from daemon.config import load_settings
+    from daemon.errors import StoreBusy
+
+    root = tmp_path / "claude"
+    root.mkdir()
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "claude", "root": str(root)}],
+                             memory={"embeddings": {"provider": "none"}})
+    project = str(tmp_path / "shop")
+    transcript = root / "-shop" / "s1.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_text("")
+
+    async def full(*_args: object, **_kwargs: object) -> None:
+        raise StoreBusy("database or disk is full")
+
+    async with direct_ops(settings, SystemClock(), vectors=False) as ops:
+        await ops.run("remember", {"content": "invoices are numbered by the ledger",
+                                   "project": project})
+        ops._runtime.follow = full  # type: ignore[method-assign]
+        ops._runtime.sync = full  # type: ignore[method-assign]
+        with capture_logs() as logs:
+            answer = await ops.run("session_event", {
+                "agent": "claude", "event": "start", "session_id": "s1", "cwd": project,
+                "transcript_path": str(transcript)})
+    assert answer["context"] is not None and "ledger" in answer["context"]
+    assert any(e["event"] == "hook_save_skipped" for e in logs), logs
