@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from daemon.lifecycle.markup import api_error_text, without_injected
+from daemon.lifecycle.markup import SYNTHETIC_REPLIES, api_error_text, without_injected
 from daemon.lifecycle.tools import (
     EDIT_TOOLS,
     EXIT_STATUS,
@@ -98,6 +98,10 @@ class Digest:
     created: list[str] = field(default_factory=list)
     edited: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    #: Each changed file's changes, and when it was last changed (a count of changes so
+    #: far): the files that got the most work, then the latest, are named first.
+    work: dict[str, int] = field(default_factory=dict)
+    last_touched: dict[str, int] = field(default_factory=dict)
     ran: list[Command] = field(default_factory=list)
     committed: list[str] = field(default_factory=list)
     concluded: str | None = None
@@ -138,8 +142,12 @@ class Digest:
         asked = self.asked[:-1] if self.asked and self.asked[-1] == self.unanswered else self.asked
         if asked:
             lines.append("Asked: " + "; ".join(f'"{a}"' for a in asked))
-        changed = [*(f"{p} (new)" for p in self.created), *self.edited,
-                   *(f"{p} (deleted)" for p in self.deleted)]
+        labelled = [*((p, f"{p} (new)") for p in self.created), *((p, p) for p in self.edited),
+                    *((p, f"{p} (deleted)") for p in self.deleted)]
+        # Stable: files of equal work keep the order they were first changed in.
+        labelled.sort(key=lambda pair: (-self.work.get(pair[0], 1),
+                                        -self.last_touched.get(pair[0], 0)))
+        changed = [label for _path, label in labelled]
         if changed:
             shown = changed[:MAX_FILES]
             more = len(changed) - len(shown)
@@ -149,11 +157,10 @@ class Digest:
                 f"{c.command} → {c.outcome}" if c.outcome else c.command for c in self.ran))
         if self.committed:
             lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
-        if self.concluded:
-            lines.append(f"Concluded: {self.concluded}")
-        # How the session was left is what a next session needs most: when the digest is
-        # too long, the parts above give way, never these (at most half of `limit`).
-        left: list[str] = []
+        # How the session was left, and what it concluded, is what a next session needs
+        # most: when the digest is too long (a long session's files and commands), the
+        # parts above give way, never these (at most half of `limit`).
+        left: list[str] = [f"Concluded: {self.concluded}"] if self.concluded else []
         if self.interrupted:
             left.append("Ended mid-turn (interrupted or killed).")
         if self.api_error:
@@ -528,17 +535,27 @@ def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
         verb, path, moved = match.group(1), match.group(2), match.group(3)
         if moved:
             _add(digest.created, relative(moved.strip(), project))
+            _touch(digest, relative(moved.strip(), project))
         elif verb == "Add":
             _add(digest.created, relative(path.strip(), project))
         elif verb == "Delete":
             _add(digest.deleted, relative(path.strip(), project))
         else:
             _add(digest.edited, relative(path.strip(), project), digest.created)
+        if not moved:
+            _touch(digest, relative(path.strip(), project))
 
 
 def _add(paths: list[str], path: str, *already: list[str]) -> None:
     if path and path not in paths and not any(path in other for other in already):
         paths.append(path)
+
+
+def _touch(digest: Digest, path: str) -> None:
+    """One more change of `path` (see `Digest.work`)."""
+    if path:
+        digest.work[path] = digest.work.get(path, 0) + 1
+        digest.last_touched[path] = sum(digest.work.values())
 
 
 def _branch(record: Any) -> str | None:
@@ -610,7 +627,8 @@ class DigestBuilder:
             # came after it.
             self._api_error = message.content
             self._last_kind = "api_error"
-        elif message.role == "assistant" and kind == "message" and message.content.strip():
+        elif (message.role == "assistant" and kind == "message" and message.content.strip()
+              and message.content.strip() not in SYNTHETIC_REPLIES):
             if message.is_sidechain and self._main_spoke:
                 return  # a subagent's report inside a session: the main agent concludes
             self._last_assistant_text = message.content
@@ -679,6 +697,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
         path = args.get(EDIT_TOOLS[call.name])
         if isinstance(path, str):
             _add(digest.edited, relative(path, project), digest.created)
+            _touch(digest, relative(path, project))
         return
     if call.name in WRITE_TOOLS and isinstance(args, dict):
         path = args.get(WRITE_TOOLS[call.name])
@@ -689,6 +708,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
                 _add(digest.created, where)
             else:
                 _add(digest.edited, where, digest.created)
+            _touch(digest, where)
         return
     if call.name not in SHELL_TOOLS:
         return

@@ -42,6 +42,11 @@ def without_injected(text: str) -> str:
     return text
 
 
+#: What Claude Code writes in the agent's name, as model `<synthetic>`, when no model was
+#: asked (after a local command): never what a session concluded.
+SYNTHETIC_REPLIES = frozenset({"No response requested."})
+
+
 _API_ERROR = re.compile(r"^(API Error: \d+) (\{.*\})\s*$", re.S)
 
 

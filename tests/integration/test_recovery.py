@@ -1237,7 +1237,8 @@ async def test_a_store_from_before_api_errors_were_told_gets_its_digests_again(
     with world.db() as db:
         # As the store was before migration 13 (and those after it).
         db.execute("DELETE FROM schema_migrations WHERE version >= 13")
-        db.execute("ALTER TABLE session_messages DROP COLUMN content_key")
+        db.execute("ALTER TABLE session_messages DROP COLUMN content_key")  # v14
+        db.execute("DROP TABLE clock_marks")  # v15
         # Most such records do not say "API Error" (a sample of public transcripts: 143 of
         # 177 said "You've hit your session limit ..."): the record's flag tells them.
         db.execute("UPDATE session_messages SET content = 'You''ve hit your session limit'"

@@ -529,3 +529,35 @@ def test_a_background_task_s_notification_is_not_what_the_person_asked() -> None
                           source="claude", session="s", project=PROJECT)
     assert digest.asked == ["run the tests please"]
     assert "output file" not in digest.render()
+
+
+def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most() -> None:
+    """Forty files touched once, then two edited again and again: those two are named
+    first; and however many files and commands there were, the conclusion and what was
+    left open are in the digest (issue 62.1)."""
+    messages: list[DigestMessage] = []
+
+    def edit(path: str) -> None:
+        n = len(messages)
+        args = {"file_path": f"{PROJECT}/{path}", "old_string": "a", "new_string": "b"}
+        messages.append(DigestMessage(n, "assistant", "tool_call", "[tool_use Edit]", "Edit",
+                                      json.dumps(args),
+                                      raw=_claude_call_line(f"e{n}", "Edit", args)))
+
+    messages.append(DigestMessage(0, "user", "message", "refactor the billing module"))
+    for i in range(40):
+        edit(f"lib/module_{i:02d}.ex")
+    for _ in range(5):
+        edit("lib/billing/ledger.ex")
+        edit("lib/billing/invoice.ex")
+    args = {"todos": [{"content": "wire the ledger into checkout", "status": "pending"}]}
+    messages.append(DigestMessage(len(messages), "assistant", "tool_call",
+                                  "[tool_use TodoWrite]", "TodoWrite", json.dumps(args),
+                                  raw=_claude_call_line("todo", "TodoWrite", args)))
+    messages.append(DigestMessage(len(messages), "assistant", "message",
+                                  "All done: the ledger and the invoices are split. " * 3))
+    text = build_digest(messages, source="claude", session="s", project=PROJECT).render()
+    changed = next(line for line in text.splitlines() if line.startswith("Changed: "))
+    assert changed.startswith("Changed: lib/billing/invoice.ex, lib/billing/ledger.ex"), changed
+    assert "Concluded: All done" in text and "Open: wire the ledger into checkout" in text
+    assert len(text) <= DIGEST_CHARS
