@@ -26,6 +26,7 @@ from daemon.errors import AlreadyRunningError, ApiError, DaemonUnreachable, Stor
 from daemon.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from daemon.memory import MemoryBackend
 from daemon.memory.opening import memory_user, open_memory_backend
+from daemon.store.connection import connect
 from daemon.store.opening import open_store
 
 log = structlog.get_logger("memoryd.client")
@@ -110,16 +111,21 @@ class DirectRuntime:
 
 
 @contextlib.asynccontextmanager
-async def direct_ops(settings: Settings, clock: Clock, *,
-                     vectors: bool = True) -> AsyncIterator[MemoryOps]:
-    """The operations over stores opened in this process (keyword-only without `vectors`)."""
-    async with open_store(settings) as conn:
-        backend = await open_memory_backend(settings, clock, vectors=vectors)
-        try:
-            yield MemoryOps(settings, clock, conn, backend,
-                            DirectRuntime(settings, clock, conn, backend))
-        finally:
-            await backend.close()
+async def direct_ops(settings: Settings, clock: Clock, *, vectors: bool = True,
+                     readonly: bool = False) -> AsyncIterator[MemoryOps]:
+    """The operations over stores opened in this process (keyword-only without `vectors`;
+    `readonly`: both stores as they are, for reading only, where nothing can be written)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if readonly:
+            conn = await connect(settings.database_path, readonly=True, immutable=True)
+            stack.push_async_callback(conn.close)
+        else:
+            conn = await stack.enter_async_context(open_store(settings))
+        backend = await open_memory_backend(settings, clock, vectors=vectors,
+                                            readonly=readonly)
+        stack.push_async_callback(backend.close)
+        yield MemoryOps(settings, clock, conn, backend,
+                        DirectRuntime(settings, clock, conn, backend))
 
 
 class MemoryClient:

@@ -77,16 +77,20 @@ def create_private(path: Path) -> None:
 
 
 async def connect(path: Path, *, translate: Translate, pragmas: Sequence[str],
-                  readonly: bool = False,
+                  readonly: bool = False, immutable: bool = False,
                   then: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None,
                   ) -> aiosqlite.Connection:
     """An autocommit connection to `path` with `pragmas` applied, rows as `aiosqlite.Row`;
     `then` (migrations, functions) runs on it before it is handed over. Whatever fails
     after the open closes the connection; SQLite's errors become `translate`'s.
-    A writable database's file must exist already (`create_private`)."""
+    A writable database's file must exist already (`create_private`). `immutable`: read
+    as a file no one writes (no lock, no `-shm` to create: a full disk), for a reader
+    where no daemon runs."""
     try:
         if readonly:
-            conn = await aiosqlite.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+            flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+            conn = await aiosqlite.connect(f"file:{path}?{flags}", uri=True,
+                                           isolation_level=None)
         else:
             conn = await aiosqlite.connect(path, isolation_level=None)
     except sqlite3.Error as exc:

@@ -9,6 +9,7 @@ daemon once more at the socket they name, and otherwise runs the API's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -18,6 +19,7 @@ import structlog
 
 from daemon.clock import SystemClock
 from daemon.config import load_settings
+from daemon.errors import MemorydError
 from daemon.files import make_dirs
 from daemon.localhttp import ask_daemon
 from daemon.logging import configure_logging
@@ -31,8 +33,8 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
     make_dirs(settings.state_dir)
     fd = os.open(os.path.join(state_dir, "hook.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                  0o600)
-    log_stream = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
-    configure_logging(settings.log_level, "json", stream=log_stream,
+    log_stream = _NeverFails(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
+    configure_logging(settings.log_level, "json", stream=log_stream,  # type: ignore[arg-type]
                       extra=settings.extra_masks())
     structlog.get_logger("memoryd.hook").info("hook_without_daemon", reason=str(reason))
     named = str(settings.socket_path)
@@ -43,12 +45,38 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
         except (OSError, ValueError):
             pass
 
-    async def direct() -> dict[str, Any]:
+    async def direct(readonly: bool = False) -> dict[str, Any]:
         from daemon.client import direct_ops
 
         # Keyword recall: loading the model (about a second) would spend the hook's budget.
-        async with direct_ops(settings, SystemClock(), vectors=False) as ops:
+        async with direct_ops(settings, SystemClock(), vectors=False,
+                              readonly=readonly) as ops:
             return await ops.run("session_event", request)
 
-    answer = asyncio.run(direct())
+    try:
+        answer = asyncio.run(direct())
+    except MemorydError as exc:
+        if exc.damaged or not settings.database_path.exists():
+            raise
+        # A full disk (or a store that cannot be written now): the block is read anyway.
+        structlog.get_logger("memoryd.hook").warning("hook_reads_only", error=str(exc))
+        answer = asyncio.run(direct(readonly=True))
     return {**answer, "state_dir": state_dir}
+
+
+class _NeverFails:
+    """The hook's log: a line that cannot be written (a full disk) is dropped, never the
+    agent's block."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except OSError:
+            return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.flush()

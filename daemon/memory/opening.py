@@ -82,16 +82,18 @@ def postgres_dsn(settings: Settings) -> str:
 
 
 def opener(kind: BackendKind, settings: Settings, clock: Clock, embedder: Embedder | None, *,
-           masked: bool = True) -> Callable[[], Awaitable[MemoryBackend]]:
+           masked: bool = True, readonly: bool = False) -> Callable[[], Awaitable[MemoryBackend]]:
     """How to open one layer; `masked`: with `privacy.extra_patterns` applied to its writes
-    (a chain applies them itself, before its outbox)."""
+    (a chain applies them itself, before its outbox); `readonly`: the embedded backend
+    opened for reading only."""
     embeddings = settings.memory.embeddings
 
     async def sqlite() -> MemoryBackend:
-        ensure_private_dir(settings.memory_path.parent, "memory.path")
+        if not readonly:
+            ensure_private_dir(settings.memory_path.parent, "memory.path")
         return await SQLiteMemoryBackend.open(
             settings.memory_path, clock=clock, embedder=embedder,
-            owner=memory_user(settings),
+            owner=memory_user(settings), readonly=readonly,
             vector_weight=embeddings.vector_weight,
             paraphrase_vector_weight=embeddings.paraphrase_vector_weight)
 
@@ -140,11 +142,12 @@ def is_chain(settings: Settings) -> bool:
     return settings.memory.backends != ["sqlite"]
 
 
-async def open_layers(settings: Settings, clock: Clock,
-                      embedder: Embedder | None) -> MemoryBackend:
-    """The configured memory: the embedded backend alone, or the chain."""
+async def open_layers(settings: Settings, clock: Clock, embedder: Embedder | None, *,
+                      readonly: bool = False) -> MemoryBackend:
+    """The configured memory: the embedded backend alone, or the chain (`readonly`: the
+    embedded backend for reading only; a chain opens as it always does)."""
     if not is_chain(settings):
-        return await opener("sqlite", settings, clock, embedder)()
+        return await opener("sqlite", settings, clock, embedder, readonly=readonly)()
     ensure_private_dir(settings.state_dir)
     outbox = await Outbox.open(settings.outbox_path, clock=clock)
     layers = [Layer(kind, opener(kind, settings, clock, embedder, masked=False), clock)
@@ -155,7 +158,7 @@ async def open_layers(settings: Settings, clock: Clock,
 
 
 async def open_memory_backend(settings: Settings, clock: Clock, *,
-                              vectors: bool = True) -> MemoryBackend:
+                              vectors: bool = True, readonly: bool = False) -> MemoryBackend:
     """The configured memory, opened: the embedded backend, or the chain of layers.
 
     With an embedder, recall is hybrid; an embedder that cannot be made (the
@@ -169,4 +172,4 @@ async def open_memory_backend(settings: Settings, clock: Clock, *,
             embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError as exc:
         log.warning("embeddings_unavailable", error=str(exc))
-    return await open_layers(settings, clock, embedder)
+    return await open_layers(settings, clock, embedder, readonly=readonly)

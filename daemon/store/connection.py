@@ -38,7 +38,8 @@ def translate(exc: sqlite3.Error) -> StoreError:
 PAGE_SIZE = 8192
 
 
-async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection:
+async def connect(path: Path, *, readonly: bool = False,
+                  immutable: bool = False) -> aiosqlite.Connection:
     """A connection in WAL mode with foreign keys on; the file is created 0600.
 
     On any failure the connection is closed before the error leaves: an open
@@ -59,7 +60,7 @@ async def connect(path: Path, *, readonly: bool = False) -> aiosqlite.Connection
         pragmas += [f"page_size = {PAGE_SIZE}", "journal_mode = WAL", "synchronous = NORMAL",
                     f"journal_size_limit = {WAL_BOUND_BYTES}"]
     return await sqlite.connect(path, translate=translate, readonly=readonly,
-                                pragmas=[*pragmas, "foreign_keys = ON"])
+                                immutable=immutable, pragmas=[*pragmas, "foreign_keys = ON"])
 
 
 def integrity_problems(path: Path, *, full: bool = False, limit: int = 20) -> list[str]:

@@ -961,3 +961,38 @@ def test_clients_that_go_away_mid_body_leave_no_traceback(tmp_path: Path) -> Non
     finally:
         text = _stop_daemon(tmp_path, proc)
     assert "Traceback" not in text and '"level": "error"' not in text, text[-3000:]
+
+
+def test_the_start_hook_gives_its_block_on_a_full_disk_without_a_daemon(
+        tmp_path: Path) -> None:
+    """No daemon, and no space left where the state directory is: the stores cannot be
+    opened for writing, but they can be read, and the hook still gives the start block
+    (issue 61.14)."""
+    mount = tmp_path / "fs"
+    if not _small_file_system(mount):
+        pytest.skip("needs root to mount a tmpfs")
+    try:
+        root = tmp_path / "claude"
+        (root / "-p").mkdir(parents=True)
+        state = mount / "state"
+        config = write_config(tmp_path / "c.yaml", state, {"claude": root})
+        project = tmp_path / "shop"
+        project.mkdir()
+        assert _memoryd(tmp_path, config, "remember", "--project", str(project),
+                        "invoices are numbered by the ledger").returncode == 0
+        with (mount / "filler").open("wb", buffering=0) as handle, \
+                contextlib.suppress(OSError):
+            while True:
+                handle.write(b"\0" * 65536)
+        payload = json.dumps({"session_id": "s-full", "transcript_path": "/nonexistent.jsonl",
+                              "cwd": str(project), "hook_event_name": "SessionStart",
+                              "source": "startup"})
+        done = subprocess.run(
+            memoryd_command("--config", str(config), "hook", "--agent", "claude",
+                            "SessionStart"),
+            env=daemon_env(tmp_path), input=payload, capture_output=True, text=True,
+            timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "ledger" in done.stdout, (done.stdout, done.stderr)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

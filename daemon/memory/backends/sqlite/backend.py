@@ -392,8 +392,10 @@ class SQLiteMemoryBackend:
         vector_weight: float = VECTOR_WEIGHT,
         paraphrase_vector_weight: float = PARAPHRASE_VECTOR_WEIGHT,
         owner: str | None = None,
+        readonly: bool = False,
     ) -> SQLiteMemoryBackend:
-        """Open or create the memory database at `path` and bring its schema up to date.
+        """Open or create the memory database at `path` and bring its schema up to date
+        (`readonly`: open it as it is, for reading only: a hook on a full disk).
 
         `owner` is the user whose memories these are: the first owner to open the store
         claims it, and it refuses to open for anyone else (StoreOwnedElsewhere), so
@@ -411,15 +413,18 @@ class SQLiteMemoryBackend:
         writes.fraction("paraphrase_vector_weight", paraphrase_vector_weight)
 
         async def prepare(conn: aiosqlite.Connection) -> None:
-            await migrate(conn, to_utc_text(clock.now()))
+            if not readonly:
+                await migrate(conn, to_utc_text(clock.now()))
             await conn.create_function(
                 sqlite_recall.SCORE_FUNCTION, 5, sqlite_recall.score_sql, deterministic=True
             )
+            if readonly:
+                return
             await _chunk_missing(conn)
             if owner is not None:
                 await _claim(conn, owner, to_utc_text(clock.now()), path)
 
-        conn = await connect(path, busy_timeout=busy_timeout, then=prepare)
+        conn = await connect(path, busy_timeout=busy_timeout, then=prepare, readonly=readonly)
         log.debug("memory_backend_opened", backend=BACKEND_NAME, path=str(path))
         return cls(conn, path, clock, embedder=embedder, fusion=fusion,
                    vector_weight=vector_weight, paraphrase_vector_weight=paraphrase_vector_weight)

@@ -436,9 +436,15 @@ make_private = sqlite.make_private
 
 async def connect(path: Path, *, busy_timeout: float = 5.0,
                   then: Callable[[aiosqlite.Connection], Awaitable[None]] | None = None,
-                  ) -> aiosqlite.Connection:
+                  readonly: bool = False) -> aiosqlite.Connection:
     """Open (creating it 0600) the memory database: WAL, busy timeout, secure delete
-    (forgotten content is overwritten with zeros rather than left in free pages)."""
+    (forgotten content is overwritten with zeros rather than left in free pages);
+    `readonly`: as it is, for reading only (a full disk, where nothing can be written)."""
+    if readonly:
+        # Immutable: a reader where no daemon runs and nothing can be written (no `-shm`).
+        return await sqlite.connect(path, translate=translate, then=then, readonly=True,
+                                    immutable=True,
+                                    pragmas=[f"busy_timeout = {int(busy_timeout * 1000)}"])
     try:
         if not path.parent.exists():
             make_dirs(path.parent)
