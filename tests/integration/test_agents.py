@@ -174,7 +174,7 @@ def test_api_socket_is_private_and_answers_every_operation(daemon: Daemon) -> No
     again = daemon.api("recall", {"query": "staging cluster", "project": PROJECT}).json()
     assert [r["content"] for r in again["results"]] == ["the staging cluster is called lime"]
     gone = daemon.api("forget", {"memory_id": fixed["memory"]["id"]}).json()
-    assert gone["forgotten"] == 1
+    assert gone["forgotten"] == 2  # the correction and the memory it corrected
     assert daemon.api("recall", {"query": "staging cluster"}).json()["results"] == []
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket))) as client:
         status = client.get("http://memoryd/v1/status").json()
