@@ -56,7 +56,9 @@ def handle_directly(request: dict[str, Any], socket_path: str | None,
     try:
         answer = asyncio.run(direct())
     except MemorydError as exc:
-        if exc.damaged or not settings.database_path.exists():
+        # Only what writing could not do now (a full disk): a store that is another
+        # user's, or damaged, is refused as it is.
+        if not exc.transient or exc.damaged or not settings.database_path.exists():
             raise
         # A full disk (or a store that cannot be written now): the block is read anyway.
         structlog.get_logger("memoryd.hook").warning("hook_reads_only", error=str(exc))

@@ -452,3 +452,25 @@ async def test_a_backfill_s_page_cache_is_handed_back(
         assert found and found[0].provenance.session_id == 29
     finally:
         await backend.close()
+
+
+async def test_a_store_opened_for_reading_only_is_still_its_owner_s(tmp_path: Path) -> None:
+    """Read-only (a hook on a full disk) writes nothing, still reads, and still refuses a
+    user the store does not belong to."""
+    from daemon.errors import StoreOwnedElsewhere
+
+    path = tmp_path / "memory.db"
+    clock = FakeClock()
+    owned = await SQLiteMemoryBackend.open(path, clock=clock, owner="alice")
+    await owned.remember("the rate limit is 500/min", project="/p")
+    await owned.close()
+    before = path.read_bytes()
+    reader = await SQLiteMemoryBackend.open(path, clock=clock, owner="alice", readonly=True)
+    try:
+        found = await reader.recall("rate limit", project="/p", limit=5)
+        assert [r.content for r in found] == ["the rate limit is 500/min"]
+    finally:
+        await reader.close()
+    assert path.read_bytes() == before
+    with pytest.raises(StoreOwnedElsewhere):
+        await SQLiteMemoryBackend.open(path, clock=clock, owner="bob", readonly=True)

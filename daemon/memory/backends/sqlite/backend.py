@@ -313,6 +313,10 @@ async def _claim(conn: aiosqlite.Connection, owner: str, now: str, path: Path) -
     await conn.execute("INSERT OR IGNORE INTO store_owner (id, user, claimed_at)"
                        " VALUES (1, ?, ?)", (owner, now))
     await conn.commit()
+    await _check_owner(conn, owner, path)
+
+
+async def _check_owner(conn: aiosqlite.Connection, owner: str, path: Path) -> None:
     async with conn.execute("SELECT user FROM store_owner WHERE id = 1") as cursor:
         row = await cursor.fetchone()
     if row is not None and row[0] != owner:
@@ -419,6 +423,8 @@ class SQLiteMemoryBackend:
                 sqlite_recall.SCORE_FUNCTION, 5, sqlite_recall.score_sql, deterministic=True
             )
             if readonly:
+                if owner is not None:
+                    await _check_owner(conn, owner, path)
                 return
             await _chunk_missing(conn)
             if owner is not None:
