@@ -51,6 +51,8 @@ MAX_REQUESTS = 4
 MAX_FILES = 12
 MAX_COMMANDS = 6
 COMMAND_PART_CHARS = 60
+#: The shares of a digest the requests and the changed files may take at most.
+ASKED_CHARS, CHANGED_CHARS = 360, 420
 MAX_OPEN = 6
 #: Said of a session whose last todo list is all done.
 TODOS_DONE = "Todo list: all done."
@@ -138,10 +140,12 @@ class Digest:
         lines = [self._heading()]
         if self.title:
             lines.append(f"Title: {self.title}")
-        # A request left unanswered is said once, under Left unanswered.
+        # A request left unanswered is said once, under Left unanswered. Each part has a
+        # share of the digest, so that a long session's requests never push out the files
+        # it changed (the first and the last requests are kept, those between give way).
         asked = self.asked[:-1] if self.asked and self.asked[-1] == self.unanswered else self.asked
         if asked:
-            lines.append("Asked: " + "; ".join(f'"{a}"' for a in asked))
+            lines.append(_fitted("Asked: ", [f'"{a}"' for a in asked], ASKED_CHARS))
         labelled = [*((p, f"{p} (new)") for p in self.created), *((p, p) for p in self.edited),
                     *((p, f"{p} (deleted)") for p in self.deleted)]
         # Stable: files of equal work keep the order they were first changed in.
@@ -151,7 +155,8 @@ class Digest:
         if changed:
             shown = changed[:MAX_FILES]
             more = len(changed) - len(shown)
-            lines.append("Changed: " + ", ".join(shown) + (f" (+{more} more)" if more else ""))
+            lines.append(_cut("Changed: " + ", ".join(shown) + (f" (+{more} more)" if more
+                                                                else ""), CHANGED_CHARS))
         if self.ran:
             lines.append("Ran: " + "; ".join(
                 f"{c.command} → {c.outcome}" if c.outcome else c.command for c in self.ran))
@@ -217,6 +222,19 @@ def _own_words(message: Readable) -> str | None:
 
 #: Text already masked, within a limit (a mask is never cut in two).
 _cut = clipping.cut_masked
+
+
+def _fitted(label: str, items: list[str], limit: int) -> str:
+    """`label` and `items` joined within `limit`: the first and the last items kept, the
+    ones between given up from the middle."""
+    kept = [item for item in items if not item.startswith('"… ')]
+    dropped = len(kept) < len(items)
+    while len(kept) > 2 and len(label) + len("; ".join(kept)) + 3 > limit:
+        del kept[len(kept) // 2]
+        dropped = True
+    if dropped and len(kept) >= 2:
+        kept.insert(len(kept) - 1, "…")
+    return _cut(label + "; ".join(kept), limit)
 #: Text masked, whitespace squeezed, then within a limit: every part of a digest that
 #: quotes what was said or run passes here, so a secret is masked before it is cut.
 _clip = clipping.clip
