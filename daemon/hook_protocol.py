@@ -34,7 +34,8 @@ def event_request(agent: str, event: str, payload: dict[str, Any],
 
     return {"agent": agent, "event": event, "session_id": text("session_id"),
             "transcript_path": text("transcript_path"), "cwd": text("cwd"),
-            "prompt": text("prompt") or "", "trigger": text("trigger"), "interface": "hook",
+            "prompt": text("prompt") or "", "trigger": text("trigger"),
+            "source": text("source"), "interface": "hook",
             "transcript_root": transcript_root}
 
 

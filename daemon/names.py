@@ -42,6 +42,16 @@ def is_compaction_agent(source: str, external_id: str | None) -> bool:
         COMPACTION_AGENT_PREFIX)
 
 
+#: Set to `off` in an agent's environment (`MEMORYD_BRIEFING=off claude`), its sessions
+#: are given no block, at their start or at a prompt; what they say is still saved.
+BRIEFING_ENV = "MEMORYD_BRIEFING"
+BRIEFING_OFF = ("off", "no", "0", "false")
+
+
+def briefing_off(environ: dict[str, str] | os._Environ[str]) -> bool:
+    return environ.get(BRIEFING_ENV, "").strip().lower() in BRIEFING_OFF
+
+
 #: Where each agent writes its transcripts unless its environment says otherwise.
 DEFAULT_ROOTS: dict[str, str] = {
     "claude": "~/.claude/projects",

@@ -188,7 +188,11 @@ class SessionEvents(OpsBase):
                 embedder.prepare()
             await self._best_effort(self._save_quiet_sessions(project, agent_session),
                                     "save_quiet_sessions")
-            block_text, ids = await self._start_context(project, agent)
+            # After a compaction or a /clear the agent's context lost the earlier block:
+            # all of it again; a resume still holds it: only what is new.
+            fresh_context = arg.opt_text(args, "source") in ("compact", "clear")
+            block_text, ids = await self._start_context(
+                project, agent, None if fresh_context else agent_session)
         else:
             block_text, ids = await self._prompt_context(
                 arg.text(args, "prompt", default=""), project, agent_session, agent)
@@ -275,8 +279,8 @@ class SessionEvents(OpsBase):
             return await queries.find_session(self._conn, agent_session)
         return None
 
-    async def _start_context(self, project: str | None,
-                             agent: str) -> tuple[str | None, list[str]]:
+    async def _start_context(self, project: str | None, agent: str,
+                             agent_session: str | None = None) -> tuple[str | None, list[str]]:
         """Explicit knowledge first (the project's and every project's); then the digests
         of the project's latest sessions, newest first (the last one's open items lead,
         see `build_context`); raw conversation and agents' own summaries only of
@@ -313,9 +317,13 @@ class SessionEvents(OpsBase):
             [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
              if r.project == project and _session_of(r) not in digested]
         ))[:START_WEIGHTY] if project else []
+        # A session resumed or continued (`claude --resume`, `codex exec resume`) was given
+        # a block already: it is told only what is new since.
+        given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
         chosen: dict[str, RecallResult] = {}
         for result in [*explicit, *digests, *recent, *weighty]:
-            chosen.setdefault(result.memory_id, result)
+            if result.memory_id not in given:
+                chosen.setdefault(result.memory_id, result)
         if not chosen:
             return None, []
         max_chars = self.settings.agents.start_context_chars

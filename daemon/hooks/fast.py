@@ -33,7 +33,7 @@ from daemon.errors import Unreachable
 from daemon.hook_protocol import ANSWER_MARGIN, agent_output, event_request, memoryd_event
 from daemon.localhttp import ask_daemon
 from daemon.locations import default_config_path, default_state_dir
-from daemon.names import AGENT_EVENTS, agent_transcript_root
+from daemon.names import AGENT_EVENTS, agent_transcript_root, briefing_off
 
 DEFAULT_TIMEOUT = 2.0
 MAX_PAYLOAD_BYTES = 8 << 20
@@ -157,6 +157,8 @@ def run(argv: list[str]) -> int:
         if event is None:
             _log(state_dir, "hook_event_ignored", agent=agent, agent_event=agent_event)
             return 0
+        if event in ("start", "prompt") and briefing_off(os.environ):
+            return 0  # the person started this session without a briefing
         request = event_request(agent, event, payload, agent_transcript_root(agent))
         # The daemon gives (and records as given) a block only while this hook still
         # waits for it: a daemon that was stopped or slow must not record what the agent

@@ -22,6 +22,11 @@ if [ $# -ne 8 ] || [ "$1" != hook ] || [ "$2" != --agent ] || [ "$4" != --socket
     exec "$memoryd" "$@"
 fi
 agent=$3 socket=$5 timeout=$7 event=$8
+# MEMORYD_BRIEFING=off (names.BRIEFING_ENV): no block at a session's start or a prompt.
+case ${MEMORYD_BRIEFING-} in
+    off | OFF | Off | no | No | NO | 0 | false | False | FALSE)
+        case $event in SessionStart | UserPromptSubmit | BeforeAgent) exit 0 ;; esac ;;
+esac
 # The folder the agent's environment moved its home to (names.AGENT_HOME_ENV): the
 # daemon accepts transcripts there, and cannot see the agent's environment itself.
 case $agent in

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import memoryd_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
 
 from daemon.hooks.client import PACKAGED_CLIENT
 from daemon.hooks.install import Installer, settings_path
-from daemon.names import AGENT_HOME_ENV
+from daemon.names import AGENT_EVENTS, AGENT_HOME_ENV
 
 if shutil.which("curl") is None and os.environ.get("HOOK_CLIENT_TESTS_REQUIRE_CURL") != "1":
     pytest.skip("SKIPPED: no curl here, so the shell hook client always hands its payload"
@@ -286,3 +287,60 @@ def test_the_client_names_the_same_agent_homes_as_the_daemon() -> None:
     script = PACKAGED_CLIENT.read_text()
     for agent, (variable, _folder) in AGENT_HOME_ENV.items():
         assert re.search(rf"^\s*{agent}\) home=\${{{variable}-}} ;;$", script, re.M), agent
+
+
+def test_the_client_s_briefing_events_are_the_daemon_s() -> None:
+    """The events the script leaves without a block under MEMORYD_BRIEFING=off are every
+    agent's events that memoryd answers with one (start, prompt)."""
+    script = PACKAGED_CLIENT.read_text()
+    found = re.search(r"case \$event in ([A-Za-z |]+)\) exit 0", script)
+    assert found is not None
+    named = {e.strip() for e in found.group(1).split("|")}
+    assert named == {agent_event for events in AGENT_EVENTS.values()
+                     for agent_event, ours in events.items() if ours in ("start", "prompt")}
+
+
+def test_a_session_started_without_a_briefing_is_given_nothing(daemon: Daemon) -> None:
+    """`MEMORYD_BRIEFING=off` in the agent's environment: the installed hooks (curl and
+    Python alike) give no block at the start or at a prompt (issue 62.5)."""
+    daemon.start()
+    client = Client(daemon)
+    daemon.api("remember", {"content": "the payments API rate limit is 500 requests per minute",
+                            "project": PROJECT})
+    for agent, prompt_event in (("claude", "UserPromptSubmit"), ("gemini", "BeforeAgent")):
+        for event, extra in (("SessionStart", {}),
+                             (prompt_event, {"prompt": "what rate limit applies?"})):
+            payload = claude_payload(event, f"{agent}-quiet", **extra)
+            quiet = client.run(agent, event, payload, env={"MEMORYD_BRIEFING": "off"})
+            assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", ""), quiet
+            told = client.run(agent, event, claude_payload(event, f"{agent}-told-{event}",
+                                                           **extra))
+            assert "500 requests per minute" in str(context_of(told))
+    quiet_python = subprocess.run(
+        memoryd_command("hook", "--agent", "claude", "SessionStart"),
+        input=json.dumps(claude_payload("SessionStart", "py-quiet")), capture_output=True,
+        text=True, timeout=60, env={**daemon.env, "MEMORYD_CONFIG": str(daemon.config),
+                                    "MEMORYD_BRIEFING": "off"})
+    assert (quiet_python.returncode, quiet_python.stdout) == (0, ""), quiet_python
+
+
+def test_a_resumed_session_is_told_only_what_is_new(daemon: Daemon) -> None:
+    """SessionStart again for the same session (a resume): nothing it was given already;
+    after a compaction or /clear its context lost the block: all of it again (issue
+    62.5)."""
+    daemon.start()
+    daemon.api("remember", {"content": "the payments API rate limit is 500 requests per minute",
+                            "project": PROJECT})
+    first = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "resumed", source="startup")))
+    assert first is not None and "500 requests" in first
+    again = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "resumed", source="resume")))
+    assert again is None or "500 requests" not in again
+    daemon.api("remember", {"content": "deploys freeze on Fridays", "project": PROJECT})
+    newer = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "resumed", source="resume")))
+    assert newer is not None and "Fridays" in newer and "500 requests" not in newer
+    compacted = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "resumed", source="compact")))
+    assert compacted is not None and "500 requests" in compacted and "Fridays" in compacted
