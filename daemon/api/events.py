@@ -45,6 +45,7 @@ from daemon.memory.privacy.redaction import (
 )
 from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
+from daemon.memory.recall.gate import content_words
 from daemon.memory.recall.spoken_time import passes_gate, spoken_time
 from daemon.names import AGENT_HOME_ENV, AGENTS, EVENTS
 from daemon.repository import project_root
@@ -56,6 +57,9 @@ log = structlog.get_logger("memoryd.api")
 
 #: A prompt longer than this is recalled on its first part (a pasted log is not a query).
 PROMPT_QUERY_CHARS = 2000
+#: A given digest's session's conversation that the digest already mentions this share
+#: of (its content words) tells nothing new.
+ALREADY_SAID = 0.8
 #: How much of recent history the session-start block looks back on.
 RECENT_DAYS = 30
 RECENT_ITEMS = 4
@@ -73,6 +77,15 @@ START_SYNC_SESSIONS, START_SYNC_MESSAGES = 4, 400
 START_CATCH_UP, START_SAVE_BUDGET = 0.5, 0.8
 #: Memories given earlier in an agent session looked at to find the digests among them.
 MAX_GIVEN_LOOKUPS = 200
+
+
+def _said_share(text: str, said: str) -> float:
+    """The share of `text`'s content words that `said` holds already."""
+    words = content_words(text)
+    if not words:
+        return 1.0
+    known = set(content_words(said))
+    return sum(word in known for word in words) / len(words)
 
 
 def _session_of(result: RecallResult) -> tuple[str | None, int | str | None]:
@@ -370,10 +383,13 @@ class SessionEvents(OpsBase):
         spoken = spoken_time(query, self.clock.now())
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
         digested = await self._digested_sessions(given, results)
-        # A session whose digest this agent session was given: its raw conversation
-        # would tell the same again.
+        # A session whose digest this agent session was given: its conversation is given
+        # only for what the digest did not say (a decision stated mid-session, which a
+        # digest of its ending leaves out), never to tell the same again.
         fresh = [r for r in results if r.memory_id not in given and injectable(r, project)
-                 and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested)
+                 and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested
+                          and _said_share(r.excerpt or r.content,
+                                          digested[_session_of(r)]) >= ALREADY_SAID)
                  and passes_gate(r, query, spoken, floor)]
         if not fresh:
             return None, []
@@ -407,21 +423,24 @@ class SessionEvents(OpsBase):
 
     async def _digested_sessions(
             self, given: set[str], results: list[RecallResult],
-    ) -> set[tuple[str | None, int | str | None]]:
-        """The sessions among `results`' whose digest is among the memories `given`."""
+    ) -> dict[tuple[str | None, int | str | None], str]:
+        """The sessions among `results`' whose digest is among the memories `given`, with
+        what that digest says."""
         if not given:
-            return set()
+            return {}
         sessions = {_session_of(r) for r in results if r.type is MemoryType.CONVERSATION}
         if not sessions:
-            return set()
-        found = set()
+            return {}
+        found: dict[tuple[str | None, int | str | None], str] = {}
         for memory_id in sorted(given)[:MAX_GIVEN_LOOKUPS]:
             memory = await self._backend.get(memory_id)
             if memory is not None and memory.type is MemoryType.SESSION_DIGEST:
                 p = memory.provenance
-                found.add((p.source, p.session_id if p.session_id is not None
-                           else p.session_external_id))
-        return found & sessions
+                key = (p.source, p.session_id if p.session_id is not None
+                       else p.session_external_id)
+                if key in sessions:
+                    found[key] = memory.content
+        return found
 
 
 def _plausible_root(path: str, kind: SourceKind) -> bool:

@@ -978,3 +978,30 @@ def test_a_hook_session_id_holding_a_secret_is_kept_as_a_hash(daemon: Daemon) ->
         kept = [r[0] for r in db.execute("SELECT agent_session_id FROM injections")]
     assert kept and all(k.startswith("sha256:") for k in kept), kept
     assert token[4:20] not in (daemon.tmp / "daemon.log").read_text()
+
+
+def test_a_decision_stated_mid_session_reaches_a_prompt_after_the_start_block(
+        daemon: Daemon) -> None:
+    """A session decides something mid-way, then works on other things and ends: its
+    digest (in the next session's start block) keeps the ending, so the prompt hook gives
+    the conversation that holds the decision when the next session asks why (issue
+    62.4); what the digest already said is not given again."""
+    daemon.start()
+    folder = daemon.claude_root / "-home-user-payments-api"
+    folder.mkdir()
+    began = datetime.now(UTC) - timedelta(hours=3)
+    turns = [("user", "set up the deploy pipeline for staging and prod"),
+             ("assistant", "Decision: we deploy staging before prod because of the migration"
+                           " order: 0041_create_accounts must be applied on staging before"
+                           " 0042_add_ledger reaches prod.")]
+    turns += [("user" if i % 2 == 0 else "assistant", f"now the logging format, step {i}:"
+               " structured lines with a request id") for i in range(12)]
+    turns += [("assistant", "All done: the logging format is structured.")]
+    (folder / "dep.jsonl").write_text("".join(
+        claude_line("dep", f"d{i}", role, text, began + timedelta(minutes=i))
+        for i, (role, text) in enumerate(turns)))
+    block = _start_block_once_digested(daemon, folder, 1)
+    assert block is not None and "logging format" in block, block
+    answer = context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "next", prompt="Why do we deploy staging before prod?")))
+    assert answer is not None and "0041_create_accounts" in answer, answer
