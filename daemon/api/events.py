@@ -201,11 +201,12 @@ class SessionEvents(OpsBase):
                 embedder.prepare()
             await self._best_effort(self._save_quiet_sessions(project, agent_session),
                                     "save_quiet_sessions")
-            # After a compaction or a /clear the agent's context lost the earlier block:
-            # all of it again; a resume still holds it: only what is new.
-            fresh_context = arg.opt_text(args, "source") in ("compact", "clear")
+            # A resume (or an agent that does not say why it starts) holds the earlier
+            # block: only what is new. A start, a compaction or a /clear holds none of it:
+            # all of it (asked twice, the same block).
+            resumed = arg.opt_text(args, "source") in ("resume", None)
             block_text, ids = await self._start_context(
-                project, agent, None if fresh_context else agent_session)
+                project, agent, agent_session if resumed else None)
         else:
             block_text, ids = await self._prompt_context(
                 arg.text(args, "prompt", default=""), project, agent_session, agent)

@@ -344,3 +344,7 @@ def test_a_resumed_session_is_told_only_what_is_new(daemon: Daemon) -> None:
     compacted = context_of(daemon.hook("claude", "SessionStart", claude_payload(
         "SessionStart", "resumed", source="compact")))
     assert compacted is not None and "500 requests" in compacted and "Fridays" in compacted
+    for _ in range(2):  # a start asked twice: the same block
+        started = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+            "SessionStart", "resumed", source="startup")))
+        assert started == compacted
