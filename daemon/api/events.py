@@ -37,12 +37,7 @@ from daemon.lifecycle.markup import without_injected
 from daemon.memory import MemoryType, RecallResult
 from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.policy import injectable
-from daemon.memory.privacy.redaction import (
-    mask_extra,
-    readable_stored,
-    redact,
-    sessions_shown,
-)
+from daemon.memory.privacy.redaction import readable_stored, sessions_shown, shown
 from daemon.memory.protocol import vector_queue
 from daemon.memory.recall.context import build_context
 from daemon.memory.recall.gate import content_words
@@ -128,7 +123,7 @@ class SessionEvents(OpsBase):
                 limit=page, offset=offset, hidden_sources=hidden,
                 max_chars=SEARCH_READ_CHARS)
             for row in rows:
-                text = mask_extra(redact(readable_stored(row["content"], row["kind"])), masks)
+                text = shown(readable_stored(row["content"], row["kind"]), masks)
                 if all(w in text.lower() for w in lowered):
                     found.append({**row, "content": text[:SEARCH_ANSWER_CHARS]})
             if len(found) >= limit or len(rows) < page:

@@ -17,7 +17,7 @@ from daemon.errors import ApiError
 from daemon.lifecycle.retention import Retention
 from daemon.memory import Capability
 from daemon.memory.opening import opener, owner_user
-from daemon.memory.privacy.redaction import mask_extra, redact, shown
+from daemon.memory.privacy.redaction import shown
 from daemon.memory.protocol import ProjectRelabel, Relabelled
 from daemon.names import project_path
 from daemon.store import forgotten, holds, links, queries, raw, transcripts
@@ -113,7 +113,7 @@ class Governance(OpsBase):
             elif action == "mask":
                 masks = self.settings.extra_masks()
                 report["messages"] = await transcripts.mask_messages(
-                    self._conn, ids, lambda text: mask_extra(redact(text), masks))
+                    self._conn, ids, lambda text: shown(text, masks))
             else:
                 report["messages"], report["not_in_memory_yet"] = (
                     await transcripts.clear_messages(self._conn, ids))

@@ -21,7 +21,7 @@ from daemon.api.governance import Governance
 from daemon.api.ops import MemoryOperations
 from daemon.errors import ApiError, MemorydError
 from daemon.memory.opening import memory_user
-from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.privacy.redaction import shown
 from daemon.store import audit
 
 log = structlog.get_logger("memoryd.api")
@@ -66,7 +66,7 @@ class MemoryOps(MemoryOperations, Governance, SessionEvents):
             # the trail keeps it masked like memory text, and bounded.
             if value is None:
                 return None
-            value = mask_extra(redact(" ".join(value.split())), masks)
+            value = shown(" ".join(value.split()), masks)
             return value if len(value) <= limit else value[: limit - 1] + "…"
 
         def text(key: str) -> str | None:

@@ -37,7 +37,7 @@ from daemon.distill.providers import Completion, Provider, counted
 from daemon.errors import BackendError, DistillError, DistillRefused, DistillUnavailable
 from daemon.lifecycle.segments import new_copies
 from daemon.memory import DistilledMemory, MemoryBackend, MemoryType, RecallResult
-from daemon.memory.privacy.redaction import mask_extra, redact
+from daemon.memory.privacy.redaction import shown
 from daemon.memory.protocol import EvidenceGrowth
 from daemon.store import distill_queue as queue
 from daemon.store import sessions as store
@@ -252,7 +252,7 @@ class Distiller:
         # A model may echo a secret it was never shown whole, or one the masks missed in
         # another form: its words are masked like every memory write. What it replaces
         # is kept as the memory's id (the keys live only as long as the prompt).
-        return Item(item.kind, mask_extra(redact(item.content), self._masks), item.evidence,
+        return Item(item.kind, shown(item.content, self._masks), item.evidence,
                     known[item.replaces][0] if item.replaces in known else None)
 
     async def _known_observations(self, messages: list[StoredMessage], project: str | None,

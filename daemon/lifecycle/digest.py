@@ -37,7 +37,6 @@ from daemon.lifecycle.tools import (
     shell_command,
 )
 from daemon.memory.privacy import clipping
-from daemon.memory.privacy.redaction import redact
 from daemon.store.sessions import StoredMessage
 
 #: What a session id may hold where a digest names it.
@@ -749,7 +748,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
                        committed=message is not None)
         if not shown:
             return
-        ran = Command(redact(shown), outcome)
+        ran = Command(shown, outcome)  # its parts `_clip`ped: masked
         if ran in digest.ran:  # said once, where it last happened
             digest.ran.remove(ran)
         digest.ran.append(ran)

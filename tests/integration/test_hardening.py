@@ -52,6 +52,17 @@ def _one_line_failure(done: subprocess.CompletedProcess[str], status: int) -> No
     assert len(said) == 1, done.stderr[-2000:]
 
 
+def _stored_message(state: Path, uuid: str) -> tuple[str, str]:
+    """The archive's text and raw line of the message with `uuid`."""
+    conn = sqlite3.connect(state / "memoryd.db")
+    try:
+        content, raw = conn.execute(
+            "SELECT content, raw FROM session_messages WHERE uuid = ?", (uuid,)).fetchone()
+    finally:
+        conn.close()
+    return content, raw.decode() if isinstance(raw, bytes) else raw
+
+
 def _stored(db: Path) -> int:
     conn = sqlite3.connect(db)
     try:
@@ -579,13 +590,7 @@ def test_private_spans_are_masked_in_the_archive_and_never_reach_memory(
         + _claude_line("and my phone is 555-123-4567, mail sam@example.org", "k2"))
     assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
     assert _memoryd(tmp_path, config, "sync").returncode == 0
-    conn = sqlite3.connect(state / "memoryd.db")
-    try:
-        content, raw = conn.execute(
-            "SELECT content, raw FROM session_messages WHERE uuid = 'k1'").fetchone()
-    finally:
-        conn.close()
-    raw_text = raw.decode() if isinstance(raw, bytes) else raw
+    content, raw_text = _stored_message(state, "k1")
     for text in (content, raw_text):
         assert "vault path" not in text and "[REDACTED:private]" in text
     json.loads(raw_text)  # still a valid JSON line
@@ -930,13 +935,7 @@ def test_a_private_tag_with_an_escaped_letter_is_private_in_the_archive(
     assert "vault path" in line and "private>" not in line
     (root / "-p" / "s.jsonl").write_text(line)
     assert _memoryd(tmp_path, config, "ingest", "--once").returncode == 0
-    conn = sqlite3.connect(state / "memoryd.db")
-    try:
-        content, raw = conn.execute(
-            "SELECT content, raw FROM session_messages WHERE uuid = 'k1'").fetchone()
-    finally:
-        conn.close()
-    raw_text = raw.decode() if isinstance(raw, bytes) else raw
+    content, raw_text = _stored_message(state, "k1")
     for text in (content, raw_text):
         assert "vault path" not in text and "[REDACTED:private]" in text, text
     assert json.loads(raw_text)["message"]["content"].endswith(", ask Sam")
