@@ -19,6 +19,7 @@ import pytest
 from helpers import wait_for
 from mcp import Client, StdioServerParameters
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
+from test_hook_client import Client as InstalledHooks
 
 from daemon.lifecycle.digest import COMMAND_PART_CHARS, CONCLUSION_CHARS, REQUEST_CHARS
 from daemon.lifecycle.tools import COMMAND_CHARS
@@ -145,15 +146,17 @@ def test_no_surface_shows_a_piece_of_a_secret_cut_anywhere(leaky: Daemon,
 
     wait_for(digested, timeout=60, what="the session saved and digested")
     wait_for(lambda: bool(model.requests), timeout=60, what="distillation sent a segment")
+    installed = InstalledHooks(daemon)
     surfaces = {
         "export": daemon.cli("export").stdout,
         "recall": daemon.cli("recall", "ledger deploy staging", "--all-projects",
                              "--json").stdout,
         "context": daemon.cli("context", "--project", PROJECT).stdout,
         "show": daemon.cli("show", "leaky").stdout,
-        "start hook": context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        # Both hooks as `hooks install` wrote them (the shell client, through the daemon).
+        "start hook": context_of(installed.run("claude", "SessionStart", claude_payload(
             "SessionStart", "next-session", source="startup"))) or "",
-        "prompt hook": context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
+        "prompt hook": context_of(installed.run("claude", "UserPromptSubmit", claude_payload(
             "UserPromptSubmit", "next-session", prompt="what about the ledger deploy?")))
         or "",
         "mcp": _mcp(daemon),
