@@ -29,6 +29,7 @@ import structlog
 
 from daemon.api import args as arg
 from daemon.api.base import MAX_LIMIT, OpsBase
+from daemon.briefing import project_state, render
 from daemon.config import DEFAULT_ROOTS, SourceKind
 from daemon.errors import ApiError, MemorydError
 from daemon.ingest.discovery import NOT_THERE_YET, admit_transcript
@@ -61,8 +62,8 @@ RECENT_ITEMS = 4
 #: Digests of the project's latest sessions a session-start block looks at (near-duplicates
 #: are dropped and the budget decides how many fit).
 START_DIGESTS = 40
-#: The project's most important memories besides those (by importance, then recency).
-START_WEIGHTY = 10
+#: Observations a model distilled of the project a briefing looks at (the latest).
+START_NOTED = 20
 #: At a session's start, sessions of its project not yet saved are saved first: at most
 #: this many, each with at most so many unsaved messages (the hook has seconds).
 START_SYNC_SESSIONS, START_SYNC_MESSAGES = 4, 400
@@ -290,56 +291,51 @@ class SessionEvents(OpsBase):
 
     async def _start_context(self, project: str | None, agent: str,
                              agent_session: str | None = None) -> tuple[str | None, list[str]]:
-        """Explicit knowledge first (the project's and every project's); then the digests
-        of the project's latest sessions, newest first (the last one's open items lead,
-        see `build_context`); raw conversation and agents' own summaries only of
-        sessions without a digest. Nothing of a session outside the project, nor of one
-        in no project."""
+        """The project briefing (`daemon.briefing`): the state the project's sessions left,
+        from their digests; what people stated (the project's and every project's), what
+        a model noted, and raw conversation only of sessions without a digest. Nothing of
+        a session outside the project, nor of one in no project. A session resumed or
+        continued (`claude --resume`, `codex exec resume`) was given a block already: it is
+        told only what is new since (`agent_session`)."""
         scope: dict[str, Any] = {"agent": agent, **({"project": project} if project else {})}
-        explicit = [r for r in await self._recall(
+        given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
+
+        def new(results: list[RecallResult]) -> list[RecallResult]:
+            return [r for r in results if r.memory_id not in given]
+
+        explicit = new([r for r in await self._recall(
             "", scope, limit=40,
             types=[MemoryType.FACT, MemoryType.CORRECTION, MemoryType.PROJECT_CONTEXT])
-            if injectable(r, project)]
+            if injectable(r, project)])
         digests: list[RecallResult] = []
-        recent: list[RecallResult] = []
-        digested: set[tuple[str | None, int | str | None]] = set()
+        noted: list[RecallResult] = []
+        other: list[RecallResult] = []
         if project:
+            # The project's own: a project's recall also holds memories of no project, and
+            # those of a session with no project (a chat in no folder) are not this one's
+            # history; what a person stated for every project comes with `explicit`.
             found = await self._recall("", scope, limit=START_DIGESTS,
                                        types=[MemoryType.SESSION_DIGEST], order="recent")
-            # Every candidate goes to `build_context`, which drops near-duplicates before
-            # it spends the budget: twenty sessions that said "hello there" must not
-            # crowd out the one that decided something.
-            digests = [r for r in found if r.project == project]
-            digested = {_session_of(r) for r in digests}
+            all_digests = [r for r in found if r.project == project]
+            digested = {_session_of(r) for r in all_digests}
+            digests = new(all_digests)
+            noted = new([r for r in await self._recall(
+                "", scope, limit=START_NOTED, types=[MemoryType.OBSERVATION], order="recent")
+                if r.project == project and injectable(r, project)])
             recent_scope = {**scope,
                             "since": arg.iso(self.clock.now() - timedelta(days=RECENT_DAYS))}
             for kinds in ([MemoryType.SESSION_SUMMARY], [MemoryType.CONVERSATION]):
                 found = await self._recall("", recent_scope, limit=MAX_LIMIT, types=kinds,
                                            order="recent")
-                recent += (await self._undigested(
+                other += new(await self._undigested(
                     [r for r in found if r.project == project
-                     and _session_of(r) not in digested]))[:RECENT_ITEMS * 4]
-        # The project's own: a project's recall also holds memories of no project, and
-        # those of a session with no project (a chat in no folder) are not this one's
-        # history; what a person stated for every project comes with `explicit`.
-        weighty = (await self._undigested(
-            [r for r in await self._recall("", scope, limit=START_WEIGHTY * 4)
-             if r.project == project and _session_of(r) not in digested]
-        ))[:START_WEIGHTY] if project else []
-        # A session resumed or continued (`claude --resume`, `codex exec resume`) was given
-        # a block already: it is told only what is new since.
-        given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
-        chosen: dict[str, RecallResult] = {}
-        for result in [*explicit, *digests, *recent, *weighty]:
-            if result.memory_id not in given:
-                chosen.setdefault(result.memory_id, result)
-        if not chosen:
+                     and _session_of(r) not in digested]))[:RECENT_ITEMS]
+        briefing = render(project_state(digests), project=project, explicit=explicit,
+                          noted=noted, other=other,
+                          limit=self.settings.agents.start_context_chars)
+        if briefing is None:
             return None, []
-        max_chars = self.settings.agents.start_context_chars
-        block = build_context(list(chosen.values()), budget=max_chars // 4, max_chars=max_chars)
-        if not block.items:
-            return None, []
-        return block.text, [item.result.memory_id for item in block.items]
+        return briefing.text, list(briefing.memory_ids)
 
     async def _undigested(self, results: list[RecallResult]) -> list[RecallResult]:
         """`results` but the conversations their session's digest was built over, before

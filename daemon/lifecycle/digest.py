@@ -31,6 +31,7 @@ from daemon.lifecycle.tools import (
     TODO_TOOLS,
     WRITE_TOOLS,
     Roots,
+    agents_own,
     parse_json,
     relative,
     relative_in,
@@ -42,7 +43,7 @@ from daemon.store.sessions import StoredMessage
 #: What a session id may hold where a digest names it.
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 #: A digest's rendered text aims below this many characters (the parts are clipped to fit).
-DIGEST_CHARS = 1200
+DIGEST_CHARS = 1600
 REQUEST_CHARS = 160
 CONCLUSION_CHARS = 300
 ERROR_CHARS = 120
@@ -53,6 +54,8 @@ COMMAND_PART_CHARS = 60
 #: The shares of a digest the requests and the changed files may take at most.
 ASKED_CHARS, CHANGED_CHARS = 360, 420
 MAX_OPEN = 6
+#: Decisions a digest keeps (the latest), each within DECISION_CHARS.
+MAX_DECISIONS, DECISION_CHARS = 6, 240
 #: Said of a session whose last todo list is all done.
 TODOS_DONE = "Todo list: all done."
 
@@ -110,6 +113,8 @@ class Digest:
     #: The error of the model's API the session ended on, when it did (its first line).
     api_error: str | None = None
     open_items: list[str] = field(default_factory=list)
+    #: What the person or the main agent stated as decided, in their words, in order.
+    decided: list[str] = field(default_factory=list)
     #: The last todo list had items and every one is done (a later list replaces an
     #: earlier session's: what that one left open is no longer what is left to do).
     todos_done: bool = False
@@ -124,7 +129,7 @@ class Digest:
         subagent's prompt, or of tool results): one that does not is not saved."""
         return bool(self.title or self.asked or self.created or self.edited or self.deleted
                     or self.ran or self.committed or self.concluded or self.open_items
-                    or self.unanswered)
+                    or self.unanswered or self.decided)
 
     def place(self, *, branch: str | None, title: str | None) -> None:
         """What the session's own record says: its branch (over any a line named) and the
@@ -145,8 +150,9 @@ class Digest:
         asked = self.asked[:-1] if self.asked and self.asked[-1] == self.unanswered else self.asked
         if asked:
             lines.append(_fitted("Asked: ", [f'"{a}"' for a in asked], ASKED_CHARS))
-        labelled = [*((p, f"{p} (new)") for p in self.created), *((p, p) for p in self.edited),
-                    *((p, f"{p} (deleted)") for p in self.deleted)]
+        labelled = [*((p, self._label(p, "new")) for p in self.created),
+                    *((p, self._label(p)) for p in self.edited),
+                    *((p, self._label(p, "deleted")) for p in self.deleted)]
         # Stable: files of equal work keep the order they were first changed in.
         labelled.sort(key=lambda pair: (-self.work.get(pair[0], 1),
                                         -self.last_touched.get(pair[0], 0)))
@@ -163,7 +169,7 @@ class Digest:
             lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
         # How the session was left, and what it concluded, is what a next session needs
         # most: when the digest is too long (a long session's files and commands), the
-        # parts above give way, never these (at most half of `limit`).
+        # parts above give way, never these (at most three quarters of `limit`).
         left: list[str] = [f"Concluded: {self.concluded}"] if self.concluded else []
         if self.interrupted:
             left.append("Ended mid-turn (interrupted or killed).")
@@ -177,9 +183,42 @@ class Digest:
             left.append(TODOS_DONE)
         if self.unanswered:
             left.append(f'Left unanswered: "{self.unanswered}"')
-        ending = _cut("\n".join(left), limit // 2)
+        if self.decided:
+            left.append(_fitted("Decided: ", [f'"{d}"' for d in self.decided],
+                                DECISION_CHARS * 2))
+        ending = _cut("\n".join(left), limit * 3 // 4)
         room = limit - (len(ending) + 1 if ending else 0)
         return "\n".join(part for part in (_cut("\n".join(lines), room), ending) if part)
+
+    def absorb(self, subagent: Digest) -> None:
+        """A subagent's work as this session's own (the CLI counts a subagent on the
+        session that started it): the files it changed and the commands it ran, after
+        this session's. Its prompt and its report are the agents' words, not the
+        person's, and not how the session ended."""
+        for path in subagent.created:
+            _add(self.created, path)
+        for path in subagent.edited:
+            _add(self.edited, path, self.created)
+        for path in subagent.deleted:
+            _add(self.deleted, path)
+        done = sum(self.work.values())
+        for path, changes in subagent.work.items():
+            self.work[path] = self.work.get(path, 0) + changes
+            self.last_touched[path] = done + subagent.last_touched.get(path, 0)
+        for command in subagent.ran:
+            if command in self.ran:
+                self.ran.remove(command)
+            self.ran.append(command)
+        del self.ran[:-MAX_COMMANDS]
+        self.committed.extend(c for c in subagent.committed if c not in self.committed)
+
+    def _label(self, path: str, what: str | None = None) -> str:
+        """A changed file as the Changed part names it: `path (new, 3 changes)`."""
+        notes = [what] if what else []
+        changes = self.work.get(path, 1)
+        if changes > 1:
+            notes.append(f"{changes} changes")
+        return f"{path} ({', '.join(notes)})" if notes else path
 
     def _heading(self) -> str:
         # The session id, project and branch come from what an agent wrote: none may
@@ -217,6 +256,47 @@ def _own_words(message: Readable) -> str | None:
     if not text or text.startswith("/") or text.lower().startswith(_NOT_A_REQUEST):
         return None
     return text
+
+
+# -- decisions ---------------------------------------------------------------------------
+
+#: Words by which a person or an agent states a decision (not a plan or a question):
+#: "Decision: ...", "we decided ...", "we'll go with ...", "from now on ...".
+_DECIDING = re.compile(
+    r"(?i)(?:^|[\s*_(\[])(?:decision|decided)\s*:|\b(?:we|you and i)(?:'ve)?\s+(?:have\s+|had\s+)?"
+    r"(?:decided|agreed|settled on|chose|opted)\b|\b(?:we(?:'ll| will| are going to|'re going to)|"
+    r"let'?s)\s+(?:go with|stick with|switch to|standardi[sz]e on|keep using)\b|"
+    r"\b(?:from now on|going forward)\b|\bthe decision (?:is|was)\b")
+#: Where a message's sentences end: a full stop and a space, or a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z\"'(*])|\n+")
+_FENCE = re.compile(r"```.*?(?:```|$)", re.S)
+_LIST_MARK = re.compile(r"^\s*(?:[-*+>]|\d+[.)])\s+|\*\*|`+")
+#: A person (never an agent, which narrates its steps so) saying what they decided.
+_PERSON_DECIDING = re.compile(r"(?i)\bI(?:'ve| have)?\s+(?:decided|chose|settled on)\b")
+
+
+def decisions_in(text: str, *, person: bool = False) -> list[str]:
+    """The sentences of `text` that state a decision, in its own words (a "Decision:"
+    line whole), code blocks and questions left out; masked and clipped. `person`: the
+    person's words, where "I decided" is a decision too."""
+    deciding = _DECIDING
+    if person:
+        deciding = re.compile(f"{_DECIDING.pattern}|{_PERSON_DECIDING.pattern[4:]}", re.I)
+    if not deciding.search(text):
+        return []
+    found: list[str] = []
+    for line in _FENCE.sub("\n", text).splitlines():
+        if not deciding.search(line):
+            continue
+        label = re.search(r"(?i)\b(?:decision|decided)\s*:", line)
+        sentences = [line[label.start():]] if label else [
+            s for s in _SENTENCE_END.split(line) if deciding.search(s)]
+        for sentence in sentences:
+            said = _LIST_MARK.sub("", sentence).strip()
+            if len(said) < 12 or said.endswith("?"):
+                continue
+            found.append(_clip(said, DECISION_CHARS))
+    return found
 
 
 #: Text already masked, within a limit (a mask is never cut in two).
@@ -564,13 +644,15 @@ def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
 
 
 def _add(paths: list[str], path: str, *already: list[str]) -> None:
+    if agents_own(path):
+        return
     if path and path not in paths and not any(path in other for other in already):
         paths.append(path)
 
 
 def _touch(digest: Digest, path: str) -> None:
     """One more change of `path` (see `Digest.work`)."""
-    if path:
+    if path and not agents_own(path):
         digest.work[path] = digest.work.get(path, 0) + 1
         digest.last_touched[path] = sum(digest.work.values())
 
@@ -620,6 +702,7 @@ class DigestBuilder:
             digest.branch = _branch(record)
         words = _own_words(message)
         if words is not None:
+            self._decide(without_injected(message.content), person=True)
             self._requests.append(words)
             self._pending_request = words
             self._last_kind = "request"
@@ -650,9 +733,18 @@ class DigestBuilder:
                 return  # a subagent's report inside a session: the main agent concludes
             self._last_assistant_text = message.content
             if not message.is_sidechain:
+                self._decide(message.content)
                 self._main_spoke = True
                 self._pending_request = None
             self._last_kind = "answer"
+
+    def _decide(self, text: str, *, person: bool = False) -> None:
+        decided = self._digest.decided
+        for said in decisions_in(text, person=person):
+            if said in decided:
+                decided.remove(said)  # said again: where it was said last
+            decided.append(said)
+        del decided[:-MAX_DECISIONS]
 
     def build(self, messages: Iterable[Readable]) -> Digest:
         """`add` each of `messages`, then `finish`."""
@@ -752,3 +844,77 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
         if ran in digest.ran:  # said once, where it last happened
             digest.ran.remove(ran)
         digest.ran.append(ran)
+
+
+# -- a rendered digest, read back ------------------------------------------------------
+
+_QUOTED_ITEMS = re.compile(r'"((?:[^"]|"(?!; |$))*)"')
+_FILE_LABEL = re.compile(r"^(.+?)(?: \(((?:new|deleted|\d+ changes)(?:, \d+ changes)?)\))?$")
+_MORE = re.compile(r" \(\+\d+ more\)$")
+_TURNS = re.compile(r", (\d+) requests?$")
+_BRANCH = re.compile(r", branch (.+?)(?:, \d{4}-\d\d-\d\d |, \d+ requests?$|$)")
+
+
+def _quoted(part: str) -> list[str]:
+    return [item for item in _QUOTED_ITEMS.findall(part) if item]
+
+
+def read_digest(content: str) -> Digest:
+    """A digest as `Digest.render` wrote it, read back into its parts (what the heading says
+    of where and when is the memory's own provenance; its branch and request count are
+    read). Parts cut short keep what they hold."""
+    lines = content.splitlines()
+    digest = Digest(source="", session="")
+    if lines:
+        heading = lines[0]
+        if (turns := _TURNS.search(heading)) is not None:
+            digest.turns = int(turns.group(1))
+        if (branch := _BRANCH.search(heading)) is not None:
+            digest.branch = branch.group(1)
+    for line in lines[1:]:
+        label, _, rest = line.partition(": ")
+        if label == "Title":
+            digest.title = rest
+        elif label == "Asked":
+            digest.asked = [a for a in _quoted(rest) if a != "…"]
+        elif label == "Changed":
+            _read_changed(_MORE.sub("", rest.rstrip("…")), digest)
+        elif label == "Ran":
+            digest.ran = [_read_command(item) for item in re.split(r"; (?=[^;]* → |[^;→]*$)",
+                                                                    rest) if item]
+        elif label == "Committed":
+            digest.committed = _quoted(rest)
+        elif label == "Concluded":
+            digest.concluded = rest
+        elif label == "Open":
+            digest.open_items = [item for item in rest.split("; ") if item]
+        elif label == "Left unanswered":
+            digest.unanswered = rest.removeprefix('"').removesuffix('"')
+        elif label == "Decided":
+            digest.decided = [d for d in _quoted(rest) if d != "…"]
+        elif line == TODOS_DONE:
+            digest.todos_done = True
+        elif line.startswith("Ended mid-turn"):
+            digest.interrupted = True
+        elif line.startswith("Ended on an error of the model's API: "):
+            digest.api_error = line.partition(": ")[2]
+    return digest
+
+
+def _read_changed(part: str, digest: Digest) -> None:
+    for order, item in enumerate(re.split(r", (?![^()]*\))", part)):
+        found = _FILE_LABEL.match(item.strip())
+        if found is None:
+            continue
+        path, notes = found.group(1), found.group(2) or ""
+        target = (digest.created if "new" in notes else
+                  digest.deleted if "deleted" in notes else digest.edited)
+        target.append(path)
+        changes = re.search(r"(\d+) changes", notes)
+        digest.work[path] = int(changes.group(1)) if changes else 1
+        digest.last_touched[path] = -order  # the order named: most work, then latest
+
+
+def _read_command(item: str) -> Command:
+    command, arrow, outcome = item.partition(" → ")
+    return Command(command.strip(), outcome.strip() if arrow else "")

@@ -657,20 +657,35 @@ class Recovery:
         an unchanged one is the same id, stored once. Built from what memory holds
         (`memory_sync_index`), so a digest never names a message that memory does not."""
         after = 0
+        # Parents whose subagents did more than their digest says: built again after.
+        woken: set[int] = set()
         while True:
             page = await store.digests_due(self._conn, session_ids, after=after,
                                            limit=DIGESTS_IN_HAND)
             for due in page:
-                if self._stopping() or not await self._sync_digest(due, report):
+                if self._stopping() or not await self._sync_digest(due, report, woken):
                     return
             if len(page) < DIGESTS_IN_HAND:
-                return
+                break
             after = page[-1].state.id
+        for parent in sorted(woken):
+            for due in await store.digests_due(self._conn, [parent]):
+                if self._stopping() or not await self._sync_digest(due, report, woken):
+                    return
 
-    async def _sync_digest(self, due: store.DigestDue, report: SyncReport) -> bool:
-        """Save one session's digest; False when the backend failed (the rest wait)."""
+    async def _sync_digest(self, due: store.DigestDue, report: SyncReport,
+                           woken: set[int]) -> bool:
+        """Save one session's digest; False when the backend failed (the rest wait). A
+        subagent's session has none of its own: its work is its parent's (`woken`, whose
+        digest is built again)."""
         session = due.state
         end = session.memory_sync_index
+        if due.parent_id is not None or due.parent_external_id is not None:
+            if due.parent_id is not None:
+                await store.digest_again(self._conn, due.parent_id)
+                woken.add(due.parent_id)
+            await store.mark_digested(self._conn, session.id, end)
+            return True
         digest = await self._digest_of(due)
         if digest is not None and digest.first_index is not None and digest.says_something:
             try:
@@ -707,6 +722,12 @@ class Recovery:
             if not messages:
                 return None
             digest = _digest_builder(session).build(messages)
+        for sub in await store.subagent_states(self._conn, session.id):
+            if not self._own(sub) and sub.memory_sync_index > 0:
+                messages = [m for m in await store.digest_messages(
+                    self._conn, sub.id, sub.memory_sync_index, copies=new_copies())
+                    if not m.is_copy]
+                digest.absorb(_digest_builder(sub).build(messages))
         digest.place(branch=due.git_branch, title=due.title)
         return digest
 

@@ -78,6 +78,16 @@ def relative(path: str, roots: Roots) -> str:
     return path
 
 
+#: Where an agent keeps its own files in a home directory (Claude Code's plans, memory,
+#: settings): a file there, outside the project, is the agent's note, not the project's.
+_AGENT_HOME_FILE = re.compile(r"^(?:/|~/).*?/?\.(?:claude|codex|gemini)/")
+
+
+def agents_own(path: str) -> bool:
+    """Whether a changed file (as `relative` left it) is an agent's own, outside the project."""
+    return bool(_AGENT_HOME_FILE.match(path))
+
+
 def relative_in(text: str, roots: Roots) -> str:
     """`text` (a command line) with every path inside one of `roots` relative to it, as
     files are shown; a path that only begins like a root's (`/srv/<root>/`, `<root>-old/`)

@@ -463,6 +463,10 @@ class DigestDue:
     git_branch: str | None
     #: The agent's own title of the session (Claude's and Gemini's summary line), if any.
     title: str | None = None
+    #: A subagent's session: the session that started it (its id, when that one is
+    #: stored, and the id its agent gave it).
+    parent_id: int | None = None
+    parent_external_id: str | None = None
 
 
 async def digests_due(conn: aiosqlite.Connection, session_ids: Sequence[int] | None = None,
@@ -471,15 +475,34 @@ async def digests_due(conn: aiosqlite.Connection, session_ids: Sequence[int] | N
     `session_ids`, or any), by id, from the first above `after`, at most `limit`."""
     sql = (f"SELECT {_SYNC_COLUMNS}, digest_index, git_branch,"
            " (SELECT content FROM session_summaries t WHERE t.session_id = sessions.id"
-           "  AND t.kind = 'summary' ORDER BY t.id DESC LIMIT 1)"
+           "  AND t.kind = 'summary' ORDER BY t.id DESC LIMIT 1),"
+           " parent_session_id, parent_external_id"
            " FROM sessions WHERE memory_sync_index > digest_index AND id > ?")
     params: list[object] = [after]
     if session_ids is not None:
         sql += f" AND id IN ({', '.join('?' * len(session_ids))})"
         params.extend(session_ids)
     async with conn.execute(sql + " ORDER BY id LIMIT ?", (*params, limit)) as cursor:
-        return [DigestDue(_sync_state(row), row[10], row[11], row[12])
+        return [DigestDue(_sync_state(row), row[10], row[11], row[12], row[13], row[14])
                 for row in await cursor.fetchall()]
+
+
+async def subagent_states(conn: aiosqlite.Connection,
+                          session_id: int) -> list[SessionSyncState]:
+    """The sessions of the subagents a session started, and of theirs, oldest first."""
+    async with conn.execute(
+            "WITH RECURSIVE tree (id) AS (SELECT ? UNION"
+            " SELECT s.id FROM sessions s JOIN tree ON s.parent_session_id = tree.id)"
+            f" SELECT {_SYNC_COLUMNS} FROM sessions WHERE id IN (SELECT id FROM tree)"
+            " AND id != ? ORDER BY COALESCE(started_at, created_at), id",
+            (session_id, session_id)) as cursor:
+        return [_sync_state(row) for row in await cursor.fetchall()]
+
+
+async def digest_again(conn: aiosqlite.Connection, session_id: int) -> None:
+    """The session's digest is due again (a subagent it started did more)."""
+    async with transaction(conn):
+        await conn.execute("UPDATE sessions SET digest_index = 0 WHERE id = ?", (session_id,))
 
 
 def _raw_bytes(value: bytes | str | None) -> bytes:

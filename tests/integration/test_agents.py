@@ -356,7 +356,9 @@ def test_story_a_decision_killed_with_its_session_reaches_the_next_day(daemon: D
         model="claude-sonnet-5")))
     assert block is not None
     assert "staging before production" in block and "500/min" in block
-    assert day1.date().isoformat() in block and "claude session day1" in block
+    print(block)
+    assert f"claude day1, {day1.date().isoformat()}" in block
+    assert "Decisions in force" in block
     assert block.startswith("<memory_context>") and len(block) <= 8000
     # The session that was given it at its start is not given it again.
     assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(

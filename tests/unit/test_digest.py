@@ -558,6 +558,7 @@ def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most()
                                   "All done: the ledger and the invoices are split. " * 3))
     text = build_digest(messages, source="claude", session="s", project=PROJECT).render()
     changed = next(line for line in text.splitlines() if line.startswith("Changed: "))
-    assert changed.startswith("Changed: lib/billing/invoice.ex, lib/billing/ledger.ex"), changed
+    assert changed.startswith("Changed: lib/billing/invoice.ex (5 changes), "
+                              "lib/billing/ledger.ex (5 changes)"), changed
     assert "Concluded: All done" in text and "Open: wire the ledger into checkout" in text
     assert len(text) <= DIGEST_CHARS
