@@ -309,6 +309,8 @@ class Recovery:
         self._backoff: dict[int, tuple[float, float]] = {}  # session -> (retry at, delay)
         # This pass's digests built from the messages it saved (`_Built`), by session.
         self._built: dict[int, _Built] = {}
+        # Subagents' sessions as far as this pass's digests of their parents took them.
+        self._absorbed: dict[int, int] = {}
         # Where each session's copies were looked for up to (`store.Copies`): a live
         # session's next pass starts where the last ended, without reading its past.
         self._copies: dict[int, store.Copies] = {}
@@ -326,6 +328,7 @@ class Recovery:
         """
         report = SyncReport()
         self._built = {}
+        self._absorbed = {}
         candidates = _Candidates(self._conn, session_id)
         saving = _Saving()
         pages = _Pages(self._conn, self._copies)
@@ -681,7 +684,7 @@ class Recovery:
         session = due.state
         end = session.memory_sync_index
         if due.parent_id is not None or due.parent_external_id is not None:
-            if due.parent_id is not None:
+            if due.parent_id is not None and self._absorbed.get(session.id) != end:
                 await store.digest_again(self._conn, due.parent_id)
                 woken.add(due.parent_id)
             await store.mark_digested(self._conn, session.id, end)
@@ -723,11 +726,19 @@ class Recovery:
                 return None
             digest = _digest_builder(session).build(messages)
         for sub in await store.subagent_states(self._conn, session.id):
-            if not self._own(sub) and sub.memory_sync_index > 0:
-                messages = [m for m in await store.digest_messages(
-                    self._conn, sub.id, sub.memory_sync_index, copies=new_copies())
-                    if not m.is_copy]
-                digest.absorb(_digest_builder(sub).build(messages))
+            if self._own(sub) or sub.memory_sync_index == 0:
+                continue
+            self._absorbed[sub.id] = sub.memory_sync_index
+            # Built while this pass saved it, if it did (a subagent has no digest of its
+            # own to take it), else read from the store.
+            held = self._built.get(sub.id)
+            if held is not None and held.end == sub.memory_sync_index:
+                digest.absorb(held.digest)
+                continue
+            messages = [m for m in await store.digest_messages(
+                self._conn, sub.id, sub.memory_sync_index, copies=new_copies())
+                if not m.is_copy]
+            digest.absorb(_digest_builder(sub).build(messages))
         digest.place(branch=due.git_branch, title=due.title)
         return digest
 

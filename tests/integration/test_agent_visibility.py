@@ -373,7 +373,12 @@ def test_a_session_id_cannot_escape_the_block(running: Daemon) -> None:
         assert block is not None and "500 requests" in block
         lines = block.splitlines()
         assert lines[0] == "<memory_context>" and lines[-1] == "</memory_context>"
-        assert all(line.startswith("- [") for line in lines[2:-1]), block
+        # Each line is an item, or (the briefing) one of its titles.
+        assert all(line.startswith(("- ", "Project briefing for ", "How the latest session",
+                                    "Open", "Decisions in force", "Files in flight",
+                                    "Failing at", "Latest sessions", "Stated by",
+                                    "Noted by", "Other recent"))
+                   for line in lines[2:-1]), block
         assert len(re.findall(r"<\s*/?\s*memory_context", block, re.IGNORECASE)) == 2
         assert not any(line.startswith("SYSTEM") for line in lines)
 
