@@ -37,7 +37,6 @@ before session digests) side by side (issue 31.5):
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import re
@@ -49,170 +48,55 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from benchmarks._common import REPO, SHARED, machine, median, percentile
+from benchmarks.transcript_corpus import Session, load_corpus, place, transcript_path
+from benchmarks.transcript_corpus import projects as corpus_projects
+from daemon.hooks.install import settings_path
 
 FIXTURES = SHARED / "fixtures" / "transcripts"
 #: Public real sessions that the fixtures lack: projects whose sessions leave todos open.
 DATA = REPO / "benchmarks" / "data" / "continuation"
 DEFAULT_BASELINE = "8bfaf18"
+#: Published agent homes gathered as benchmarks/data/continuation/SOURCES.md says (not
+#: shipped: their licences do not allow it).
+CORPUS_ENV = "MEMORYD_BENCH_CORPUS"
+DEFAULT_CORPUS = Path.home() / ".cache" / "memoryd-bench" / "continuation"
 #: Runs of this many characters or more copied from tool traffic count as noise.
 NOISE_RUN = 30
 #: File paths, and the ids that name sessions and commits: naming them is the point.
 _PATH = re.compile(r"(?:[\w.@+-]*/)+[\w.@+-]+|\b[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}\b"
                    r"|\b[0-9a-f]{7,40}\b")
-_EDIT_TOOLS = {"Edit": "file_path", "MultiEdit": "file_path", "Write": "file_path",
-               "NotebookEdit": "notebook_path"}
 
 
-@dataclass
-class Session:
-    path: Path
-    id: str
-    root: str  # the project's root, as the transcript names it
-    cwd: str
-    started: datetime
-    ended: datetime
-    lines: list[dict[str, Any]]
-
-    def edited(self) -> list[str]:
-        """Files this session's edit tools touched, relative to its project's root."""
-        found: list[str] = []
-        for record in self.lines:
-            for block in _blocks(record):
-                if block.get("type") == "tool_use" and block.get("name") in _EDIT_TOOLS:
-                    path = (block.get("input") or {}).get(_EDIT_TOOLS[block["name"]])
-                    if isinstance(path, str):
-                        rel = path.removeprefix(self.root.rstrip("/") + "/")
-                        if rel not in found:
-                            found.append(rel)
-        return found
-
-    def open_items(self) -> list[str]:
-        """The unfinished items of the session's last todo list."""
-        items: list[str] = []
-        for record in self.lines:
-            for block in _blocks(record):
-                if block.get("type") == "tool_use" and block.get("name") == "TodoWrite":
-                    todos = (block.get("input") or {}).get("todos") or []
-                    items = [t["content"] for t in todos if isinstance(t, dict)
-                             and isinstance(t.get("content"), str)
-                             and t.get("status") not in ("completed", "cancelled")]
-        return items
-
-    def own_words(self) -> Iterator[str]:
-        """What the person typed and the agent wrote to them (text blocks, not tools)."""
-        for record in self.lines:
-            message = record.get("message")
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, str):
-                yield content
-            for block in _blocks(record):
-                if block.get("type") == "text" and isinstance(block.get("text"), str):
-                    yield block["text"]
-
-    def quoted(self) -> Iterator[str]:
-        """What a digest is asked to quote from tool traffic (issue 31.1): the commands
-        run, their results' first lines (a failure's error, a commit's message) and the
-        todo items."""
-        for record in self.lines:
-            for block in _blocks(record):
-                if block.get("type") == "tool_use":
-                    args = block.get("input") or {}
-                    if isinstance(args.get("command"), str):
-                        yield args["command"]
-                    for todo in args.get("todos") or []:
-                        if isinstance(todo, dict) and isinstance(todo.get("content"), str):
-                            yield todo["content"]
-                elif block.get("type") == "tool_result":
-                    for text in _strings(block.get("content")):
-                        first = next((line for line in text.splitlines() if line.strip()), "")
-                        yield first
-
-    def tool_traffic(self) -> Iterator[str]:
-        """Every tool input's strings and every tool result's text."""
-        for record in self.lines:
-            for block in _blocks(record):
-                if block.get("type") == "tool_use":
-                    yield from _strings(block.get("input"))
-                elif block.get("type") == "tool_result":
-                    yield from _strings(block.get("content"))
-            if isinstance(record.get("toolUseResult"), (dict, str, list)):
-                yield from _strings(record["toolUseResult"])
+def projects(corpus: list[Path]) -> dict[str, list[Session]]:
+    """The multi-session projects among the fixtures, the vendored data and `corpus`."""
+    return corpus_projects(load_corpus([FIXTURES, DATA, *corpus]))
 
 
-def _blocks(record: dict[str, Any]) -> list[dict[str, Any]]:
-    message = record.get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
-def _when(text: Any) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _load(path: Path) -> Session | None:
-    lines: list[dict[str, Any]] = []
-    data = path.read_bytes()
-    if path.suffix == ".gz":
-        data = gzip.decompress(data)
-    for raw in data.splitlines():
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            lines.append(record)
-    stamps = [t for r in lines if (t := _when(r.get("timestamp"))) is not None]
-    cwds = [r["cwd"] for r in lines if isinstance(r.get("cwd"), str) and r["cwd"].startswith("/")]
-    ids = [r["sessionId"] for r in lines if isinstance(r.get("sessionId"), str)]
-    if not stamps or not cwds or not ids or any(r.get("isSidechain") for r in lines[:1]):
-        return None
-    cwd = min(cwds, key=len)
-    return Session(path, ids[0], cwd, cwd, min(stamps), max(stamps), lines)
-
-
-def projects() -> dict[str, list[Session]]:
-    """The multi-session projects among the fixtures: sessions grouped by the shortest
-    working directory among them (a sub-directory's sessions join their project)."""
-    files = [*sorted((FIXTURES / "claude").glob("*.jsonl")),
-             *sorted(DATA.glob("*/*.jsonl.gz"))]
-    sessions = [s for p in files
-                if "__subagents__" not in p.name and (s := _load(p)) is not None]
-    # Artificial test data (`/tmp`) is not a project.
-    sessions = [s for s in sessions if s.root not in ("/tmp", "/tmp/project")]
-    roots = sorted({s.root for s in sessions}, key=len)
-    grouped: dict[str, list[Session]] = {}
-    for session in sessions:
-        root = next(r for r in roots if session.root == r or session.root.startswith(r + "/"))
-        session.root = root
-        grouped.setdefault(root, []).append(session)
-    return {root: sorted(found, key=lambda s: s.started) for root, found in grouped.items()
-            if len(found) > 1}
+def targets_of(sessions: list[Session], most: int) -> list[int]:
+    """Which sessions of a project are targets: those that go on to edit files earlier
+    sessions edited (else any after the first), at most `most`, spread evenly."""
+    known: set[str] = set()
+    overlapping, later = [], []
+    for position, session in enumerate(sessions):
+        edited = session.edited()
+        if position:
+            later.append(position)
+            if known & set(edited):
+                overlapping.append(position)
+        known.update(edited)
+    chosen = overlapping or later
+    if len(chosen) <= most:
+        return chosen
+    step = (len(chosen) - 1) / max(1, most - 1)
+    return sorted({chosen[round(i * step)] for i in range(most)})
 
 
 # -- one target ---------------------------------------------------------------------
@@ -235,21 +119,6 @@ def _make_repository(work: Path, name: str) -> tuple[Path, Path]:
     return main, other
 
 
-def _encode(cwd: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]", "-", cwd)
-
-
-def _rewrite(session: Session, root: Path, shift: timedelta) -> str:
-    out = []
-    for record in session.lines:
-        stamp = _when(record.get("timestamp"))
-        if stamp is not None:
-            record = {**record, "timestamp": (stamp + shift).isoformat(
-                timespec="milliseconds").replace("+00:00", "Z")}
-        out.append(json.dumps(record).replace(session.root, str(root)))
-    return "\n".join(out) + "\n"
-
-
 @dataclass
 class Measured:
     known: int = 0
@@ -262,6 +131,8 @@ class Measured:
     chars: int = 0
     stable: int = 0
     targets: int = 0
+    decisions: int = 0
+    decisions_named: int = 0
 
 
 def _grams(texts: list[str]) -> set[str]:
@@ -319,8 +190,8 @@ def _memoryd(tree: Path, env: dict[str, str], *args: str, **kwargs: Any
                           capture_output=True, text=True, timeout=600, **kwargs)
 
 
-def _session_start_command(home: Path) -> list[str]:
-    settings = json.loads((home / ".claude" / "settings.json").read_text())
+def _session_start_command(home: Path, agent: str) -> list[str]:
+    settings = json.loads(settings_path(agent, "hooks", "user", home, home).read_text())
     for group in settings["hooks"]["SessionStart"]:
         for hook in group["hooks"]:
             # `memoryd hook --agent ...`, or (since the shell client) `/bin/sh
@@ -329,7 +200,7 @@ def _session_start_command(home: Path) -> list[str]:
             for at in range(len(words) - 1):
                 if words[at:at + 2] == ["hook", "--agent"]:
                     return [sys.executable, "-m", "daemon", *words[at:]]
-    raise RuntimeError("memoryd hooks install wrote no SessionStart hook")
+    raise RuntimeError(f"memoryd hooks install wrote no SessionStart hook for {agent}")
 
 
 def _wait(path: Path, seconds: float = 60) -> None:
@@ -346,19 +217,14 @@ def measure_target(tree: Path, work: Path, earlier: list[Session], target: Sessi
     home = work / "home"
     env = _env(home, tree)
     shift = datetime.now(UTC) - target.started
-    projects_dir = home / ".claude" / "projects"
     for session in earlier:
-        root = places[session.id]
-        cwd = session.cwd.replace(session.root, str(root))
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        folder = projects_dir / _encode(cwd)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{session.id}.jsonl").write_text(_rewrite(session, root, shift))
-    for args in (("hooks", "install", "--agent", "claude"), ("ingest", "--once"), ("sync",)):
+        place(home, session, places[session.id], shift)
+    agent = target.agent
+    for args in (("hooks", "install", "--agent", agent), ("ingest", "--once"), ("sync",)):
         done = _memoryd(tree, env, *args)
         if done.returncode != 0:
             raise RuntimeError(f"memoryd {' '.join(args)}: {done.stderr[-2000:]}")
-    command = _session_start_command(home)
+    command = _session_start_command(home, agent)
     state = home / ".local" / "share" / "memoryd"
     with (work / "daemon.log").open("w") as log:
         daemon = subprocess.Popen([sys.executable, "-m", "daemon", "run"], env=env, cwd=tree,
@@ -368,9 +234,9 @@ def measure_target(tree: Path, work: Path, earlier: list[Session], target: Sessi
         target_cwd = target.cwd.replace(target.root, str(places[target.id]))
         Path(target_cwd).mkdir(parents=True, exist_ok=True)
         payload = {"session_id": target.id, "cwd": target_cwd, "source": "startup",
-                   "transcript_path": str(projects_dir / _encode(target_cwd)
-                                          / f"{target.id}.jsonl"),
-                   "hook_event_name": "SessionStart", "model": "claude-sonnet-4-5"}
+                   "transcript_path": str(transcript_path(home, target, target_cwd)),
+                   "hook_event_name": "SessionStart", "model": "a-model",
+                   "timestamp": datetime.now(UTC).isoformat()}
         blocks = []
         for _ in range(2):
             done = subprocess.run(command, input=json.dumps(payload), env=env, cwd=target_cwd,
@@ -389,15 +255,33 @@ def measure_target(tree: Path, work: Path, earlier: list[Session], target: Sessi
     return blocks[0], blocks[1]
 
 
+#: A decision said in so many words (the benchmark's own reading, not memoryd's).
+_DECISION = re.compile(r"(?im)^\W*(?:decision|decided)\s*:\s*(.{12,})$|"
+                       r"\bwe(?:'ve| have)? decided (?:to|that|on) ([^.\n]{8,})")
+
+
+def _decisions(session: Session) -> list[str]:
+    """Decisions the person or the agent stated in so many words: a few of their words
+    each, as the measure looks for them."""
+    found = []
+    for text in session.own_words():
+        for match in _DECISION.finditer(text):
+            said = " ".join((match.group(1) or match.group(2)).split())
+            found.append(said[:40])
+    return found
+
+
 def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Session]],
-             show: bool) -> Measured:
-    measured = Measured()
-    for number, (root, sessions) in enumerate(groups.items()):
-        for position in range(1, len(sessions)):
+             show: bool, most: int) -> dict[str, Measured]:
+    """Each project's figures."""
+    results: dict[str, Measured] = {}
+    for number, (key, sessions) in enumerate(groups.items()):
+        measured = results.setdefault(key, Measured())
+        places: dict[str, Path] = {}
+        for position in targets_of(sessions, most):
             target = sessions[position]
-            earlier = [s for s in sessions if s.ended < target.started]
-            if not earlier:
-                continue
+            earlier = [s for s in sessions[:position] if s.ended <= target.started] or \
+                sessions[:position]
             work = scratch / f"{label}-{number}-{position}"
             work.mkdir(parents=True)
             main, other = _make_repository(work, f"p{number}")
@@ -413,7 +297,11 @@ def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Sessi
             previous = max(earlier, key=lambda s: s.ended)
             items = previous.open_items()
             measured.open += len(items)
-            measured.open_named += sum(" ".join(i.split())[:60] in block for i in items)
+            measured.open_named += sum(" ".join(i.split())[:60] in " ".join(block.split())
+                                       for i in items)
+            decided = [d for s in earlier for d in _decisions(s)]
+            measured.decisions += len(decided)
+            measured.decisions_named += sum(d in " ".join(block.split()) for d in decided)
             measured.sizes.append(len(block))
             traffic = [t.replace(s.root, str(places[s.id])) for s in earlier
                        for t in s.tool_traffic()]
@@ -426,9 +314,24 @@ def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Sessi
             measured.beyond_chars += beyond
             measured.chars += len(block)
             if show:
-                print(f"--- {label}: {target.id} in {root} ({len(block)} characters)")
+                print(f"--- {label}: {target.agent} {target.id} in {key} after "
+                      f"{len(earlier)} sessions ({len(block)} characters)")
                 print(block)
-    return measured
+            print(f"  {key} target {position}: {len(going_to)} known files, "
+                  f"{sum(f in block for f in going_to)} named; {len(block)} chars",
+                  file=sys.stderr, flush=True)
+    return results
+
+
+def pooled(results: dict[str, Measured]) -> Measured:
+    total = Measured()
+    for m in results.values():
+        for name in ("known", "known_named", "open", "open_named", "decisions",
+                     "decisions_named", "noise_chars", "beyond_chars", "chars", "stable",
+                     "targets"):
+            setattr(total, name, getattr(total, name) + getattr(m, name))
+        total.sizes += m.sizes
+    return total
 
 
 def _baseline_tree(rev: str, scratch: Path) -> Path:
@@ -449,7 +352,8 @@ def _row(name: str, m: Measured) -> str:
         return f"{a / b:.2f} ({a}/{b})" if b else "n/a (0)"
 
     sizes = m.sizes or [0]
-    return (f"| {name} | {share(m.known_named, m.known)} | {share(m.open_named, m.open)} | "
+    return (f"| {name} | {m.targets} | {share(m.known_named, m.known)} | "
+            f"{share(m.open_named, m.open)} | {share(m.decisions_named, m.decisions)} | "
             f"{median(sizes):,.0f} / {percentile(sizes, 95):,.0f} | "
             f"{100 * m.noise_chars / max(1, m.chars):.1f} % | "
             f"{100 * m.beyond_chars / max(1, m.chars):.1f} % | {m.stable}/{m.targets} |")
@@ -460,25 +364,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", default=DEFAULT_BASELINE,
                         help="the git revision whose block is today's (default: %(default)s)")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--corpus", type=Path, action="append", default=[],
+                        help="a directory of published agent homes (repeatable; default: "
+                        f"${CORPUS_ENV}, else {DEFAULT_CORPUS})")
+    parser.add_argument("--targets", type=int, default=4,
+                        help="target sessions per project at most (default: %(default)s)")
+    parser.add_argument("--only", default=None, help="only projects whose key holds this")
     parser.add_argument("--show", action="store_true", help="print every block")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args(argv)
-    groups = projects()
+    corpus = args.corpus or [Path(p) for p in os.environ.get(CORPUS_ENV, "").split(":") if p]
+    if not corpus and DEFAULT_CORPUS.is_dir():
+        corpus = [DEFAULT_CORPUS]
+    groups = projects(corpus)
+    if args.only:
+        groups = {k: v for k, v in groups.items() if args.only in k}
     scratch = Path(tempfile.mkdtemp(prefix="memoryd-bench-continuation-"))
     try:
         print(f"machine: {machine()}")
-        print(f"projects: {len(groups)}; sessions: "
-              + ", ".join(f"{root} {len(s)}" for root, s in groups.items()))
-        rows = [_row("this tree", run_tree(REPO, "new", scratch, groups, args.show))]
+        print(f"projects: {len(groups)} ({', '.join(sorted({k.split(':')[0] for k in groups}))})")
+        mine = run_tree(REPO, "new", scratch, groups, args.show, args.targets)
+        header = ("| project | targets | known-file recall | open-item recall | decision recall |"
+                  " size p50 / p95 | noise | noise beyond the quotes | same when asked twice |")
+        print(header)
+        print("|---" * 9 + "|")
+        for key, m in mine.items():
+            print(_row(f"{key} ({len(groups[key])} sessions)", m))
+        print(_row("**pooled, this tree**", pooled(mine)))
         if not args.no_baseline:
             base = _baseline_tree(args.baseline, scratch)
-            rows.append(_row(f"today ({args.baseline})",
-                             run_tree(base, "base", scratch, groups, args.show)))
-        print("| block | known-file recall | open-item recall | size p50 / p95 | noise |"
-              " noise beyond the quotes | same when asked twice |")
-        print("|---|---|---|---|---|---|---|")
-        for row in rows:
-            print(row)
+            theirs = run_tree(base, "base", scratch, groups, args.show, args.targets)
+            print(_row(f"pooled, {args.baseline}", pooled(theirs)))
     finally:
         if args.keep:
             print(f"kept {scratch}")

@@ -283,6 +283,8 @@ class Tailer:
             # The file's own header (Codex session_meta, Gemini header) names the session;
             # later headers in the same file belong to replayed or forked history.
             new_session.external_id = batch.hints.get("external_id") or new_session.external_id
+            new_session.parent_external_id = (batch.hints.get("parent_external_id")
+                                              or new_session.parent_external_id)
             new_session.project = batch.hints.get("project") or self._project_of(tracked)
         end = framer.committed_end
         state.offset = end

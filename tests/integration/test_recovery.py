@@ -1307,3 +1307,52 @@ async def test_a_subagents_work_is_its_parents_and_has_no_digest_of_its_own(
     await recover(world, backend, force=True)
     live = [d for d in await _digests(backend) if d["superseded_by"] is None]
     assert len(live) == 1 and "lib/cart/tax.ex" in live[0]["content"], live
+
+
+def _rollout_line(kind: str, payload: dict[str, Any], second: int) -> str:
+    return json.dumps({"timestamp": f"2026-03-12T10:00:{second:02d}.000Z", "type": kind,
+                       "payload": payload}) + "\n"
+
+
+async def test_a_codex_subagents_rollout_is_its_parents_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62.2: Codex (0.10x+) writes a spawned agent's thread as a rollout of its own
+    whose `session_meta.source` names the parent thread; it is stored as the parent's
+    subagent, its patch is named in the parent's digest, and it has no digest of its
+    own (read from Codex's source: `SessionSource::SubAgent(ThreadSpawn{..})`)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    day = tmp_path / "codex" / "2026" / "03" / "12"
+    day.mkdir(parents=True)
+    parent, child = "019ce3fb-1087-7980-8f92-8d0171aaea6a", "019ce419-22a5-7321-baa1-5d0152ca561e"
+    cwd = "/home/user/ship"
+    (day / f"rollout-2026-03-12T10-00-00-{parent}.jsonl").write_text(
+        _rollout_line("session_meta", {"id": parent, "cwd": cwd, "source": "cli",
+                                       "cli_version": "0.114.0"}, 0)
+        + _rollout_line("response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "fix the flaky e2e specs"}]}, 1)
+        + _rollout_line("response_item", {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Spawned a worker for the specs."}]}, 2))
+    patch = "*** Begin Patch\n*** Update File: e2e/docs.spec.ts\n@@\n-a\n+b\n*** End Patch"
+    (day / f"rollout-2026-03-12T10-00-03-{child}.jsonl").write_text(
+        _rollout_line("session_meta", {"id": child, "cwd": cwd, "cli_version": "0.114.0",
+                                       "source": {"subagent": {"thread_spawn": {
+                                           "parent_thread_id": parent, "depth": 1}}}}, 3)
+        + _rollout_line("response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Make e2e/docs.spec.ts wait for the editor"}]}, 4)
+        + _rollout_line("response_item", {"type": "custom_tool_call", "name": "apply_patch",
+                                          "call_id": "c1", "input": patch}, 5))
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "codex", "root": str(tmp_path / "codex")}])
+    world = World(settings, FakeClock(), day)
+    await ingest(world)
+    with world.db() as conn:
+        linked = conn.execute(
+            "SELECT c.external_id, p.external_id FROM sessions c JOIN sessions p"
+            " ON c.parent_session_id = p.id").fetchall()
+    assert linked == [(child, parent)]
+    async with await SQLiteMemoryBackend.open(settings.memory_path,
+                                              clock=FakeClock()) as backend:
+        await recover(world, backend, force=True)
+        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
+    assert [d["provenance"]["session_external_id"] for d in live] == [parent]
+    assert "e2e/docs.spec.ts" in live[0]["content"]

@@ -33,6 +33,14 @@ BOILERPLATE_PREFIXES = (
 )
 
 
+def _spawned_by(source: object) -> str | None:
+    """The thread that spawned a subagent's thread (0.10x+: `source: {"subagent":
+    {"thread_spawn": {"parent_thread_id": ...}}}`); None for a session of its own."""
+    sub = source.get("subagent") if isinstance(source, dict) else None
+    spawn = sub.get("thread_spawn") if isinstance(sub, dict) else None
+    return as_str(spawn.get("parent_thread_id")) if isinstance(spawn, dict) else None
+
+
 _CALL_TYPES = ("function_call", "custom_tool_call")
 #: `function_result` is how a pre-envelope item wrote a tool's output.
 _OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "function_result")
@@ -105,6 +113,9 @@ class CodexParser:
             branch = as_str(git.get("branch")) if isinstance(git, dict) else None
             if branch and branch != "HEAD":
                 hints["git_branch"] = branch
+            parent = _spawned_by(payload.get("source"))
+            if parent:
+                hints["parent_external_id"] = parent
             return RecordOutcome(hints=hints)
         if kind == "turn_context":
             cwd = as_str(payload.get("cwd"))
