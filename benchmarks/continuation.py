@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -59,6 +59,7 @@ from benchmarks._common import REPO, SHARED, machine, median, percentile
 from benchmarks.transcript_corpus import Session, load_corpus, place, transcript_path
 from benchmarks.transcript_corpus import projects as corpus_projects
 from daemon.hooks.install import settings_path
+from daemon.names import Agent
 
 FIXTURES = SHARED / "fixtures" / "transcripts"
 #: Public real sessions that the fixtures lack: projects whose sessions leave todos open.
@@ -191,7 +192,8 @@ def _memoryd(tree: Path, env: dict[str, str], *args: str, **kwargs: Any
 
 
 def _session_start_command(home: Path, agent: str) -> list[str]:
-    settings = json.loads(settings_path(agent, "hooks", "user", home, home).read_text())
+    settings = json.loads(settings_path(cast(Agent, agent), "hooks", "user", home,
+                                        home).read_text())
     for group in settings["hooks"]["SessionStart"]:
         for hook in group["hooks"]:
             # `memoryd hook --agent ...`, or (since the shell client) `/bin/sh
