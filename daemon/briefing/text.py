@@ -20,8 +20,10 @@ from daemon.memory.models import MemoryType, RecallResult
 from daemon.memory.privacy.clipping import cut_masked
 from daemon.memory.recall.context import FRAME, PREAMBLE, escape
 
-#: Lines each part holds at most.
-MAX_DECISIONS, MAX_OPEN, MAX_FILES, MAX_FAILING = 12, 12, 20, 5
+#: Lines each part holds at most; files past MAX_FILES are named on one line, within
+#: MORE_FILES_CHARS.
+MAX_DECISIONS, MAX_OPEN, MAX_FILES, MAX_FAILING = 12, 12, 12, 5
+MORE_FILES_CHARS = 1200
 MAX_FACTS, MAX_NOTED, MAX_RECENT, MAX_OTHER = 12, 8, 6, 4
 #: Characters a quoted line keeps at most.
 LINE_CHARS, FAILURE_CHARS, OTHER_CHARS = 300, 160, 300
@@ -113,10 +115,15 @@ def _files(state: ProjectState) -> _Part | None:
                            f.last.memory_id))
     if not lines:
         return None
-    more = len(state.files) - len(lines)
-    title = "Files in flight (most work and latest first" + (
-        f"; {more} more in the sessions' digests):" if more > 0 else "):")
-    return _Part(title, lines, 3)
+    rest = [f.path for f in state.files[MAX_FILES:]]
+    if rest:
+        named = cut_masked(", ".join(rest), MORE_FILES_CHARS)
+        shown = named.count(", ") + (0 if named.endswith("…") else 1)
+        more = len(rest) - shown
+        lines.append(_Line(f"- also changed: {named}"
+                           + (f" (+{more} more in the sessions' digests)" if more > 0 else ""),
+                           None))
+    return _Part("Files in flight (most work and latest first):", lines, 3)
 
 
 def _failing(state: ProjectState) -> _Part | None:

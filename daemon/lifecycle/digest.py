@@ -43,16 +43,16 @@ from daemon.store.sessions import StoredMessage
 #: What a session id may hold where a digest names it.
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 #: A digest's rendered text aims below this many characters (the parts are clipped to fit).
-DIGEST_CHARS = 1600
+DIGEST_CHARS = 2400
 REQUEST_CHARS = 160
 CONCLUSION_CHARS = 300
 ERROR_CHARS = 120
 MAX_REQUESTS = 4
-MAX_FILES = 12
+MAX_FILES = 40
 MAX_COMMANDS = 6
 COMMAND_PART_CHARS = 60
 #: The shares of a digest the requests and the changed files may take at most.
-ASKED_CHARS, CHANGED_CHARS = 360, 420
+ASKED_CHARS, CHANGED_CHARS = 360, 1000
 MAX_OPEN = 6
 #: Decisions a digest keeps (the latest), each within DECISION_CHARS.
 MAX_DECISIONS, DECISION_CHARS = 6, 240
@@ -84,6 +84,10 @@ Readable = DigestMessage | StoredMessage
 class Command:
     command: str
     outcome: str  # "passed", "failed: <first line>", or "" (no result seen)
+
+
+#: Summary lines an agent wrote that name no work: its API's error, a compaction's opening.
+_NOT_A_TITLE = ("API Error", "This session is being continued")
 
 
 @dataclass(slots=True)
@@ -136,7 +140,7 @@ class Digest:
         agent's title or summary line, if it wrote one."""
         if branch is not None:
             self.branch = branch
-        if title:
+        if title and not title.startswith(_NOT_A_TITLE):
             self.title = _clip(title, REQUEST_CHARS)
 
     def render(self, limit: int = DIGEST_CHARS) -> str:
@@ -163,8 +167,10 @@ class Digest:
             lines.append(_cut("Changed: " + ", ".join(shown) + (f" (+{more} more)" if more
                                                                 else ""), CHANGED_CHARS))
         if self.ran:
+            # "; " between commands only: `read_digest` splits the list there.
             lines.append("Ran: " + "; ".join(
-                f"{c.command} → {c.outcome}" if c.outcome else c.command for c in self.ran))
+                (f"{c.command} → {c.outcome}" if c.outcome else c.command).replace("; ", ", ")
+                for c in self.ran))
         if self.committed:
             lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
         # How the session was left, and what it concluded, is what a next session needs
@@ -878,10 +884,9 @@ def read_digest(content: str) -> Digest:
         elif label == "Asked":
             digest.asked = [a for a in _quoted(rest) if a != "…"]
         elif label == "Changed":
-            _read_changed(_MORE.sub("", rest.rstrip("…")), digest)
+            _read_changed(_MORE.sub("", rest), digest)
         elif label == "Ran":
-            digest.ran = [_read_command(item) for item in re.split(r"; (?=[^;]* → |[^;→]*$)",
-                                                                    rest) if item]
+            digest.ran = [_read_command(item) for item in _whole_items(rest.split("; "))]
         elif label == "Committed":
             digest.committed = _quoted(rest)
         elif label == "Concluded":
@@ -901,8 +906,13 @@ def read_digest(content: str) -> Digest:
     return digest
 
 
+def _whole_items(items: list[str]) -> list[str]:
+    """A list's items but the last when the list was cut inside it."""
+    return items[:-1] if items and items[-1].endswith("…") else items
+
+
 def _read_changed(part: str, digest: Digest) -> None:
-    for order, item in enumerate(re.split(r", (?![^()]*\))", part)):
+    for order, item in enumerate(_whole_items(re.split(r", (?![^()]*\))", part))):
         found = _FILE_LABEL.match(item.strip())
         if found is None:
             continue

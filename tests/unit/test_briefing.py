@@ -43,9 +43,17 @@ def test_a_rendered_digest_reads_back_into_its_parts() -> None:
     back = read_digest(digest.render())
     assert (back.branch, back.turns, back.asked) == ("main", 3, digest.asked)
     assert (back.created, back.edited, back.work) == (["a.py"], ["b/c.py"], digest.work)
-    assert back.ran == digest.ran and back.committed == ["Fix it"]
+    # "; " separates the commands: one inside an outcome reads ", ".
+    assert back.ran == [Command("make test", "failed: AssertionError: x, y"),
+                        Command("git push", "passed")] and back.committed == ["Fix it"]
     assert (back.concluded, back.open_items, back.decided) == (
         "Done.", ["docs", "tag"], digest.decided)
+
+
+def test_a_list_cut_short_reads_back_without_its_cut_item() -> None:
+    back = read_digest("claude session s in /p\nChanged: a.py (3 changes), .mcp.json (ne…\n"
+                       'Ran: make test → passed; docker exec db psql -c "SEL…')
+    assert back.edited == ["a.py"] and back.ran == [Command("make test", "passed")]
 
 
 def test_a_later_decision_on_the_same_thing_replaces_the_earlier() -> None:
