@@ -264,13 +264,26 @@ _DECISION = re.compile(r"(?im)^\W*(?:decision|decided)\s*:\s*(.{12,})$|"
 
 def _decisions(session: Session) -> list[str]:
     """Decisions the person or the agent stated in so many words: a few of their words
-    each, as the measure looks for them."""
+    each, as the measure looks for them. A template's ("Decision: [what was chosen]",
+    a line that ends on a colon) is none."""
     found = []
     for text in session.own_words():
         for match in _DECISION.finditer(text):
-            said = " ".join((match.group(1) or match.group(2)).split())
-            found.append(said[:40])
+            said = " ".join((match.group(1) or match.group(2)).split()).strip("*_ ")
+            if len(said.split()) >= 3 and not said.startswith(("[", "<")) \
+                    and not said.endswith(":"):
+                found.append(said[:40])
     return found
+
+
+def _stated(earlier: list[Session]) -> list[str]:
+    """The decisions of `earlier`, each once; one said in several sessions word for word
+    is a pasted document or a template, not a decision of one of them."""
+    seen: dict[str, set[str]] = {}
+    for session in earlier:
+        for said in _decisions(session):
+            seen.setdefault(said, set()).add(session.id)
+    return [said for said, sessions in seen.items() if len(sessions) == 1]
 
 
 def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Session]],
@@ -301,7 +314,7 @@ def run_tree(tree: Path, label: str, scratch: Path, groups: dict[str, list[Sessi
             measured.open += len(items)
             measured.open_named += sum(" ".join(i.split())[:60] in " ".join(block.split())
                                        for i in items)
-            decided = [d for s in earlier for d in _decisions(s)]
+            decided = _stated(earlier)
             measured.decisions += len(decided)
             measured.decisions_named += sum(d in " ".join(block.split()) for d in decided)
             measured.sizes.append(len(block))

@@ -23,7 +23,7 @@ from daemon.memory.recall.context import FRAME, PREAMBLE, escape
 #: Lines each part holds at most; files past MAX_FILES are named on one line, within
 #: MORE_FILES_CHARS.
 MAX_DECISIONS, MAX_OPEN, MAX_FILES, MAX_FAILING = 12, 12, 12, 5
-MORE_FILES_CHARS = 1200
+MORE_FILES_CHARS = 2000
 MAX_FACTS, MAX_NOTED, MAX_RECENT, MAX_OTHER = 12, 8, 6, 4
 #: Characters a quoted line keeps at most.
 LINE_CHARS, FAILURE_CHARS, OTHER_CHARS = 300, 160, 300

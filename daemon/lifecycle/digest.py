@@ -43,16 +43,16 @@ from daemon.store.sessions import StoredMessage
 #: What a session id may hold where a digest names it.
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9._:-]")
 #: A digest's rendered text aims below this many characters (the parts are clipped to fit).
-DIGEST_CHARS = 2400
+DIGEST_CHARS = 3000
 REQUEST_CHARS = 160
 CONCLUSION_CHARS = 300
 ERROR_CHARS = 120
 MAX_REQUESTS = 4
-MAX_FILES = 40
+MAX_FILES = 60
 MAX_COMMANDS = 6
 COMMAND_PART_CHARS = 60
 #: The shares of a digest the requests and the changed files may take at most.
-ASKED_CHARS, CHANGED_CHARS = 360, 1000
+ASKED_CHARS, CHANGED_CHARS = 360, 1600
 MAX_OPEN = 6
 #: Decisions a digest keeps (the latest), each within DECISION_CHARS.
 MAX_DECISIONS, DECISION_CHARS = 6, 240
@@ -272,7 +272,10 @@ _DECIDING = re.compile(
     r"(?i)(?:^|[\s*_(\[])(?:decision|decided)\s*:|\b(?:we|you and i)(?:'ve)?\s+(?:have\s+|had\s+)?"
     r"(?:decided|agreed|settled on|chose|opted)\b|\b(?:we(?:'ll| will| are going to|'re going to)|"
     r"let'?s)\s+(?:go with|stick with|switch to|standardi[sz]e on|keep using)\b|"
-    r"\b(?:from now on|going forward)\b|\bthe decision (?:is|was)\b")
+    r"\b(?:from now on|going forward)\b")
+#: What a template holds where a decision goes ("Decision: [what was chosen]").
+_PLACEHOLDER = re.compile(r"^\W*(?:decision|decided)\s*:\W*(?:\[[^\]]*\]|<[^>]*>|\.\.\.|…|tbd\b)",
+                          re.I)
 #: Where a message's sentences end: a full stop and a space, or a line break.
 _SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z\"'(*])|\n+")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
@@ -299,7 +302,8 @@ def decisions_in(text: str, *, person: bool = False) -> list[str]:
             s for s in _SENTENCE_END.split(line) if deciding.search(s)]
         for sentence in sentences:
             said = _LIST_MARK.sub("", sentence).strip()
-            if len(said) < 12 or said.endswith("?"):
+            if (len(said) < 12 or said.endswith(("?", ":")) or _PLACEHOLDER.match(said)
+                    or len(said.split()) < 3):
                 continue
             found.append(_clip(said, DECISION_CHARS))
     return found

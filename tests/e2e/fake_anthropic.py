@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distill_answer import ANSWER, asks_to_distill
+from plan_answer import DECIDED, DONE, asks_to_plan, first_of_plan, next_task, plain_answer
 
 REPLY = "OK, noted."
 RECALL = "RECALL "
@@ -54,6 +55,17 @@ def _answered(body: Any) -> set[str]:
     content = messages[-1].get("content") if messages else None
     return {b.get("tool_use_id", "") for b in content or [] if isinstance(b, dict)
             and b.get("type") == "tool_result"} if isinstance(content, list) else set()
+
+
+def _all_answered(body: Any) -> set[str]:
+    """Every tool call whose result any user message brought back."""
+    found: set[str] = set()
+    for message in body.get("messages") or [] if isinstance(body, dict) else []:
+        content = message.get("content") if message.get("role") == "user" else None
+        if isinstance(content, list):
+            found |= {str(b.get("tool_use_id", "")) for b in content
+                      if isinstance(b, dict) and b.get("type") == "tool_result"}
+    return found
 
 
 def _next_call(body: Any) -> tuple[str, str, dict[str, Any]] | None:
@@ -115,6 +127,15 @@ class _Handler(BaseHTTPRequestHandler):
         if call is not None:
             self._tool_call(message, *call, bool(body.get("stream")))
             return
+        if any(asks_to_plan(text) for text in _user_texts(body)):
+            # A plan: the decision with the first task, a task a turn, then last words.
+            answered = _all_answered(body)
+            task = next_task(body, answered)
+            if task is not None:
+                self._tool_call(message, *task, bool(body.get("stream")),
+                                DECIDED if first_of_plan(answered) else None)
+                return
+            reply = DONE if _all_answered(body) else plain_answer()
         if isinstance(body, dict) and body.get("stream"):
             self._send(200, _sse([
                 {"type": "message_start", "message": message},
@@ -132,19 +153,26 @@ class _Handler(BaseHTTPRequestHandler):
                                     "stop_reason": "end_turn"}).encode())
 
     def _tool_call(self, message: dict[str, Any], ident: str, tool: str,
-                   arguments: dict[str, Any], stream: bool) -> None:
+                   arguments: dict[str, Any], stream: bool, said: str | None = None) -> None:
         block = {"type": "tool_use", "id": ident, "name": tool, "input": arguments}
+        text = [{"type": "text", "text": said}] if said else []
         if not stream:
-            self._send(200, json.dumps({**message, "content": [block],
+            self._send(200, json.dumps({**message, "content": [*text, block],
                                         "stop_reason": "tool_use"}).encode())
             return
+        first = len(text)
         self._send(200, _sse([
             {"type": "message_start", "message": message},
-            {"type": "content_block_start", "index": 0,
+            *([{"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}},
+               {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": said}},
+               {"type": "content_block_stop", "index": 0}] if said else []),
+            {"type": "content_block_start", "index": first,
              "content_block": {**block, "input": {}}},
-            {"type": "content_block_delta", "index": 0,
+            {"type": "content_block_delta", "index": first,
              "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}},
-            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_stop", "index": first},
             {"type": "message_delta", "delta": {"stop_reason": "tool_use",
                                                 "stop_sequence": None},
              "usage": {"output_tokens": 3}},

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from distill_answer import ANSWER, asks_to_distill
+from plan_answer import asks_to_plan, plain_answer
 
 REPLY = "OK, noted."
 RECALL = "RECALL "
@@ -100,7 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
         streamed = "streamGenerateContent" in self.path
         if "HOLD" in said and streamed and not asks_to_distill(body):  # the model's turn
             time.sleep(60)
-        part: dict[str, Any] = {"text": ANSWER if asks_to_distill(body) else REPLY}
+        part: dict[str, Any] = {"text": ANSWER if asks_to_distill(body)
+                                else plain_answer() if asks_to_plan(said) else REPLY}
         config = body.get("generationConfig") or {}
         if config.get("responseMimeType") == "application/json":
             part = {"text": json.dumps(_instance(config.get("responseJsonSchema")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from distill_answer import ANSWER, asks_to_distill
+from plan_answer import asks_to_plan, plain_answer
 
 REPLY = "OK, noted."
 RECALL = "RECALL "
@@ -87,6 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         item: dict[str, Any] = {"type": "message", "role": "assistant", "id": "msg_1",
                                 "content": [{"type": "output_text",
                                              "text": ANSWER if asks_to_distill(body)
+                                             else plain_answer() if asks_to_plan(said)
                                              else REPLY}]}
         tool = _recall_tool(body)
         if RECALL in said and tool is not None:

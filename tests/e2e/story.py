@@ -8,7 +8,8 @@ non-interactive sessions against a fake model server for its API. Writes WORK/st
 for each step its exit status, its seconds and the request bodies the model received;
 and WORK/memories.jsonl, what memoryd kept. The tests (`test_real_agents.py`) assert on those.
 
-The story: a decision stated and the session killed mid-turn; the next session; a
+The story: a decision stated and the session killed mid-turn; a plan that states a
+decision mid-way and records tasks; three one-question sessions; the next session; a
 related prompt that makes the model call memoryd's `recall` tool; an unrelated prompt;
 the daemon hung (SIGSTOP) and stopped; a sixth session.
 """
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plan_answer import PLAN, TRIVIA
 
 DECISION = "Decision: refunds go through the ledger service, never straight to the PSP."
 RECALL_PROMPT = "RECALL ledger refunds"
@@ -53,7 +56,8 @@ def _claude(executable: str) -> Agent:
         serve=serve, argv=lambda prompt: [executable, "-p", prompt],
         environment=lambda url, home: {
             "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-e2e-test",
-            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "CLAUDE_CODE_ENABLE_TASKS": "1"},
         setup=lambda url, home: None,
         transcripts=".claude/projects/*/*.jsonl",
         is_model_request=lambda path: path.startswith("/v1/messages")
@@ -199,6 +203,11 @@ def main(name: str, work: Path, executable: str) -> None:
         installed.append(done.stdout + done.stderr)
     try:
         session("killed", f"HOLD {DECISION}", kill_when="ledger service")
+        # A decision stated mid-way, tasks recorded after it (Claude Code's TaskCreate),
+        # then one-question sessions that must not push the work out of the briefing.
+        session("planned", f"{PLAN}the deploy pipeline for staging and prod")
+        for number in range(1, 4):
+            session(f"trivia {number}", TRIVIA)
         session("next", "what should we do next?")
         session("related", RECALL_PROMPT)
         session("unrelated", "rename the logger in utils.py")

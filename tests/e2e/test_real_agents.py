@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from pins import Unavailable, installed
+from plan_answer import DECIDED, TASKS, TRIVIA
 
 HERE = Path(__file__).resolve().parent
 DECISION = "ledger service"
@@ -89,6 +90,23 @@ def test_a_killed_sessions_decision_is_in_the_next_sessions_first_request(
     first = following["texts"][0]
     assert blocks(first) == 1 and DECISION in first
     assert following["status"] == 0, following["stderr"]
+
+
+def test_a_decision_stated_mid_session_and_its_tasks_lead_the_next_briefing(
+        story: Story) -> None:
+    """Issue 62.7: the plan's decision (stated before its tasks, not in its last words)
+    and the tasks Claude Code recorded with TaskCreate are in the next session's first
+    request, after three one-question sessions; the questions are not."""
+    planned = story["steps"]["planned"]
+    assert planned["status"] == 0, planned["stderr"]
+    first = story["steps"]["next"]["texts"][0]
+    assert blocks(first) == 1
+    assert DECIDED in first.replace("\\n", " ")
+    assert TRIVIA not in first
+    if story["agent"] == "claude":
+        assert any('"tool_use_id": "toolu_task_2"' in text for text in planned["texts"]), (
+            "TaskCreate was never called")
+        assert all(task in first for task in TASKS), first[-3000:]
 
 
 def test_a_block_is_given_once_and_an_unrelated_prompt_gets_none(story: Story) -> None:

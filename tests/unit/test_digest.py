@@ -562,3 +562,27 @@ def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most()
                               "lib/billing/ledger.ex (5 changes)"), changed
     assert "Concluded: All done" in text and "Open: wire the ledger into checkout" in text
     assert len(text) <= DIGEST_CHARS
+
+
+def test_decisions_are_read_in_their_own_words_wherever_they_are_said() -> None:
+    """Issue 62.1: a decision stated mid-session, by the person or the agent, is kept in
+    its words; templates, questions, code and an agent narrating its steps are not."""
+    from daemon.lifecycle.digest import decisions_in
+
+    stated = ("Decision: we deploy staging before prod because of the migration order: "
+              "0041_create_accounts must be applied on staging before 0042_add_ledger")
+    assert decisions_in(f"Some context first.\n{stated}\nThen more work.") == [stated]
+    assert decisions_in("Looked at both. We decided to keep SQLite for the outbox. Next.") == [
+        "We decided to keep SQLite for the outbox."]
+    for not_one in ("Decision: [what was chosen]", "Should we go with Redis?",
+                    "```\n# we decided nothing here\n```", "**Decision:**",
+                    "I decided to read the file first."):
+        assert decisions_in(not_one) == [], not_one
+    assert decisions_in("I decided we keep the v1 endpoint until March.", person=True)
+    messages = [DigestMessage(0, "user", "message", "set up the deploy pipeline"),
+                DigestMessage(1, "assistant", "message", stated),
+                *(DigestMessage(i, "assistant", "message", f"now the logging, step {i}")
+                  for i in range(2, 30)),
+                DigestMessage(30, "assistant", "message", "All done: logging is structured.")]
+    text = build_digest(messages, source="claude", session="s", project=PROJECT).render()
+    assert f'Decided: "{stated}"' in text and "Concluded: All done" in text
