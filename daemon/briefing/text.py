@@ -79,7 +79,7 @@ def _open(state: ProjectState) -> _Part | None:
         lines.append(_Line(f'- left unanswered: "{state.unanswered.text}" '
                            f"{_of(state.unanswered)}", state.unanswered.entry.memory_id))
     if state.open_items:
-        title = f"Open (the todo list {state.open_items[0].entry.handle} left):"
+        title = f"Open (left by {state.open_items[0].entry.handle}):"
     elif state.todos_done is not None:
         title = f"Open: the last todo list ({state.todos_done.handle}) is all done."
         if not lines:
@@ -144,6 +144,8 @@ def _recent(state: ProjectState) -> _Part | None:
         elif d.asked:
             said.append(f'asked "{d.asked[0]}"' + (f" and {d.turns - 1} more"
                                                    if d.turns > 1 else ""))
+        elif d.unanswered:
+            said.append(f'asked "{d.unanswered}", left unanswered')
         if d.committed:
             said.append(f'committed "{d.committed[-1]}"' + (
                 f" (+{len(d.committed) - 1})" if len(d.committed) > 1 else ""))

@@ -250,7 +250,8 @@ class Digest:
 
 #: Escaped blocks of memoryd's own (Gemini records hook output escaped in the prompt).
 _NOT_A_REQUEST = ("[request interrupted", "this session is being continued",
-                  "caveat: the messages below", "full transcript available at")
+                  "caveat: the messages below", "full transcript available at",
+                  "[tool call did not complete", "base directory for this skill")
 
 
 def _own_words(message: Readable) -> str | None:

@@ -57,7 +57,7 @@ def _claude(executable: str) -> Agent:
         environment=lambda url, home: {
             "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-e2e-test",
             "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "CLAUDE_CODE_ENABLE_TASKS": "1"},
+            "CLAUDE_CODE_ENABLE_TASKS": "1", "CLAUDE_CODE_ENABLE_TODO_TOOLS": "1"},
         setup=lambda url, home: None,
         transcripts=".claude/projects/*/*.jsonl",
         is_model_request=lambda path: path.startswith("/v1/messages")

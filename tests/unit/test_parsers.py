@@ -40,6 +40,17 @@ def test_claude_meta_user_line_is_injected() -> None:
     assert outcome.message.content == "Analyze this codebase."
 
 
+@pytest.mark.parametrize("origin", ["task-notification", "peer", "auto-continuation"])
+def test_claude_user_line_the_harness_wrote_is_injected(origin: str) -> None:
+    """Claude Code 2.1 names who wrote a user-role line (`origin.kind`): a task's
+    notification or an automatic continuation is not what the person asked."""
+    outcome = ClaudeParser().parse(_claude("user", "<task-notification>done</task-notification>",
+                                           origin={"kind": origin}))
+    assert outcome.message is not None and outcome.message.kind == "injected"
+    typed = ClaudeParser().parse(_claude("user", "fix it", origin={"kind": "human"}))
+    assert typed.message is not None and typed.message.kind == "message"
+
+
 def test_claude_user_string_is_one_user_message() -> None:
     """A typed prompt becomes one user row with its uuid, UTC timestamp and the project hint."""
     outcome = ClaudeParser().parse(_claude("user", "hello there"))
@@ -201,6 +212,10 @@ def test_codex_user_and_assistant_messages() -> None:
         "<environment_context>\n  <cwd>/x</cwd>\n</environment_context>",
         "<user_instructions>be terse</user_instructions>",
         "# AGENTS.md instructions for /x\n\n<INSTRUCTIONS>...</INSTRUCTIONS>",
+        "<skill>\n<name>deploy</name>\n</skill>",
+        "<user_shell_command>\nls\nExit code: 0\n</user_shell_command>",
+        "<turn_aborted>\nThe user interrupted the previous turn.\n</turn_aborted>",
+        '<subagent_notification>{"agent_path": "a", "status": "done"}</subagent_notification>',
     ],
 )
 def test_codex_injected_boilerplate_is_not_a_user_message(text: str) -> None:

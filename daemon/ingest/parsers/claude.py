@@ -22,6 +22,18 @@ from daemon.ingest.parsers.base import (
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
+
+#: Who wrote a user-role line, as Claude Code 2.1 records it (`origin.kind`): a person
+#: ("human"), or the harness (a task's notification, a peer's or a channel's message, an
+#: automatic continuation), which is never what the person asked.
+_TYPED_ORIGINS = ("human",)
+
+
+def _not_typed(record: dict[str, Any]) -> bool:
+    origin = record.get("origin")
+    kind = origin.get("kind") if isinstance(origin, dict) else None
+    return isinstance(kind, str) and kind not in _TYPED_ORIGINS
+
 def _block_text(block: object) -> str:
     if isinstance(block, str):
         return block
@@ -140,7 +152,7 @@ class ClaudeParser:
             role, message_kind = "tool", "tool_result"
         elif kind == "user" and record.get("isCompactSummary") is True:
             message_kind = "compact_summary"
-        elif kind == "user" and record.get("isMeta") is True:
+        elif kind == "user" and (record.get("isMeta") is True or _not_typed(record)):
             # Written in the user's name by Claude Code (a slash command's expanded prompt,
             # a caveat), not typed by them: rendered alike, but never taken as a request.
             message_kind = "injected"

@@ -30,6 +30,12 @@ BOILERPLATE_PREFIXES = (
     "# AGENTS.md instructions",
     "<permissions instructions>",
     "<INSTRUCTIONS>",
+    # 0.16x: a skill's expansion, a `!` shell command's record, an interrupted turn's
+    # notice and a spawned agent's report, all in the user's role (codex-rs `protocol`).
+    "<skill>",
+    "<user_shell_command>",
+    "<turn_aborted>",
+    "<subagent_notification>",
 )
 
 
