@@ -37,6 +37,9 @@ SAME_SUBJECT = 0.5
 _DECIDING_WORDS = frozenset({"decision", "decided", "decide", "agreed", "settled", "chose",
                              "opted", "going", "forward", "let", "lets", "go", "stick",
                              "switch", "now"})
+#: The outcomes of a command that failed (`lifecycle.digest`): its own failure, or the
+#: harness's time limit or sandbox.
+_FAILED = ("failed", "timed out", "blocked")
 _UUID_HEAD = re.compile(r"^[0-9a-f]{8}(?=-[0-9a-f]{4}-)")
 _ALNUM = re.compile(r"[^A-Za-z0-9]")
 
@@ -185,5 +188,6 @@ def _failing(state: ProjectState, newest_first: list[Entry]) -> None:
             if command.command in settled or not command.outcome:
                 continue
             settled.add(command.command)
-            if command.outcome != "passed":
+            # Stopped by the person (interrupted, refused, cancelled) is not a failure.
+            if command.outcome.startswith(_FAILED):
                 state.failing.append(Said(f"{command.command} → {command.outcome}", e))

@@ -423,6 +423,7 @@ def _shown(command: str, passed: bool = False, committed: bool = False) -> str:
 _HARNESS = ((re.compile(r"^Command timed out after (\S+)"), "timed out after {0}"),
             (re.compile(r"^\[Request interrupted by user"), "interrupted by the person"),
             (re.compile(r"^The user doesn't want to (?:proceed|take)"), "refused by the person"),
+            (re.compile(r"^Command was cancelled by user"), "cancelled by the person"),
             (re.compile(r"^ERROR: .* was blocked\b"), "blocked by the agent's sandbox"))
 #: A line that says what went wrong (a traceback's last line, an `error:`), found before
 #: banners, warnings and a traceback's frames.

@@ -94,8 +94,10 @@ def test_a_failure_stands_until_a_later_pass() -> None:
     state = project_state([
         _digest(1, ran=(Command("make test", "failed: 2 failed"),
                         Command("make lint", "failed: E501"))),
-        _digest(2, ran=(Command("make test", "passed"),)),
+        _digest(2, ran=(Command("make test", "passed"),
+                        Command("git clone x", "cancelled by the person"))),
     ])
+    # Stopped by the person is not a failure.
     assert [s.text for s in state.failing] == ["make lint → failed: E501"]
 
 
