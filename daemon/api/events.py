@@ -221,6 +221,18 @@ class SessionEvents(OpsBase):
                                          memory_ids=tuple(ids), chars=len(block_text)))
         return {"context": block_text, "memory_ids": ids}
 
+    async def briefing(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """What a new session of `agent` in the project of `cwd` would be told at its start
+        (the project briefing), without saving anything first or recording it as given."""
+        agent = arg.opt_text(args, "agent") or "claude"
+        if agent not in AGENTS:
+            raise ApiError(400, f"agent must be one of {', '.join(AGENTS)}")
+        cwd = arg.opt_text(args, "cwd")
+        project = await links.resolve(self._conn, project_root(cwd) if cwd else None)
+        text, ids = await self._start_context(project, agent)
+        return {"text": text, "project": project, "memory_ids": ids,
+                "chars": len(text or "")}
+
     async def _best_effort(self, work: Awaitable[Any], what: str) -> None:
         """Saving before a block is given: a full disk or a busy store must not cost the
         agent its block (reading still works); damage stops everything, as always."""

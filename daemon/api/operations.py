@@ -116,5 +116,6 @@ OPERATIONS: dict[str, Operation] = {
     "list_sessions": MemoryOps.list_sessions,
     "sync": MemoryOps.sync,
     "session_event": MemoryOps.session_event,
+    "briefing": MemoryOps.briefing,
     "open_ui": MemoryOps.open_ui,
 }

@@ -161,7 +161,7 @@ COMMAND_MODULES: dict[str, str] = {
     **dict.fromkeys(("run", "ingest", "status", "sessions", "show", "sync", "doctor",
                      "rebuild-memory"), "daemon_commands"),
     **dict.fromkeys(("recall", "remember", "correct", "forget", "show-memory",
-                     "recall-temporal", "context", "export", "import", "audit"),
+                     "recall-temporal", "context", "briefing", "export", "import", "audit"),
                     "memory_commands"),
     **dict.fromkeys(("retention", "hold", "transcripts", "project"), "governance_commands"),
     "distill": "distill_commands",

@@ -358,6 +358,27 @@ def context(ctx: click.Context, query: str, project: str | None, budget: int,
         click.echo(block["text"])
 
 
+@main.command()
+@click.option("--project", help="The project's directory (default: the current one).")
+@agent_option
+@json_option
+@config_option
+@click.pass_context
+def briefing(ctx: click.Context, project: str | None, agent: str | None,
+             as_json: bool) -> None:
+    """What a new session in a project is told at its start: the project briefing, as the
+    session-start hook gives it (nothing is recorded as given)."""
+    settings = settings_for(ctx)
+    where = project_path(project) if project is not None else os.getcwd()
+    found = call(settings, "briefing", {"cwd": where, **({"agent": agent} if agent else {})})
+    if as_json:
+        print_json({key: found[key] for key in ("text", "project", "memory_ids", "chars")})
+    elif found["text"]:
+        click.echo(found["text"])
+    else:
+        click.echo(f"nothing to tell a new session in {found['project'] or where}", err=True)
+
+
 @main.command("export")
 @click.option("--project", help="Only this project's memories.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),

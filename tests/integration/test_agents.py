@@ -356,9 +356,13 @@ def test_story_a_decision_killed_with_its_session_reaches_the_next_day(daemon: D
         model="claude-sonnet-5")))
     assert block is not None
     assert "staging before production" in block and "500/min" in block
-    print(block)
     assert f"claude day1, {day1.date().isoformat()}" in block
     assert "Decisions in force" in block
+    # `memoryd briefing` shows a person what a new session there is told, and records
+    # nothing as given: the next session's start gets the same.
+    shown = daemon.cli("briefing", "--project", PROJECT)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == block.strip()
     assert block.startswith("<memory_context>") and len(block) <= 8000
     # The session that was given it at its start is not given it again.
     assert context_of(daemon.hook("claude", "UserPromptSubmit", claude_payload(
