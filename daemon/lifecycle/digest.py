@@ -361,7 +361,7 @@ _COMMIT_MESSAGE = re.compile(r"""-m\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+))"""
 _HEREDOC_MESSAGE = re.compile(r"<<\s*'?(\w+)'?\s*\n(.*?)\n\s*\1", re.S)
 _REDIRECT = re.compile(r"(?:^|[;&|]\s*)(?:cat|echo|printf|tee)\b[^>\n|;&]*>{1,2}\s*([\w./@+-]+)")
 _REMOVE = re.compile(
-    r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:-[a-zA-Z]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
+    r"(?:^|[;&|]\s*)(?:git\s+)?rm\s+(?:--?[\w-]+\s+)*([\w./@+-]+(?:\s+[\w./@+-]+)*)")
 
 
 _GIT_COMMIT = re.compile(r"^git\s+commit\b")
@@ -424,6 +424,7 @@ _HARNESS = ((re.compile(r"^Command timed out after (\S+)"), "timed out after {0}
             (re.compile(r"^\[Request interrupted by user"), "interrupted by the person"),
             (re.compile(r"^The user doesn't want to (?:proceed|take)"), "refused by the person"),
             (re.compile(r"^Command was cancelled by user"), "cancelled by the person"),
+            (re.compile(r"^\[Operation Cancelled\]"), "cancelled by the person"),
             (re.compile(r"^ERROR: .* was blocked\b"), "blocked by the agent's sandbox"))
 #: A line that says what went wrong (a traceback's last line, an `error:`), found before
 #: banners, warnings and a traceback's frames.
@@ -445,12 +446,17 @@ def _verdict(text: str) -> str | None:
     return None
 
 
+#: The lines Codex writes above a command's output (`exec_command`, `shell`): not what it said.
+_RUN_HEADER = re.compile(r"^(?:Chunk ID|Wall time|Process exited with code|Exit code|"
+                         r"Process running with session ID|Original token count|Output):")
+
+
 def _first_line(text: str) -> str:
     """What a failure says (the harness's own verdicts are read before, by `_verdict`):
     the line that names the error (a traceback's exception, not its first frame), else
     the first line that is not a warning."""
     lines = [line.strip().removeprefix("[tool error]").strip() for line in text.splitlines()]
-    lines = [line for line in lines if line]
+    lines = [line for line in lines if line and not _RUN_HEADER.match(line)]
     if not lines:
         return ""
     telling = [line for line in lines if _ERROR_LINE.match(line)
@@ -841,7 +847,8 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
             _add(digest.edited, relative(match.group(1), project))
     for match in _REMOVE.finditer(command):
         for path in match.group(1).split():
-            _add(digest.deleted, relative(path, project))
+            if not path.startswith("-") and not path.isdigit():
+                _add(digest.deleted, relative(path, project))
     message = _commit_message(command, call.result)
     if message:
         digest.committed.append(message)  # `_clip`ped

@@ -586,3 +586,26 @@ def test_decisions_are_read_in_their_own_words_wherever_they_are_said() -> None:
                 DigestMessage(30, "assistant", "message", "All done: logging is structured.")]
     text = build_digest(messages, source="claude", session="s", project=PROJECT).render()
     assert f'Decided: "{stated}"' in text and "Concluded: All done" in text
+
+
+def test_removals_name_files_not_options_and_a_codex_failure_its_error() -> None:
+    """`git rm --cached .env` removes `.env` from the index (not a file `--cached`); Codex
+    writes `Chunk ID`, `Wall time` and the exit status above a command's output: a failure
+    is named by the output's error line; a command the person cancelled did not fail."""
+    t = [T0 + timedelta(minutes=i) for i in range(8)]
+    lines = [
+        _claude("u1", "user", "untrack the env file", t[0]),
+        _tool("a1", t[1], "Bash", "b1", {"command": "git rm --cached .env 2>/dev/null"}),
+        _result("r1", t[2], "b1", "rm '.env'"),
+        _tool("a2", t[3], "Bash", "b2", {"command": "pytest -q"}),
+        _result("r2", t[4], "b2", "Chunk ID: 65ff84\nWall time: 0.4 seconds\nProcess exited "
+                "with code 1\nOutput:\nERROR: file or directory not found: tests/x", True),
+        _tool("a3", t[5], "Bash", "b3", {"command": "npm install"}),
+        _result("r3", t[6], "b3", "[Operation Cancelled] Reason: Operation cancelled", True),
+    ]
+    messages, _ = _messages("claude", lines)
+    digest = build_digest(messages, source="claude", session="s", project=PROJECT)
+    assert digest.deleted == [".env"]
+    outcomes = {c.command: c.outcome for c in digest.ran}
+    assert outcomes["pytest -q"] == "failed: ERROR: file or directory not found: tests/x"
+    assert outcomes["npm install"] == "cancelled by the person"
