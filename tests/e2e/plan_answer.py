@@ -17,7 +17,9 @@ TRIVIA = "how do I squash the last three commits?"
 
 
 def asks_to_plan(said: str) -> bool:
-    return said.startswith(PLAN)
+    """Whether the person's text asks for the plan (Gemini CLI puts the hook's block
+    before it, on lines of its own)."""
+    return any(line.strip().startswith(PLAN) for line in said.splitlines())
 
 
 def plain_answer() -> str:
