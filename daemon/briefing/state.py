@@ -125,8 +125,10 @@ def project_state(digests: Sequence[RecallResult]) -> ProjectState:
     if not entries:
         return state
     state.latest = working[0] if working else entries[0]
-    if state.latest.digest.unanswered:
-        state.unanswered = Said(state.latest.digest.unanswered, state.latest)
+    # A request the newest session left unanswered is open, whether or not it did work.
+    newest = entries[0]
+    if newest.digest.unanswered:
+        state.unanswered = Said(newest.digest.unanswered, newest)
     _decisions(state, working)
     _open(state, working)
     _files(state, working)

@@ -49,7 +49,7 @@ class _Part:
     rank: int  # lower: kept longer when the size is short
 
 
-def _of(said: Said) -> str:
+def _source(said: Said) -> str:
     return f"({said.entry.handle})"
 
 
@@ -77,7 +77,7 @@ def _open(state: ProjectState) -> _Part | None:
     lines = [_Line(f"- {s.text}", s.entry.memory_id) for s in state.open_items[:MAX_OPEN]]
     if state.unanswered is not None:
         lines.append(_Line(f'- left unanswered: "{state.unanswered.text}" '
-                           f"{_of(state.unanswered)}", state.unanswered.entry.memory_id))
+                           f"{_source(state.unanswered)}", state.unanswered.entry.memory_id))
     if state.open_items:
         title = f"Open (left by {state.open_items[0].entry.handle}):"
     elif state.todos_done is not None:
@@ -90,7 +90,7 @@ def _open(state: ProjectState) -> _Part | None:
 
 
 def _decisions(state: ProjectState) -> _Part | None:
-    lines = [_Line(f'- "{s.text}" {_of(s)}', s.entry.memory_id)
+    lines = [_Line(f'- "{s.text}" {_source(s)}', s.entry.memory_id)
              for s in state.decisions[:MAX_DECISIONS]]
     if not lines:
         return None
@@ -127,7 +127,7 @@ def _files(state: ProjectState) -> _Part | None:
 
 
 def _failing(state: ProjectState) -> _Part | None:
-    lines = [_Line(f"- {cut_masked(s.text, FAILURE_CHARS)} {_of(s)}", s.entry.memory_id)
+    lines = [_Line(f"- {cut_masked(s.text, FAILURE_CHARS)} {_source(s)}", s.entry.memory_id)
              for s in state.failing[:MAX_FAILING]]
     return _Part("Failing at their last run (no later pass seen):", lines, 4) if lines else None
 
@@ -189,8 +189,8 @@ def render(state: ProjectState, *, project: str | None, explicit: Sequence[Recal
     if not parts:
         return None
     name = os.path.basename((project or "").rstrip("/")) or "this project"
-    head = (f"Project briefing for {name}: the state its earlier sessions left. Each line "
-            "names its session (agent, id, day).")
+    head = escape(f"Project briefing for {name}: the state its earlier sessions left. Each "
+                  "line names its session (agent, id, day).")
     opening, closing = f"<{FRAME}>", f"</{FRAME}>"
     fixed = len(opening) + len(PREAMBLE) + len(head) + len(closing) + 4
 
@@ -203,8 +203,13 @@ def render(state: ProjectState, *, project: str | None, explicit: Sequence[Recal
         worst = max(parts, key=lambda p: (p.rank, len(p.lines)))
         if worst.rank == 0 or (len(parts) == 1 and len(worst.lines) == 1):
             line = worst.lines[0]
-            room = max(0, len(line.text) - (size(parts) - limit))
-            worst.lines[0] = _Line(cut_masked(line.text, room), line.memory_id)
+            room = len(escape(line.text)) - (size(parts) - limit)
+            if room < 40:  # no room for a line that says anything
+                parts.remove(worst)
+                if not parts:
+                    return None
+                continue
+            worst.lines[0] = _Line(cut_masked(escape(line.text), room), line.memory_id)
             break
         worst.lines.pop()
         if not worst.lines:

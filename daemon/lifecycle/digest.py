@@ -54,6 +54,7 @@ COMMAND_PART_CHARS = 60
 #: The shares of a digest the requests and the changed files may take at most.
 ASKED_CHARS, CHANGED_CHARS = 360, 1600
 MAX_OPEN = 6
+PATH_CHARS = 300
 #: Decisions a digest keeps (the latest), each within DECISION_CHARS.
 MAX_DECISIONS, DECISION_CHARS = 6, 240
 #: Said of a session whose last todo list is all done.
@@ -153,7 +154,7 @@ class Digest:
         # it changed (the first and the last requests are kept, those between give way).
         asked = self.asked[:-1] if self.asked and self.asked[-1] == self.unanswered else self.asked
         if asked:
-            lines.append(_fitted("Asked: ", [f'"{a}"' for a in asked], ASKED_CHARS))
+            lines.append(_fitted("Asked: ", _quoted_items(asked), ASKED_CHARS))
         labelled = [*((p, self._label(p, "new")) for p in self.created),
                     *((p, self._label(p)) for p in self.edited),
                     *((p, self._label(p, "deleted")) for p in self.deleted)]
@@ -172,7 +173,7 @@ class Digest:
                 (f"{c.command} → {c.outcome}" if c.outcome else c.command).replace("; ", ", ")
                 for c in self.ran))
         if self.committed:
-            lines.append("Committed: " + "; ".join(f'"{c}"' for c in self.committed))
+            lines.append("Committed: " + "; ".join(_quoted_items(self.committed)))
         # How the session was left, and what it concluded, is what a next session needs
         # most: when the digest is too long (a long session's files and commands), the
         # parts above give way, never these (at most three quarters of `limit`).
@@ -190,8 +191,7 @@ class Digest:
         if self.unanswered:
             left.append(f'Left unanswered: "{self.unanswered}"')
         if self.decided:
-            left.append(_fitted("Decided: ", [f'"{d}"' for d in self.decided],
-                                DECISION_CHARS * 2))
+            left.append(_newest("Decided: ", _quoted_items(self.decided), DECISION_CHARS * 2))
         ending = _cut("\n".join(left), limit * 3 // 4)
         room = limit - (len(ending) + 1 if ending else 0)
         return "\n".join(part for part in (_cut("\n".join(lines), room), ending) if part)
@@ -202,19 +202,19 @@ class Digest:
         this session's. Its prompt and its report are the agents' words, not the
         person's, and not how the session ended."""
         for path in subagent.created:
-            _add(self.created, path)
+            _add(self.created, path, self.edited, self.deleted)
         for path in subagent.edited:
-            _add(self.edited, path, self.created)
+            _add(self.edited, path, self.created, self.deleted)
         for path in subagent.deleted:
-            _add(self.deleted, path)
+            _add(self.deleted, path, self.created, self.edited)
         done = sum(self.work.values())
         for path, changes in subagent.work.items():
             self.work[path] = self.work.get(path, 0) + changes
             self.last_touched[path] = done + subagent.last_touched.get(path, 0)
-        for command in subagent.ran:
-            if command in self.ran:
-                self.ran.remove(command)
-            self.ran.append(command)
+        # A command this session ran itself is said as it last ran it (a subagent's run
+        # was earlier, or inside it): the subagent's never overrides it.
+        mine = {c.command for c in self.ran}
+        self.ran[:0] = [c for c in subagent.ran if c.command not in mine][-MAX_COMMANDS:]
         del self.ran[:-MAX_COMMANDS]
         self.committed.extend(c for c in subagent.committed if c not in self.committed)
 
@@ -282,16 +282,15 @@ _SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z\"'(*])|\n+")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 _LIST_MARK = re.compile(r"^\s*(?:[-*+>]|\d+[.)])\s+|\*\*|`+")
 #: A person (never an agent, which narrates its steps so) saying what they decided.
-_PERSON_DECIDING = re.compile(r"(?i)\bI(?:'ve| have)?\s+(?:decided|chose|settled on)\b")
+_PERSON_DECIDING = re.compile(f"{_DECIDING.pattern}|"
+                              r"\bI(?:'ve| have)?\s+(?:decided|chose|settled on)\b")
 
 
 def decisions_in(text: str, *, person: bool = False) -> list[str]:
     """The sentences of `text` that state a decision, in its own words (a "Decision:"
     line whole), code blocks and questions left out; masked and clipped. `person`: the
     person's words, where "I decided" is a decision too."""
-    deciding = _DECIDING
-    if person:
-        deciding = re.compile(f"{_DECIDING.pattern}|{_PERSON_DECIDING.pattern[4:]}", re.I)
+    deciding = _PERSON_DECIDING if person else _DECIDING
     if not deciding.search(text):
         return []
     found: list[str] = []
@@ -312,6 +311,23 @@ def decisions_in(text: str, *, person: bool = False) -> list[str]:
 
 #: Text already masked, within a limit (a mask is never cut in two).
 _cut = clipping.cut_masked
+
+
+def _quoted_items(items: list[str]) -> list[str]:
+    """Items quoted for a list part: `read_digest` splits the list at `"; `, which none
+    holds then."""
+    return [f'"{item.replace(chr(34) + "; ", chr(34) + ", ")}"' for item in items]
+
+
+def _newest(label: str, items: list[str], limit: int) -> str:
+    """`label` and the latest of `items` that fit within `limit` whole (the first always,
+    cut if it must be), oldest first."""
+    kept: list[str] = []
+    for item in reversed(items):
+        if kept and len(label) + len("; ".join([item, *kept])) > limit:
+            break
+        kept.insert(0, item)
+    return _cut(label + "; ".join(kept), limit)
 
 
 def _fitted(label: str, items: list[str], limit: int) -> str:
@@ -649,16 +665,22 @@ def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
     for match in _PATCH.finditer(patch):
         verb, path, moved = match.group(1), match.group(2), match.group(3)
         if moved:
-            _add(digest.created, relative(moved.strip(), project))
-            _touch(digest, relative(moved.strip(), project))
+            _add(digest.created, _where(moved.strip(), project))
+            _touch(digest, _where(moved.strip(), project))
         elif verb == "Add":
-            _add(digest.created, relative(path.strip(), project))
+            _add(digest.created, _where(path.strip(), project))
         elif verb == "Delete":
-            _add(digest.deleted, relative(path.strip(), project))
+            _add(digest.deleted, _where(path.strip(), project))
         else:
-            _add(digest.edited, relative(path.strip(), project), digest.created)
+            _add(digest.edited, _where(path.strip(), project), digest.created)
         if not moved:
-            _touch(digest, relative(path.strip(), project))
+            _touch(digest, _where(path.strip(), project))
+
+
+def _where(path: str, roots: Roots) -> str:
+    """A changed file as a digest names it: relative to the project, one line, masked (a
+    path is an agent's text like any other: it may hold a line break or a secret)."""
+    return _clip(relative(path, roots), PATH_CHARS)
 
 
 def _add(paths: list[str], path: str, *already: list[str]) -> None:
@@ -823,13 +845,13 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if call.name in EDIT_TOOLS and isinstance(args, dict):
         path = args.get(EDIT_TOOLS[call.name])
         if isinstance(path, str):
-            _add(digest.edited, relative(path, project), digest.created)
-            _touch(digest, relative(path, project))
+            _add(digest.edited, _where(path, project), digest.created)
+            _touch(digest, _where(path, project))
         return
     if call.name in WRITE_TOOLS and isinstance(args, dict):
         path = args.get(WRITE_TOOLS[call.name])
         if isinstance(path, str):
-            where = relative(path, project)
+            where = _where(path, project)
             created = call.result is not None and "created" in call.result.lower()[:200]
             if created:
                 _add(digest.created, where)
@@ -844,11 +866,11 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
         return
     for match in _REDIRECT.finditer(command):
         if not match.group(1).startswith("/dev/"):
-            _add(digest.edited, relative(match.group(1), project))
+            _add(digest.edited, _where(match.group(1), project))
     for match in _REMOVE.finditer(command):
         for path in match.group(1).split():
             if not path.startswith("-") and not path.isdigit():
-                _add(digest.deleted, relative(path, project))
+                _add(digest.deleted, _where(path, project))
     message = _commit_message(command, call.result)
     if message:
         digest.committed.append(message)  # `_clip`ped
@@ -888,8 +910,10 @@ def read_digest(content: str) -> Digest:
         heading = lines[0]
         if (turns := _TURNS.search(heading)) is not None:
             digest.turns = int(turns.group(1))
-        if (branch := _BRANCH.search(heading)) is not None:
-            digest.branch = branch.group(1)
+        # The last: a project's path may hold ", branch " (the branch comes after it).
+        branches = _BRANCH.findall(heading)
+        if branches:
+            digest.branch = branches[-1]
     for line in lines[1:]:
         label, _, rest = line.partition(": ")
         if label == "Title":
@@ -899,7 +923,8 @@ def read_digest(content: str) -> Digest:
         elif label == "Changed":
             _read_changed(_MORE.sub("", rest), digest)
         elif label == "Ran":
-            digest.ran = [_read_command(item) for item in _whole_items(rest.split("; "))]
+            # A clipped command or outcome ends in "…" too: every item is kept.
+            digest.ran = [_read_command(item) for item in rest.split("; ") if item]
         elif label == "Committed":
             digest.committed = _quoted(rest)
         elif label == "Concluded":

@@ -671,7 +671,10 @@ class Recovery:
             if len(page) < DIGESTS_IN_HAND:
                 break
             after = page[-1].state.id
-        for parent in sorted(woken):
+        done: set[int] = set()  # a link cycle, if one were stored, is built once
+        while woken - done:
+            parent = min(woken - done)
+            done.add(parent)
             for due in await store.digests_due(self._conn, [parent]):
                 if self._stopping() or not await self._sync_digest(due, report, woken):
                     return
@@ -679,12 +682,15 @@ class Recovery:
     async def _sync_digest(self, due: store.DigestDue, report: SyncReport,
                            woken: set[int]) -> bool:
         """Save one session's digest; False when the backend failed (the rest wait). A
-        subagent's session has none of its own: its work is its parent's (`woken`, whose
-        digest is built again)."""
+        subagent's session whose parent is stored has none of its own: its work is its
+        parent's (`woken`, whose digest is built again); one whose parent never came is
+        digested as a session."""
         session = due.state
         end = session.memory_sync_index
-        if due.parent_id is not None or due.parent_external_id is not None:
-            if due.parent_id is not None and self._absorbed.get(session.id) != end:
+        if due.parent_id is not None:
+            # Its work is its parent's (a compaction agent's is nobody's): the parent's
+            # digest is built again unless it took this subagent as far already.
+            if not self._own(session) and self._absorbed.get(session.id) != end:
                 await store.digest_again(self._conn, due.parent_id)
                 woken.add(due.parent_id)
             await store.mark_digested(self._conn, session.id, end)

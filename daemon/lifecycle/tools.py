@@ -81,7 +81,7 @@ def relative(path: str, roots: Roots) -> str:
 #: Where an agent keeps its own files in a home directory (Claude Code's plans, memory,
 #: settings), and scratch directories: a file there, outside the project, is the agent's
 #: note or a throwaway, not the project's.
-_AGENT_HOME_FILE = re.compile(r"^(?:(?:/|~/).*?/?\.(?:claude|codex|gemini)/|/tmp/|/var/tmp/)")
+_AGENT_HOME_FILE = re.compile(r"^(?:(?:/|~/)(?:.*/)?\.(?:claude|codex|gemini)/|/tmp/|/var/tmp/)")
 
 
 def agents_own(path: str) -> bool:

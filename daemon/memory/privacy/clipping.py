@@ -50,6 +50,8 @@ def cut_masked(masked: str, limit: int) -> str:
     """Already masked `masked` within `limit` characters, an ellipsis where it was cut."""
     if len(masked) <= limit:
         return masked
+    if limit < 1:
+        return ""
     return masked[: cut_point(masked, limit - 1)].rstrip() + "…"
 
 
