@@ -5,8 +5,8 @@ Pure and deterministic: the same digests give the same state. Each digest is a
 session's record as `lifecycle.digest` wrote it (masked already), read back with
 `read_digest`; nothing here re-reads a transcript or asks a model.
 
-- A session that changed nothing, ran nothing that matters, decided nothing and left
-  nothing open (a one-question chat) adds nothing but its count.
+- A session that changed nothing, ran nothing that matters, decided nothing, left
+  nothing open and was told nothing (a one-question chat) adds nothing but its count.
 - A decision stands until a later one on the same thing (most of its content words
   in common) replaces it; the replaced one stays in its session's digest.
 - What is open is the latest todo list or task list a session left (a later list
@@ -40,6 +40,21 @@ _DECIDING_WORDS = frozenset({"decision", "decided", "decide", "agreed", "settled
 #: The outcomes of a command that failed (`lifecycle.digest`): its own failure, or the
 #: harness's time limit or sandbox.
 _FAILED = ("failed", "timed out", "blocked")
+#: A request that asks rather than tells: it ends on a question mark, or opens as a
+#: question does.
+_QUESTION = re.compile(
+    r"\?\W*$|^\W*(?:how|what|why|when|where|who|which|can|could|should|is|are|do|does|"
+    r"did|will|would|explain|tell me|show me)\b", re.I)
+#: Content words a request needs to tell something ("hello there" tells nothing).
+TELLING_WORDS = 3
+
+
+def _tells(request: str) -> bool:
+    """Whether the person told something (a fact, an instruction), not only asked or
+    greeted."""
+    return not _QUESTION.search(request) and len(content_words(request)) >= TELLING_WORDS
+
+
 _UUID_HEAD = re.compile(r"^[0-9a-f]{8}(?=-[0-9a-f]{4}-)")
 _ALNUM = re.compile(r"[^A-Za-z0-9]")
 
@@ -65,10 +80,13 @@ class Entry:
 
     @property
     def did_something(self) -> bool:
+        """Whether the session adds to the project's state: it changed, ran, decided or
+        left something, or the person told it something (not only asked)."""
         d = self.digest
         return bool(d.created or d.edited or d.deleted or d.committed or d.decided
                     or d.open_items or d.todos_done
-                    or any(c.outcome for c in d.ran))
+                    or any(c.outcome for c in d.ran)
+                    or any(_tells(asked) for asked in d.asked))
 
 
 def entry(result: RecallResult) -> Entry:

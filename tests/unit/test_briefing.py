@@ -167,3 +167,12 @@ def test_a_subagents_earlier_failure_never_overrides_its_parents_later_pass() ->
     parent.absorb(sub)
     assert parent.ran == [Command("make lint", "passed"), Command("make test", "passed")]
     assert (parent.created, parent.edited, parent.work["a.py"]) == ([], ["a.py"], 3)
+
+
+def test_a_session_that_told_something_is_work_one_that_only_asked_is_not() -> None:
+    state = project_state([
+        _digest(1, asked=["Service s1 listens on port 9001."], concluded="Noted."),
+        _digest(2, asked=["how do I squash the last three commits?"], concluded="git rebase"),
+        _digest(3, asked=["hello there"], concluded="Hello! How can I help?"),
+    ])
+    assert [e.memory_id for e in state.entries] == ["d1"] and state.quiet == 2
