@@ -89,6 +89,11 @@ def classify(path: str, source: SourceConfig) -> Candidate | None:
         match = _CODEX_ID.search(stem)
         return Candidate(path, source.kind, Mode.LINES, match.group(1) if match else stem)
     if names[-2] != "chats":
+        if len(names) >= 3 and names[-3] == "chats" and suffix in (".json", ".jsonl"):
+            # Gemini CLI 0.3x+: a subagent's chat, `chats/<parent session id>/<agent>.json`
+            # (the parent's session id is the id memoryd knows its chat by).
+            mode = Mode.DOCUMENT if suffix == ".json" else Mode.LINES
+            return Candidate(path, source.kind, mode, stem, names[-2])
         return None
     if suffix == ".json":
         return Candidate(path, source.kind, Mode.DOCUMENT, stem)

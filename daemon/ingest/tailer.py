@@ -407,6 +407,7 @@ class Tailer:
             new_session = NewSession(
                 source=state.source, transcript_path=tracked.path,
                 external_id=document.external_id or tracked.candidate.external_id,
+                parent_external_id=tracked.candidate.parent_external_id,
                 project=self._project_of(tracked),
             )
         state.device, state.inode = st.st_dev, st.st_ino

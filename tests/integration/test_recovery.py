@@ -1356,3 +1356,50 @@ async def test_a_codex_subagents_rollout_is_its_parents_work(
         live = [d for d in await _digests(backend) if d["superseded_by"] is None]
     assert [d["provenance"]["session_external_id"] for d in live] == [parent]
     assert "e2e/docs.spec.ts" in live[0]["content"]
+
+
+async def test_a_gemini_subagents_chat_is_its_parents_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 62.2: Gemini CLI writes a subagent's chat as `chats/<parent session id>/
+    <agent id>.json` (`kind: "subagent"`, read from its chatRecordingService); it is
+    stored as a subagent of that session, and its edit is named in that session's
+    digest, which is the only one."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / "gemini" / "shop"
+    chats = project / "chats"
+    parent_id = "b1f31681-4b57-4337-8bc5-ac73580f752a"
+    (chats / parent_id).mkdir(parents=True)
+    (project / ".project_root").write_text("/home/user/shop")
+
+    def chat(session: str, messages: list[dict[str, Any]], **extra: Any) -> str:
+        return json.dumps({"sessionId": session, "projectHash": "f1", "startTime":
+                           "2026-04-16T22:38:00.000Z", "lastUpdated": "2026-04-16T23:00:00Z",
+                           "messages": messages, **extra})
+
+    (chats / "session-2026-04-16T22-38-b1f31681.json").write_text(chat(parent_id, [
+        {"id": "m1", "timestamp": "2026-04-16T22:38:00.000Z", "type": "user",
+         "content": [{"text": "tidy the docket"}]},
+        {"id": "m2", "timestamp": "2026-04-16T22:39:00.000Z", "type": "gemini",
+         "content": "The investigator did it."}]))
+    (chats / parent_id / "tl63m8.json").write_text(chat("tl63m8", [
+        {"id": "s1", "timestamp": "2026-04-16T22:58:42.750Z", "type": "user",
+         "content": [{"text": "Rewrite DOCKET.md as a task board"}]},
+        {"id": "s2", "timestamp": "2026-04-16T22:59:00.000Z", "type": "gemini", "content": "",
+         "toolCalls": [{"id": "w1", "name": "write_file", "status": "success",
+                        "args": {"file_path": "/home/user/shop/DOCKET.md", "content": "x"},
+                        "result": []}]}], kind="subagent"))
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "gemini", "root": str(tmp_path / "gemini")}])
+    world = World(settings, FakeClock(), chats)
+    await ingest(world)
+    with world.db() as conn:
+        linked = conn.execute(
+            "SELECT c.external_id, p.external_id FROM sessions c JOIN sessions p"
+            " ON c.parent_session_id = p.id").fetchall()
+    assert linked == [("tl63m8", parent_id)]
+    async with await SQLiteMemoryBackend.open(settings.memory_path,
+                                              clock=FakeClock()) as backend:
+        await recover(world, backend, force=True)
+        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
+    assert [d["provenance"]["session_external_id"] for d in live] == [parent_id]
+    assert "DOCKET.md" in live[0]["content"]

@@ -37,6 +37,11 @@ def _with_pathlib(path: str, source: SourceConfig) -> Candidate | None:
         match = _CODEX_ID.search(p.stem)
         return Candidate(path, source.kind, Mode.LINES, match.group(1) if match else p.stem)
     if p.parent.name != "chats":
+        if p.parent.parent.name == "chats" and p.suffix in (".json", ".jsonl") and len(
+                (*Path(source.root).parent.parts[-1:], *Path(source.root).parts[-1:],
+                 *relative.parts)) >= 3:
+            mode = Mode.DOCUMENT if p.suffix == ".json" else Mode.LINES
+            return Candidate(path, source.kind, mode, p.stem, p.parent.name)
         return None
     if p.suffix == ".json":
         return Candidate(path, source.kind, Mode.DOCUMENT, p.stem)
@@ -75,6 +80,8 @@ def _paths(draw: st.DrawFn) -> str:
 @example(path="/home/u/.gemini/tmp/h/chats/session-1.json", root=ROOTS[3],
          kind=SourceKind.GEMINI)
 @example(path="/srv/chats/a.jsonl", root="/srv/chats", kind=SourceKind.GEMINI)
+@example(path="/home/u/.gemini/tmp/h/chats/b1f31681-4b57/tl63m8.json", root=ROOTS[3],
+         kind=SourceKind.GEMINI)
 @example(path="/srv/chats", root="/srv/chats", kind=SourceKind.GEMINI)
 @example(path="/r.jsonl", root="/r.jsonl", kind=SourceKind.CLAUDE)
 def test_classify_reads_a_path_as_pathlib_did(path: str, root: str, kind: SourceKind) -> None:
