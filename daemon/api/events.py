@@ -313,7 +313,10 @@ class SessionEvents(OpsBase):
         given = await injected_memory_ids(self._conn, agent_session) if agent_session else set()
 
         def new(results: list[RecallResult]) -> list[RecallResult]:
-            return [r for r in results if r.memory_id not in given]
+            # Nor what the resumed session itself said: its own digest is its own history.
+            return [r for r in results if r.memory_id not in given
+                    and (agent_session is None
+                         or r.provenance.session_external_id != agent_session)]
 
         explicit = new([r for r in await self._recall(
             "", scope, limit=40,
@@ -390,7 +393,10 @@ class SessionEvents(OpsBase):
         # A session whose digest this agent session was given: its conversation is given
         # only for what the digest did not say (a decision stated mid-session, which a
         # digest of its ending leaves out), never to tell the same again.
+        # Nor the session's own words (recalled for "go on", they are in its context).
         fresh = [r for r in results if r.memory_id not in given and injectable(r, project)
+                 and (agent_session is None
+                      or r.provenance.session_external_id != agent_session)
                  and not (r.type is MemoryType.CONVERSATION and _session_of(r) in digested
                           and _said_share(r.excerpt or r.content,
                                           digested[_session_of(r)]) >= ALREADY_SAID)

@@ -142,7 +142,8 @@ def project_state(digests: Sequence[RecallResult]) -> ProjectState:
     state = ProjectState(entries=working, quiet=len(entries) - len(working))
     if not entries:
         return state
-    state.latest = working[0] if working else entries[0]
+    # How a session that only talked ended is no news (a greeting's "Hello!").
+    state.latest = working[0] if working else None
     # A request the newest session left unanswered is open, whether or not it did work.
     newest = entries[0]
     if newest.digest.unanswered:

@@ -9,7 +9,8 @@ for each step its exit status, its seconds and the request bodies the model rece
 and WORK/memories.jsonl, what memoryd kept. The tests (`test_real_agents.py`) assert on those.
 
 The story: a decision stated and the session killed mid-turn; a plan that states a
-decision mid-way and records tasks; three one-question sessions; the next session; a
+decision mid-way and records tasks; three one-question sessions; the next session,
+resumed twice; a
 related prompt that makes the model call memoryd's `recall` tool; an unrelated prompt;
 the daemon hung (SIGSTOP) and stopped; a sixth session.
 """
@@ -47,6 +48,8 @@ class Agent:
     setup: Callable[[str, Path], None]
     transcripts: str
     is_model_request: Callable[[str], bool]
+    #: The same as `argv`, for the latest session in the folder, resumed.
+    resume: Callable[[str], list[str]]
 
 
 def _claude(executable: str) -> Agent:
@@ -54,6 +57,7 @@ def _claude(executable: str) -> Agent:
 
     return Agent(
         serve=serve, argv=lambda prompt: [executable, "-p", prompt],
+        resume=lambda prompt: [executable, "-p", "--continue", prompt],
         environment=lambda url, home: {
             "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "sk-ant-e2e-test",
             "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -81,6 +85,8 @@ def _codex(executable: str) -> Agent:
         serve=serve,
         argv=lambda prompt: [executable, "exec", "--skip-git-repo-check",
                              "--dangerously-bypass-hook-trust", prompt],
+        resume=lambda prompt: [executable, "exec", "--skip-git-repo-check",
+                               "--dangerously-bypass-hook-trust", "resume", "--last", prompt],
         environment=lambda url, home: {"FAKE_OPENAI_KEY": "sk-e2e-test"},
         setup=setup, transcripts=".codex/sessions/*/*/*/*.jsonl",
         is_model_request=lambda path: path.startswith("/v1/responses"))
@@ -101,6 +107,7 @@ def _gemini(executable: str) -> Agent:
     # others are Gemini CLI's own router asking a small model how hard the prompt is).
     return Agent(
         serve=serve, argv=lambda prompt: [executable, "--skip-trust", "-p", prompt],
+        resume=lambda prompt: [executable, "--skip-trust", "--resume", "latest", "-p", prompt],
         environment=lambda url, home: {"GOOGLE_GEMINI_BASE_URL": url,
                                        "GEMINI_API_KEY": "e2e-test-key"},
         setup=setup, transcripts=".gemini/tmp/*/chats/*",
@@ -163,9 +170,11 @@ def main(name: str, work: Path, executable: str) -> None:
         return any(text in path.read_text(errors="replace")
                    for path in home.glob(agent.transcripts))
 
-    def session(step: str, prompt: str, *, kill_when: str | None = None) -> None:
+    def session(step: str, prompt: str, *, kill_when: str | None = None,
+                resume: bool = False) -> None:
         began = time.time()
-        proc = subprocess.Popen(agent.argv(prompt), cwd=project, env=agent_env,
+        argv = agent.resume(prompt) if resume else agent.argv(prompt)
+        proc = subprocess.Popen(argv, cwd=project, env=agent_env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
         status: int | None
@@ -209,6 +218,9 @@ def main(name: str, work: Path, executable: str) -> None:
         for number in range(1, 4):
             session(f"trivia {number}", TRIVIA)
         session("next", "what should we do next?")
+        # The same session resumed twice: told only what is new (here, nothing).
+        session("resumed", "go on", resume=True)
+        session("resumed again", "and go on again", resume=True)
         session("related", RECALL_PROMPT)
         session("unrelated", "rename the logger in utils.py")
         daemon.send_signal(signal.SIGSTOP)

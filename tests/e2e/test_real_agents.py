@@ -109,6 +109,18 @@ def test_a_decision_stated_mid_session_and_its_tasks_lead_the_next_briefing(
         assert all(task in first for task in TASKS), first[-3000:]
 
 
+def test_a_resumed_session_is_not_told_again_what_it_was_told(story: Story) -> None:
+    """Issue 62.5: `claude -p --continue`, `codex exec resume --last`, `gemini --resume
+    latest`, twice: the conversation holds the start block once, however often resumed."""
+    for name in ("resumed", "resumed again"):
+        step = story["steps"][name]
+        assert step["status"] == 0, step["stderr"]
+        assert step["texts"], f"{name}: the model was never asked"
+        assert blocks(step["texts"][0]) <= 1, name
+    if story["agent"] != "gemini":  # Gemini CLI sends a resumed chat's last turn only
+        assert "what should we do next?" in story["steps"]["resumed again"]["texts"][0]
+
+
 def test_a_block_is_given_once_and_an_unrelated_prompt_gets_none(story: Story) -> None:
     """Each later session gets the start block once; a prompt never repeats it."""
     for name in ("related", "unrelated"):

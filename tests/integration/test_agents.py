@@ -782,6 +782,22 @@ def _start_block_once_digested(daemon: Daemon, folder: Path, digests: int,
         "SessionStart", "next", folder / "next.jsonl", source="startup")))
 
 
+def test_a_resumed_session_is_never_told_its_own_digest(daemon: Daemon) -> None:
+    """Issue 62.5, seen with the real CLIs: a session resumed after its own digest was
+    saved was told that digest, its own history, as news; another session is told it."""
+    daemon.start()
+    folder = daemon.claude_root / "-home-user-payments-api"
+    folder.mkdir()
+    _write_decision(folder, datetime.now(UTC) - timedelta(hours=1))
+    assert _start_block_once_digested(daemon, folder, 1, project=PROJECT) is not None
+    resumed = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "decided", folder / "decided.jsonl", source="resume")))
+    assert resumed is None or "per tenant" not in resumed
+    other = context_of(daemon.hook("claude", "SessionStart", claude_payload(
+        "SessionStart", "other", folder / "other.jsonl", source="resume")))
+    assert other is not None and "per tenant" in other
+
+
 def test_twenty_near_identical_sessions_do_not_crowd_out_a_decision(daemon: Daemon) -> None:
     """Issue 32.7: near-duplicates are dropped before the budget is spent, so the session
     that decided something is in the start block beside one of twenty "hello there"s."""

@@ -176,3 +176,10 @@ def test_a_session_that_told_something_is_work_one_that_only_asked_is_not() -> N
         _digest(3, asked=["hello there"], concluded="Hello! How can I help?"),
     ])
     assert [e.memory_id for e in state.entries] == ["d1"] and state.quiet == 2
+
+
+def test_sessions_that_only_asked_leave_nothing_to_tell() -> None:
+    """A resumed session given the work before is told nothing of the questions since."""
+    quiet = [_digest(n, asked=["how do I squash the last three commits?"],
+                     concluded="git rebase -i HEAD~3") for n in range(1, 4)]
+    assert render(project_state(quiet), project="/src/shop") is None
