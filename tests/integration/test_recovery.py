@@ -1309,6 +1309,22 @@ async def test_a_subagents_work_is_its_parents_and_has_no_digest_of_its_own(
     assert len(live) == 1 and "lib/cart/tax.ex" in live[0]["content"], live
 
 
+async def _subagent_links_and_digests(
+        settings: Settings, world: World) -> tuple[list[tuple[str, str]], list[dict[str, Any]]]:
+    """After ingesting and saving everything: (subagent's id, parent's id) of each stored
+    link, and the live digests."""
+    await ingest(world)
+    with world.db() as conn:
+        linked = conn.execute(
+            "SELECT c.external_id, p.external_id FROM sessions c JOIN sessions p"
+            " ON c.parent_session_id = p.id").fetchall()
+    async with await SQLiteMemoryBackend.open(settings.memory_path,
+                                              clock=FakeClock()) as backend:
+        await recover(world, backend, force=True)
+        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
+    return [tuple(row) for row in linked], live
+
+
 def _rollout_line(kind: str, payload: dict[str, Any], second: int) -> str:
     return json.dumps({"timestamp": f"2026-03-12T10:00:{second:02d}.000Z", "type": kind,
                        "payload": payload}) + "\n"
@@ -1343,17 +1359,8 @@ async def test_a_codex_subagents_rollout_is_its_parents_work(
                                           "call_id": "c1", "input": patch}, 5))
     settings = load_settings(None, state_dir=str(tmp_path / "state"),
                              sources=[{"kind": "codex", "root": str(tmp_path / "codex")}])
-    world = World(settings, FakeClock(), day)
-    await ingest(world)
-    with world.db() as conn:
-        linked = conn.execute(
-            "SELECT c.external_id, p.external_id FROM sessions c JOIN sessions p"
-            " ON c.parent_session_id = p.id").fetchall()
+    linked, live = await _subagent_links_and_digests(settings, World(settings, FakeClock(), day))
     assert linked == [(child, parent)]
-    async with await SQLiteMemoryBackend.open(settings.memory_path,
-                                              clock=FakeClock()) as backend:
-        await recover(world, backend, force=True)
-        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
     assert [d["provenance"]["session_external_id"] for d in live] == [parent]
     assert "e2e/docs.spec.ts" in live[0]["content"]
 
@@ -1390,16 +1397,8 @@ async def test_a_gemini_subagents_chat_is_its_parents_work(
                         "result": []}]}], kind="subagent"))
     settings = load_settings(None, state_dir=str(tmp_path / "state"),
                              sources=[{"kind": "gemini", "root": str(tmp_path / "gemini")}])
-    world = World(settings, FakeClock(), chats)
-    await ingest(world)
-    with world.db() as conn:
-        linked = conn.execute(
-            "SELECT c.external_id, p.external_id FROM sessions c JOIN sessions p"
-            " ON c.parent_session_id = p.id").fetchall()
+    linked, live = await _subagent_links_and_digests(settings,
+                                                     World(settings, FakeClock(), chats))
     assert linked == [("tl63m8", parent_id)]
-    async with await SQLiteMemoryBackend.open(settings.memory_path,
-                                              clock=FakeClock()) as backend:
-        await recover(world, backend, force=True)
-        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
     assert [d["provenance"]["session_external_id"] for d in live] == [parent_id]
     assert "DOCKET.md" in live[0]["content"]
