@@ -55,6 +55,8 @@ from daemon.memory import MemoryBackend
 from daemon.memory.chain import DRAIN_BATCH, ChainBackend
 from daemon.memory.embeddings import LazyLocalEmbedder
 from daemon.memory.opening import open_memory_backend
+from daemon.memory.privacy.redaction import prepare as prepare_masking
+from daemon.memory.privacy.redaction import scanner_summary
 from daemon.memory.protocol import release_memory, vector_queue
 from daemon.notify import Notifier
 from daemon.process import return_freed_memory, tune_threads
@@ -101,6 +103,12 @@ WATCHDOG_PING_INTERVAL = 1.0
 DISTILL_INTERVAL = 5.0
 #: Back-off bounds after a transient store error (locked database, full disk).
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
+
+
+def _prepare_masking() -> None:
+    log.info("masking_scanner_building")
+    prepare_masking()
+    log.info("masking_scanner_built", how=scanner_summary())
 
 
 @dataclass(slots=True)
@@ -152,6 +160,7 @@ class Service:
         self.notifier = notifier or Notifier({})
         self._reload = reload
         self._ingester: Ingester | None = None
+        self._masking: asyncio.Task[None] | None = None
         self._scheduler_: LifecycleScheduler | None = None
         self._relabelled = self._upgraded = False
         self._embedding_error: str | None = None
@@ -249,6 +258,10 @@ class Service:
                 self._store_conns = [c for c in (conn, jobs_conn, self._api_conn,
                                                  self._distill_conn) if c is not None]
                 scheduler = self._scheduler(jobs_conn)
+                # Masking's scanner takes a few tenths of a second to build: in a worker
+                # thread, while what is masked meanwhile goes through the rules alone.
+                self._masking = asyncio.create_task(asyncio.to_thread(_prepare_masking),
+                                                    name="masking")
                 ingester = self._ingester = Ingester(conn, settings, clock)
                 await ingester.load()
                 await skip_if_fresh(conn, clock.now())

@@ -281,6 +281,11 @@ _PLACEHOLDER = re.compile(r"^\W*(?:decision|decided)\s*:\W*(?:\[[^\]]*\]|<[^>]*>
 _SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z\"'(*])|\n+")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.S)
 _LIST_MARK = re.compile(r"^\s*(?:[-*+>]|\d+[.)])\s+|\*\*|`+")
+#: Every statement either pattern finds holds one of these (lower-cased): looked for first,
+#: a message without any costs a few substring tests instead of the patterns' search.
+_DECIDING_WORDS = ("decision", "decided", "agreed", "settled on", "chose", "opted", "go with",
+                   "stick with", "switch to", "standardi", "keep using", "from now on",
+                   "going forward")
 #: A person (never an agent, which narrates its steps so) saying what they decided.
 _PERSON_DECIDING = re.compile(f"{_DECIDING.pattern}|"
                               r"\bI(?:'ve| have)?\s+(?:decided|chose|settled on)\b")
@@ -290,6 +295,9 @@ def decisions_in(text: str, *, person: bool = False) -> list[str]:
     """The sentences of `text` that state a decision, in its own words (a "Decision:"
     line whole), code blocks and questions left out; masked and clipped. `person`: the
     person's words, where "I decided" is a decision too."""
+    lowered = text.lower()
+    if not any(word in lowered for word in _DECIDING_WORDS):
+        return []
     deciding = _PERSON_DECIDING if person else _DECIDING
     if not deciding.search(text):
         return []

@@ -28,6 +28,10 @@ unspecified ones kept); and before all, `<private>…</private>` spans.
 
 A pattern with groups masks its longest group when that is at least
 MIN_GROUP characters (the secret inside its context), else the whole match.
+
+Every pattern of both sets and of personal data is first looked for by one scan
+(`scanner.Scanner`, Hyperscan): a rule runs only where that scan says it may
+match, so most text costs one pass, and what is masked is what the rules say.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
-from functools import cache
+from functools import cache, lru_cache
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
+from daemon.memory.privacy.scanner import Found, Scanner, characters_before
 from daemon.private import mask_private
 
 MIN_GROUP = 12
@@ -157,6 +164,9 @@ _OWN: list[_Rule] = [
 # A bare AWS secret key is 40 characters of base64; alone it is indistinguishable from a
 # hash, so it is masked only in text that also holds an access key id.
 _AWS_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b|\[REDACTED:aws_access_key\]")
+#: What the text must hold for a bare key to be looked for (a superset of the test in
+#: `_mask_secrets`: an access key id, its mask, or the word).
+_AWS_CONTEXT = re.compile(r"(?i:aws)|AKIA|ASIA")
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
                          r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
@@ -263,10 +273,6 @@ def _keep_span(match: re.Match[str], start: int, end: int, kind: str) -> str:
     return f"{text[:start - base]}[REDACTED:{kind}]{text[end - base:]}"
 
 
-def _present(markers: tuple[str, ...], found: frozenset[str]) -> bool:
-    return not found.isdisjoint(markers)
-
-
 # -- private spans and personal data (issue 16) ----------------------------------------
 
 _EMAIL = re.compile(r"(?<![\w.+\-])[A-Za-z0-9][A-Za-z0-9._%+\-]*@[A-Za-z0-9](?:[A-Za-z0-9\-]*"
@@ -307,27 +313,6 @@ _IPV6_START = re.compile(r"[0-9A-Fa-f]{1,4}:")
 _PHONE_START = re.compile(r"\d+|[+(]")
 
 
-def _digit_runs(text: str) -> list[int]:
-    """Where each run of digits (as `\\d` reads them) begins."""
-    return _starts(_DIGIT_RUN, text)
-
-
-class _Runs:
-    """A text's digit runs, found again only once a mask has changed the text (`_sub_at`
-    returns the very text it was given when nothing matched)."""
-
-    __slots__ = ("_runs", "_text")
-
-    def __init__(self) -> None:
-        self._text: str | None = None
-        self._runs: list[int] = []
-
-    def of(self, text: str) -> list[int]:
-        if text is not self._text:
-            self._text, self._runs = text, _digit_runs(text)
-        return self._runs
-
-
 def _starts(pattern: re.Pattern[str], text: str) -> list[int]:
     return [found.start() for found in pattern.finditer(text)]
 
@@ -354,7 +339,15 @@ def _sub_at(pattern: re.Pattern[str], starts: Iterable[int], text: str,
     return "".join(out)
 
 
+#: A doubled digit's digit sum, for each ASCII digit ("7" -> 14 -> "5").
+_DOUBLED = str.maketrans("0123456789", "0246813579")
+
+
 def _luhn(digits: str) -> bool:
+    if digits.isascii():  # byte sums in C: a text of long numbers has many to check
+        doubled = digits[-2::-2].translate(_DOUBLED)
+        total = sum(digits[-1::-2].encode()) + sum(doubled.encode()) - 48 * len(digits)
+        return total % 10 == 0
     total = 0
     for position, char in enumerate(reversed(digits)):
         value = int(char)
@@ -371,8 +364,12 @@ def _iban_valid(text: str) -> bool:
     return 15 <= len(compact) <= 34 and int(number) % 97 == 1
 
 
+_NOT_DIGIT = re.compile(r"\D")
+
+
 def _mask_card(match: re.Match[str]) -> str:
-    digits = re.sub(r"\D", "", match.group(0))
+    found = match.group(0)
+    digits = found if found.isdigit() else _NOT_DIGIT.sub("", found)
     real = 13 <= len(digits) <= 19 and len(set(digits)) > 1 and _luhn(digits)
     return "[REDACTED:card]" if real else match.group(0)
 
@@ -452,43 +449,56 @@ def _mask_aadhaar(match: re.Match[str]) -> str:
     return "[REDACTED:national_id]" if _verhoeff(digits) else match.group(0)
 
 
-def _mask_national(text: str) -> str:
-    if "." in text and "-" in text:
+def _mask_national(text: str, possible: _Possible) -> str:
+    if "." in text and "-" in text and possible.may(_CPF, text):
         text = _CPF.sub(_mask_cpf, text)
-    text = _SIN.sub(_mask_sin, text)
-    text = _AADHAAR.sub(_mask_aadhaar, text)
-    text = _DNI.sub(_mask_dni, text)
-    text = _NINO.sub("[REDACTED:national_id]", text)
-    return _FISCAL_CODE.sub("[REDACTED:national_id]", text)
+    if possible.may(_SIN, text):
+        text = _SIN.sub(_mask_sin, text)
+    if possible.may(_AADHAAR, text):
+        text = _AADHAAR.sub(_mask_aadhaar, text)
+    if possible.may(_DNI, text):
+        text = _DNI.sub(_mask_dni, text)
+    if possible.may(_NINO, text):
+        text = _NINO.sub("[REDACTED:national_id]", text)
+    if possible.may(_FISCAL_CODE, text):
+        text = _FISCAL_CODE.sub("[REDACTED:national_id]", text)
+    return text
 
 
 def mask_personal(text: str) -> str:
     """E-mail addresses, phone numbers, payment cards (Luhn), IBANs (mod 97), IPs, and
     national identity numbers (the US SSN; the UK's, Spain's, Brazil's, Canada's, India's
     and Italy's, with their checks)."""
-    if "@" in text:
+    return _mask_personal(text, _Possible(len(text)))
+
+
+def _mask_personal(text: str, possible: _Possible) -> str:
+    if "@" in text and possible.may(_EMAIL, text):
         text = _EMAIL.sub("[REDACTED:email]", text)
     # One pass in C (ten `count`s were a tenth of a backfill's masking): most text has
     # few digits.
     digits = len(text.encode("utf-8", "surrogatepass").translate(None, _NOT_DIGITS))
     if digits < 6:
         return text
-    text = _mask_national(text)
+    text = _mask_national(text, possible)
     if digits < 7:
         return text
     # Cards, SSNs, IPv4 addresses and phone numbers begin a run of digits (their
-    # lookbehinds refuse a digit before them), or a phone number its "+" or "(".
-    runs = _Runs()
+    # lookbehinds refuse a digit before them), or a phone number its "+" or "(": a match
+    # is tried only there, and only near where the scanner found one may end.
     if digits >= 13:
-        text = _sub_at(_CARD, runs.of(text), text, _mask_card)
-        text = _sub_at(_IBAN, _starts(_IBAN_START, text), text, _mask_iban)
-    if "-" in text:
-        text = _sub_at(_SSN, runs.of(text), text, "[REDACTED:ssn]")
-    text = _sub_at(_PHONE, _starts(_PHONE_START, text), text, "[REDACTED:phone]")
-    if text.count(".") >= 3:
-        text = _sub_at(_IPV4, runs.of(text), text, _mask_ip)
-    if "::" in text or text.count(":") >= 7:
-        text = _sub_at(_IPV6, _starts(_IPV6_START, text), text, _mask_ip)
+        if possible.may(_CARD, text):
+            text = _sub_at(_CARD, possible.starts(_CARD, text), text, _mask_card)
+        if possible.may(_IBAN, text):
+            text = _sub_at(_IBAN, possible.starts(_IBAN, text), text, _mask_iban)
+    if "-" in text and possible.may(_SSN, text):
+        text = _sub_at(_SSN, possible.starts(_SSN, text), text, "[REDACTED:ssn]")
+    if possible.may(_PHONE, text):
+        text = _sub_at(_PHONE, possible.starts(_PHONE, text), text, "[REDACTED:phone]")
+    if text.count(".") >= 3 and possible.may(_IPV4, text):
+        text = _sub_at(_IPV4, possible.starts(_IPV4, text), text, _mask_ip)
+    if ("::" in text or text.count(":") >= 7) and possible.may(_IPV6, text):
+        text = _sub_at(_IPV6, possible.starts(_IPV6, text), text, _mask_ip)
     return text
 
 
@@ -509,10 +519,29 @@ def compile_extra(patterns: Iterable[tuple[str, str]]) -> ExtraMasks:
 
 def mask_extra(text: str, masks: ExtraMasks) -> str:
     """`text` with every match of the configured extra patterns replaced by
-    `[REDACTED:<kind>]` (`privacy.extra_patterns`)."""
-    for kind, pattern in masks:
-        text = pattern.sub(f"[REDACTED:{kind}]", text)
+    `[REDACTED:<kind>]` (`privacy.extra_patterns`): each run only where the scanner says
+    it may match, once the process has one (`_Scanning`)."""
+    if not masks:
+        return text
+    scanner = _extra_scanner(masks) if _SCANNING.get(len(text)) is not None else None
+    found: frozenset[int] | None = None
+    for index, (kind, pattern) in enumerate(masks):
+        if scanner is not None:
+            if found is None:
+                found = scanner.scan(0, text.encode("utf-8", "surrogatepass")).possible
+            if index not in found:
+                continue
+        masked = pattern.sub(f"[REDACTED:{kind}]", text)
+        if masked != text:
+            text, found = masked, None
     return text
+
+
+@lru_cache(maxsize=8)
+def _extra_scanner(masks: ExtraMasks) -> Scanner:
+    """The configured extra patterns in one scan (a pattern the scanner cannot take runs
+    on every text, as it did before)."""
+    return Scanner([p for _k, p in masks], [range(len(masks))])
 
 
 def shown(text: str | None, masks: ExtraMasks) -> str:
@@ -553,101 +582,200 @@ def readable_stored(text: str, kind: str | None) -> str:
 def redact(text: str) -> str:
     """`text` with `<private>` spans, secrets and personal data replaced by
     `[REDACTED:<kind>]`: what every write to memory, and every log line, goes through."""
-    return mask_personal(_mask_secrets(mask_private(text)))
+    possible = _Possible(len(text))
+    return _mask_personal(_mask_secrets(mask_private(text), possible), possible)
 
 
-def _mask_secrets(text: str) -> str:
-    lowered = text.lower()
-    if not _holds_any(_ANY_GATED, text, lowered):
-        return text  # most text: no marker of any rule
-    found = _markers_in(text, lowered)
+def _mask_secrets(text: str, possible: _Possible) -> str:
+    if not possible.any_secret(text):
+        return text
+    lowered = _Lowered()
     for kind, markers, pattern, group in _OWN:
-        if _present(markers, found):
+        if possible.may(pattern, text) and _holds(markers, text, lowered):
             masked = _mask(text, kind, pattern, group)
             if masked != text:
-                text, found = masked, _markers_in(masked, masked.lower())
+                text = masked
     # A bare AWS secret key is told from a hash only by what is around it: an access key
     # id, or the text speaking of AWS.
-    if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text
-            or "aws" in lowered) and (_AWS_ID.search(text) or "aws" in lowered):
-        masked = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
-        if masked != text:
-            text, found = masked, _markers_in(masked, masked.lower())
+    if possible.may(_AWS_CONTEXT, text) and possible.may(_AWS_SECRET, text):
+        low = lowered.of(text)
+        if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text
+                or "aws" in low) and (_AWS_ID.search(text) or "aws" in low):
+            masked = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
+            if masked != text:
+                text = masked
     for kind, markers, pattern, group in _plugin_rules():
-        if _present(markers, found):
+        if possible.may(pattern, text) and _holds(markers, text, lowered):
             masked = _mask(text, kind, pattern, group)
             if masked != text:
-                text, found = masked, _markers_in(masked, masked.lower())
+                text = masked
     return text
 
 
-#: Characters from the most to the least common in text (prose and code); one not here
-#: (a digit, most capitals) is rarer still.
-_COMMONEST = " \netaoinsrhldcu.mfpgwy,b\"'vk-:/_()=xjqzTSAICEPMNRDBLFOHWGUKVYJXQZ"
+class _Lowered:
+    """A text lower-cased, once for each text a mask leaves."""
+
+    __slots__ = ("_lowered", "_text")
+
+    def __init__(self) -> None:
+        self._text: str | None = None
+        self._lowered = ""
+
+    def of(self, text: str) -> str:
+        if text is not self._text:
+            self._text, self._lowered = text, text.lower()
+        return self._lowered
 
 
-def _gate(marker: str) -> str:
-    """The marker's rarest character: text without it cannot hold the marker, and
-    `char in text` (a memchr) costs a fraction of `marker in text`."""
-    return max(marker, key=lambda c: _COMMONEST.find(c) % (len(_COMMONEST) + 1))
+def _holds(markers: tuple[str, ...], text: str, lowered: _Lowered) -> bool:
+    """Whether the text holds one of a rule's markers (capitalised ones as written; ""
+    is in every text)."""
+    return any(marker in (text if marker in _CASED else lowered.of(text))
+               for marker in markers)
 
 
-# (gate, cased, markers, pattern): a group is looked for only in text holding its gate
-# character; markers that all begin alike in one search (the regex engine looks for
-# their common start about as fast as `in` looks for one marker), others one by one.
-_Gated = tuple[tuple[str, bool, tuple[str, ...], re.Pattern[str] | None], ...]
+#: Text a process masks before the scanner is built for it: the build takes a few tenths
+#: of a second, which a process masking a few lines (a hook, a command, their log lines)
+#: never pays; the daemon builds it as it starts (`prepare`).
+SCANNER_AFTER = 256 * 1024
+
+#: What a match of each pattern tried only where it may begin begins: `_sub_at` is
+#: given these starts (every match of the pattern begins at one of them, and none can
+#: begin inside one: each pattern refuses a character of its start class before it).
+_START_OF: dict[re.Pattern[str], re.Pattern[str]] = {
+    _CARD: _DIGIT_RUN, _SSN: _DIGIT_RUN, _IPV4: _DIGIT_RUN, _IBAN: _IBAN_START,
+    _PHONE: _PHONE_START, _IPV6: _IPV6_START}
 
 
-def _gated(markers: Iterable[str]) -> _Gated:
-    groups: dict[tuple[str, bool], list[str]] = {}
-    for marker in sorted(set(markers)):
-        groups.setdefault((_gate(marker), marker in _CASED), []).append(marker)
-    return tuple((gate, cased, tuple(group), re.compile("|".join(map(re.escape, group)))
-                  if len(group) > 1 and len({m[0] for m in group}) == 1 else None)
-                 for (gate, cased), group in groups.items())
+class _Scan:
+    """The scanner over every rule's pattern, in groups each scanned only when a rule of
+    it is asked about: the secret rules (most text holds none of their literals), a bare
+    AWS key (only in text that speaks of AWS), e-mail addresses (text with an @), national
+    identity numbers, and the numbers tried where they may begin (scanned for where)."""
+
+    def __init__(self) -> None:
+        secrets = [p for _k, _m, p, _g in _OWN] + [_AWS_CONTEXT] + \
+            [p for _k, _m, p, _g in _plugin_rules()]
+        national = [_CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE]
+        numbers = list(_START_OF)
+        groups = [secrets, [_AWS_SECRET], [_EMAIL], national, numbers]
+        patterns = [p for g in groups for p in g]
+        self.index = {p: i for i, p in enumerate(patterns)}
+        self.group = {p: number for number, g in enumerate(groups) for p in g}
+        self.widest = {p: sre_parse.parse(p.pattern, p.flags).getwidth()[1] for p in numbers}
+        ranges, first = [], 0
+        for g in groups:
+            ranges.append(range(first, first + len(g)))
+            first += len(g)
+        self.scanner = Scanner(patterns, ranges, where=[self.index[p] for p in numbers],
+                               shaped=(2, 3, 4))
 
 
-def _holds_any(gated: _Gated, text: str, lowered: str) -> bool:
-    # Plain loops: a generator a group was a tenth of the test (it runs on every text).
-    for gate, cased, markers, pattern in gated:
-        within = text if cased else lowered
-        if gate in within:
-            if pattern is not None:
-                if pattern.search(within) is not None:
-                    return True
-                continue
-            for marker in markers:
-                if marker in within:
-                    return True
-    return False
+class _Scanning:
+    """The scanner, once built; until then every rule may match every text (the rules
+    then run as they are, gated by their markers alone)."""
+
+    def __init__(self) -> None:
+        self._built: _Scan | None = None
+        self._masked = 0
+        self._lock = threading.Lock()
+
+    def get(self, size: int) -> _Scan | None:
+        if self._built is None:
+            self._masked += size
+            if self._masked >= SCANNER_AFTER and self._lock.acquire(blocking=False):
+                try:
+                    self._build()
+                finally:
+                    self._lock.release()
+        return self._built
+
+    def prepare(self) -> _Scan:
+        with self._lock:
+            return self._build()
+
+    def _build(self) -> _Scan:
+        if self._built is None:
+            self._built = _Scan()
+        return self._built
 
 
-def _markers_in(text: str, lowered: str) -> frozenset[str]:
-    """Every rule's markers that `text` holds (capitalised ones as written), and "" (a
-    plugin this module has no markers for always runs)."""
-    found = [""]
-    for gate, cased, markers, _pattern in _ALL_GATED:
-        within = text if cased else lowered
-        if gate in within:
-            found += [marker for marker in markers if marker in within]
-    return frozenset(found)
+_SCANNING = _Scanning()
+
+
+def prepare() -> None:
+    """Build the scanner now (the daemon, as it starts, in a worker thread), not once the
+    process has masked `SCANNER_AFTER` of text."""
+    _SCANNING.prepare()
+
+
+def scanner_summary() -> str:
+    """How the rules are looked for (for `doctor` and the benchmarks)."""
+    return _SCANNING.prepare().scanner.summary()
+
+
+class _Possible:
+    """What the scanner says of a text as it stands, each group scanned when first asked
+    about and again once a mask has changed the text."""
+
+    __slots__ = ("_data", "_found", "_scan", "_text")
+
+    def __init__(self, size: int) -> None:
+        self._scan = _SCANNING.get(size)
+        self._text: str | None = None
+        self._data = b""
+        self._found: dict[int, Found] = {}
+
+    def _of(self, pattern: re.Pattern[str], text: str) -> Found | None:
+        scan = self._scan
+        if scan is None:
+            return None
+        if text is not self._text:
+            self._text, self._data, self._found = text, text.encode("utf-8", "surrogatepass"), {}
+        group = scan.group[pattern]
+        found = self._found.get(group)
+        if found is None:
+            found = self._found[group] = scan.scanner.scan(group, self._data, text.isascii())
+        return found
+
+    def may(self, pattern: re.Pattern[str], text: str) -> bool:
+        found = self._of(pattern, text)
+        return found is None or (self._scan is not None
+                                 and self._scan.index[pattern] in found.possible)
+
+    def any_secret(self, text: str) -> bool:
+        found = self._of(_AWS_CONTEXT, text)
+        return found is None or bool(found.possible)
+
+    def starts(self, pattern: re.Pattern[str], text: str) -> list[int]:
+        """Where a match of `pattern` may begin: where its start class matches, near an end
+        the scanner found (no further back than its widest match), or anywhere."""
+        start_of = _START_OF[pattern]
+        found = self._of(pattern, text)
+        scan = self._scan
+        if found is None or scan is None:
+            return _starts(start_of, text)
+        index = scan.index[pattern]
+        if index not in found.ends:  # scanned for whether, not where
+            return _starts(start_of, text)
+        ascii_text = text.isascii()
+        widest = scan.widest[pattern] + 1  # the superset's end may be a byte past the match's
+        starts: list[int] = []
+        reached = 0
+        for end in sorted(set(found.ends[index])):
+            if not ascii_text:
+                end = characters_before(self._data, end)
+            begin = max(end - widest, reached)
+            if begin < end:
+                starts += [m.start() for m in start_of.finditer(text, begin, end)]
+                reached = end
+        return starts
+
+
+_PERSONAL = (_EMAIL, _CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE, _CARD, _IBAN, _SSN,
+             _PHONE, _IPV4, _IPV6)
 
 
 # Markers looked for as written (they hold a capital letter).
 _CASED = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m != m.lower()) | \
     frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m != m.lower())
-_LOWER = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m == m.lower()) | \
-    frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m == m.lower())
-
-
-def _least(markers: frozenset[str]) -> tuple[str, ...]:
-    """The markers that hold no other marker: text holding any marker holds one of these."""
-    return tuple(sorted(m for m in markers if not any(o != m and o in m for o in markers)))
-
-
-# The first test of every text: is any rule's marker in it at all?
-_ANY_LOWER = _least(_LOWER)
-# ("PRIVATE KEY" needs no test of its own: the lower-cased text then holds "key".)
-_ANY_CASED = tuple(m for m in _least(_CASED) if not any(o in m.lower() for o in _ANY_LOWER))
-_ANY_GATED = _gated(_ANY_LOWER + _ANY_CASED)
-_ALL_GATED = _gated(_CASED | _LOWER)
