@@ -84,15 +84,20 @@ _PIECES = st.one_of(
     ]),
     st.text(alphabet=string.ascii_letters + string.digits + " .-_:/@+=", max_size=12),
     st.integers(min_value=0, max_value=10**6).map(_planted),
+    st.integers(min_value=0, max_value=10**6).map(lambda n: f"{_planted(n)} {_planted(n)}"),
     st.integers(min_value=0, max_value=10**13).map(str),
 )
 _TEXTS = st.lists(_PIECES, max_size=40).map("".join)
 
 
-@settings(max_examples=400, deadline=None,
+@settings(max_examples=1000, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(_TEXTS)
 @example("my key: AKIAABCDEFGHIJKLMNOP and wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY aws")
+@example("GB82WEST12345698765432 GB82WEST12345698765432 4111111111111111 4111111111111111 "
+         "+1 555 123 4567 (555) 123-4567 078-05-1120 078-05-1120 10.0.0.7 10.0.0.8 "
+         "fe80::1:2 fe80::3:4 ١٢٣٤٥٦٧٨٩٠١٢٣٤٥ 4111-1111-1111-1111")
+@example("token:aws_secret_access_key = KYQ9AeyeFntJG9MSgtD8dV3HlYbJYywouuqpis7i")
 @example("call +49 30 1234567 or 4111 1111 1111 1111 at 10.0.0.1, ssn 078-05-1120")
 @example("API_\u212aEY=abcdef123456 pa\u017f\u017fword is hunter2! ١٢٣-٤٥-٦٧٨٩")
 @example("to\u212aen: abcdef123456, \u0130P 10.0.0.7 card ١٢٣٤٥٦٧٨٩٠١٢٣٤٥")

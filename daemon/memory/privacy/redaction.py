@@ -589,7 +589,15 @@ def redact(text: str) -> str:
 def _mask_secrets(text: str, possible: _Possible) -> str:
     if not possible.any_secret(text):
         return text
+    original = text
     lowered = _Lowered()
+    # A rule with no markers (a plugin of a newer detect-secrets) runs in any text that
+    # holds some rule's marker, and only there.
+    if _unmarked() and not _holds(_all_markers(), text, lowered):
+        return text
+    # (Asked of the text as it came: whether it speaks of AWS is read from it, not from
+    # what the rules below leave of it.)
+    aws_said = possible.may(_AWS_CONTEXT, original)
     for kind, markers, pattern, group in _OWN:
         if possible.may(pattern, text) and _holds(markers, text, lowered):
             masked = _mask(text, kind, pattern, group)
@@ -597,8 +605,8 @@ def _mask_secrets(text: str, possible: _Possible) -> str:
                 text = masked
     # A bare AWS secret key is told from a hash only by what is around it: an access key
     # id, or the text speaking of AWS.
-    if possible.may(_AWS_CONTEXT, text) and possible.may(_AWS_SECRET, text):
-        low = lowered.of(text)
+    if (aws_said or possible.may(_AWS_CONTEXT, text)) and possible.may(_AWS_SECRET, text):
+        low = original.lower()
         if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text
                 or "aws" in low) and (_AWS_ID.search(text) or "aws" in low):
             masked = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
@@ -634,6 +642,17 @@ def _holds(markers: tuple[str, ...], text: str, lowered: _Lowered) -> bool:
                for marker in markers)
 
 
+@cache
+def _all_markers() -> tuple[str, ...]:
+    return tuple(sorted({m for _k, markers, _p, _g in (*_OWN, *_plugin_rules())
+                         for m in markers if m}))
+
+
+@cache
+def _unmarked() -> bool:
+    return any(markers == ("",) for _k, markers, _p, _g in _plugin_rules())
+
+
 #: Text a process masks before the scanner is built for it: the build takes a few tenths
 #: of a second, which a process masking a few lines (a hook, a command, their log lines)
 #: never pays; the daemon builds it as it starts (`prepare`).
@@ -650,15 +669,16 @@ _START_OF: dict[re.Pattern[str], re.Pattern[str]] = {
 class _Scan:
     """The scanner over every rule's pattern, in groups each scanned only when a rule of
     it is asked about: the secret rules (most text holds none of their literals), a bare
-    AWS key (only in text that speaks of AWS), e-mail addresses (text with an @), national
-    identity numbers, and the numbers tried where they may begin (scanned for where)."""
+    AWS key (only in text that speaks of AWS), e-mail addresses (text with an @), and
+    national identity numbers with the numbers tried where they may begin (those scanned
+    for where)."""
 
     def __init__(self) -> None:
         secrets = [p for _k, _m, p, _g in _OWN] + [_AWS_CONTEXT] + \
             [p for _k, _m, p, _g in _plugin_rules()]
         national = [_CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE]
         numbers = list(_START_OF)
-        groups = [secrets, [_AWS_SECRET], [_EMAIL], national, numbers]
+        groups = [secrets, [_AWS_SECRET], [_EMAIL], national + numbers]
         patterns = [p for g in groups for p in g]
         self.index = {p: i for i, p in enumerate(patterns)}
         self.group = {p: number for number, g in enumerate(groups) for p in g}
@@ -668,7 +688,7 @@ class _Scan:
             ranges.append(range(first, first + len(g)))
             first += len(g)
         self.scanner = Scanner(patterns, ranges, where=[self.index[p] for p in numbers],
-                               shaped=(2, 3, 4))
+                               shaped=(2, 3))
 
 
 class _Scanning:
@@ -760,16 +780,29 @@ class _Possible:
             return _starts(start_of, text)
         ascii_text = text.isascii()
         widest = scan.widest[pattern] + 1  # the superset's end may be a byte past the match's
-        starts: list[int] = []
-        reached = 0
+        windows: list[list[int]] = []
         for end in sorted(set(found.ends[index])):
             if not ascii_text:
                 end = characters_before(self._data, end)
-            begin = max(end - widest, reached)
-            if begin < end:
-                starts += [m.start() for m in start_of.finditer(text, begin, end)]
-                reached = end
-        return starts
+            if windows and end - widest <= windows[-1][1]:
+                windows[-1][1] = end
+            else:
+                windows.append([max(end - widest, 0), end])
+        # A start found in a window may run past its end (an IBAN's "GB82" begun at its
+        # last character): each window's text is read that much further.
+        reach = _START_WIDTH[start_of]
+        return [m.start() for lo, hi in windows
+                for m in start_of.finditer(text, lo, hi + reach) if m.start() < hi]
+
+
+def _start_width(pattern: re.Pattern[str]) -> int:
+    """How far past a window a start found in it may run: the start pattern's widest
+    match (one where it has no bound: a run of digits cut short begins where it began)."""
+    widest = sre_parse.parse(pattern.pattern, pattern.flags).getwidth()[1]
+    return int(widest) if widest < sre_parse.MAXREPEAT else 1
+
+
+_START_WIDTH = {p: _start_width(p) for p in set(_START_OF.values())}
 
 
 _PERSONAL = (_EMAIL, _CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE, _CARD, _IBAN, _SSN,

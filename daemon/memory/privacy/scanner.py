@@ -129,26 +129,13 @@ class _Translation:
         self._memo: dict[tuple[Any, int], tuple[list[int], tuple[str, ...] | None]] = {}
         parsed = sre_parse.parse(pattern.pattern, pattern.flags)
         self._record_groups(list(parsed), parsed.state.flags)
-        flags = parsed.state.flags
-        items = list(parsed)
-        # A class a match may not follow or be followed by, at the pattern's ends (the
-        # digits of a card not preceded by a digit), is kept: the byte there is another,
-        # or there is none. An end so kept is not trimmed.
-        head = self._edge(items[0], flags, -1) if items else None
-        tail = self._edge(items[-1], flags, 1) if len(items) > 1 else None
-        body = items[1 if head else 0:-1 if tail else None]
-        self.source = (head or b"") + self._sequence(
-            _trim(body, left=head is None, right=tail is None and not keep_end), flags) \
-            + (tail or b"")
+        self.source = self._sequence(_trim(list(parsed), keep_end=keep_end),
+                                     parsed.state.flags)
 
-    def _edge(self, item: tuple[Any, Any], flags: int, direction: int) -> bytes | None:
-        """`(?<![C])` first or `(?![C])` last, C one character, as the start or end of the
-        text or a byte that begins or ends no character of C."""
-        op, av = item
-        if op is not sre.ASSERT_NOT or av[0] != direction or len(av[1]) != 1 \
-                or av[1][0][0] not in _SINGLE:
-            return None
-        refused, _extra = self._members(av[1][0], flags)
+    def _edge(self, node: tuple[Any, Any], flags: int, direction: int) -> bytes:
+        """`(?<![C])` at the start or `(?![C])` at the end, C one character: the start or
+        end of the text, or a byte that begins or ends no character of C."""
+        refused, _extra = self._members(node, flags)
         others = set(range(0x80 if self._ascii_only else 0x100)) - set(refused)
         allowed = _byte_class(self._shaped(others))
         return b"(?:^|" + allowed + b")" if direction < 0 else b"(?:" + allowed + b"|$)"
@@ -214,6 +201,10 @@ class _Translation:
     def _item(self, op: Any, av: Any, flags: int) -> bytes:
         if op in _SINGLE:
             return self._character((op, av), flags, 1, 1)
+        if op is _EDGE:
+            return self._edge(av[1], flags, av[0])
+        if op is sre.AT and av in _ANCHORS and not flags & re.MULTILINE:
+            return _ANCHORS[av]
         if op in _ZERO_WIDTH:
             return b""
         if op in _REPEATS:
@@ -242,9 +233,20 @@ class _Translation:
         raise Untranslatable(f"{op}")
 
 
+#: Where a match may begin or end that the library says as Python does (without
+#: MULTILINE): the start of the text, its end (or before a last line break).
+_ANCHORS = {sre.AT_BEGINNING: b"^", sre.AT_BEGINNING_STRING: b"^", sre.AT_END: b"$",
+            sre.AT_END_STRING: b"$"}
+#: A lookaround of one character kept at an end of the pattern, read as a byte there.
+_EDGE = object()
+
+
 def _nullable(item: tuple[Any, Any]) -> bool:
-    """Whether an item can match the empty string (GROUPREF taken as not: the safe side)."""
+    """Whether an item can match the empty string (an anchor and a back-reference taken
+    as not: the safe side, they are kept)."""
     op, av = item
+    if op is sre.AT and av in _ANCHORS:
+        return False
     if op in _ZERO_WIDTH:
         return True
     if op in _REPEATS:
@@ -258,32 +260,72 @@ def _nullable(item: tuple[Any, Any]) -> bool:
     return False
 
 
-def _trim(items: list[tuple[Any, Any]], left: bool = True, right: bool = True
-          ) -> list[tuple[Any, Any]]:
-    """A pattern that matches inside every match of `items`: what can match nothing at
-    either end is left out, and an end's repeat kept at its least. Only whether a rule
-    can match is asked, and a shorter pattern is reported once where the whole one was
-    reported at every end a repeat reaches."""
+def _one_character_not(item: tuple[Any, Any], direction: int) -> bool:
+    """Whether `item` is `(?<![C])` (direction -1) or `(?![C])` (1), C one character."""
+    op, av = item
+    return op is sre.ASSERT_NOT and av[0] == direction and len(av[1]) == 1 \
+        and av[1][0][0] in _SINGLE
+
+
+def _ends_looking_ahead(item: tuple[Any, Any]) -> bool:
+    """Whether `item` ends with `(?=X)R` (in a group, or in one of its alternatives)."""
+    op, av = item
+    body = av[3] if op is sre.SUBPATTERN else None
+    if op is sre.BRANCH:
+        return any(b and _ends_looking_ahead((sre.SUBPATTERN, (None, 0, 0, b))) for b in av[1])
+    if body is None or not body:
+        return False
+    body = list(body)
+    return (len(body) > 1 and body[-2][0] is sre.ASSERT and body[-2][1][0] == 1) \
+        or _ends_looking_ahead(body[-1])
+
+
+def _trim(items: list[tuple[Any, Any]], left: bool = True, right: bool = True,
+          keep_end: bool = False) -> list[tuple[Any, Any]]:
+    """A pattern that matches inside every match of `items` (for the scanner's question
+    whether a rule can match at all): what can match nothing at either end is left out,
+    an end's repeat kept at its least (reported once, not at every end it reaches), a
+    last `(?=X)R` read as X; a character a match may not follow or be followed by, at an
+    end, is kept as a byte there. `keep_end`: the end is left as it is (but its
+    character not followed), so that the superset ends where every match ends."""
     items = list(items)
     for leftmost in (True,) * left + (False,) * right:
-        while items and _nullable(items[0 if leftmost else -1]):
-            items.pop(0 if leftmost else -1)
-        if not items:
-            return items
-        end = 0 if leftmost else len(items) - 1
-        op, av = items[end]
+        end = 0 if leftmost else -1
+        if not leftmost and keep_end:
+            if len(items) > 1 and _one_character_not(items[-1], 1):
+                items[-1] = (_EDGE, (1, items[-1][1][1][0]))
+            continue
+        while items:
+            # (A last `(?=X)R` before it says more than the character after: it is read.)
+            if len(items) > 1 and _one_character_not(items[end], -1 if leftmost else 1) \
+                    and not _nullable(items[1 if leftmost else -2]) \
+                    and (leftmost or not _ends_looking_ahead(items[-2])):
+                items[end] = (_EDGE, (-1 if leftmost else 1, items[end][1][1][0]))
+                break
+            if not _nullable(items[end]):
+                break
+            items.pop(end)
+        if not items or items[end][0] is _EDGE:
+            continue
+        if not leftmost and len(items) > 1 and items[-2][0] is sre.ASSERT \
+                and items[-2][1][0] == 1:
+            items[-2:] = _trim(list(items[-2][1][1]), left=False)
+            if not items:
+                return items
+        index = 0 if leftmost else len(items) - 1
+        op, av = items[index]
         if op in _REPEATS:
             low, _high, body = av
-            items[end] = (op, (low, low, body))
+            items[index] = (op, (low, low, body))
             if low == 1:
-                items[end:end + 1] = _trim(list(body), left=leftmost, right=not leftmost)
+                items[index:index + 1] = _trim(list(body), left=leftmost, right=not leftmost)
         elif op is sre.SUBPATTERN:
             group, add, remove, body = av
-            items[end] = (op, (group, add, remove, _trim(list(body), left=leftmost,
-                                                          right=not leftmost)))
+            items[index] = (op, (group, add, remove, _trim(list(body), left=leftmost,
+                                                            right=not leftmost)))
         elif op is sre.BRANCH:
-            items[end] = (op, (av[0], [_trim(list(b), left=leftmost, right=not leftmost)
-                                       for b in av[1]]))
+            items[index] = (op, (av[0], [_trim(list(b), left=leftmost, right=not leftmost)
+                                         for b in av[1]]))
     return items
 
 
