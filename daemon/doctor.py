@@ -115,6 +115,18 @@ def check_sqlite() -> Check:
     return Check("sqlite", "ok", f"SQLite {sqlite3.sqlite_version} with FTS5")
 
 
+def check_masking() -> Check:
+    """How secrets and personal data are looked for: Hyperscan's one scan, or `re` alone
+    (the same masks, slower) where no wheel of it exists."""
+    from daemon.memory.privacy.redaction import scanner_summary
+
+    how = scanner_summary()
+    if how.startswith("re alone"):
+        return Check("masking", "warn", how,
+                     "masking is exact but slower; `pip install hyperscan` where it builds")
+    return Check("masking", "ok", how)
+
+
 async def check_chain(settings: Settings, clock: Clock) -> list[Check]:
     """Each layer of `memory.backends` and the outbox: what answers, what waits."""
     try:
@@ -404,7 +416,7 @@ def check_integrity(name: str, path: Path, *, full: bool = False) -> Check:
 async def run_checks(settings: Settings, clock: Clock,
                      manager: ServiceManager | None, *, full: bool = False) -> list[Check]:
     checks = [Check("config", "ok", "settings are valid"), check_state_dir(settings),
-              *check_sources(settings), check_sqlite(),
+              *check_sources(settings), check_sqlite(), check_masking(),
               check_integrity("daemon database", settings.database_path, full=full),
               check_integrity("memory database", settings.memory_path, full=full),
               await check_memory_coverage(settings)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,9 @@ def test_healthy_install_passes_with_warnings_only(tmp_path: Path) -> None:
     result = doctor(tmp_path, config)
     assert result.returncode == 0, result.stdout
     assert "ok    sqlite: SQLite" in result.stdout
+    # The wheel is installed by the project's own files: masking is one scan, every rule.
+    scanned = re.search(r"ok    masking: hyperscan \S+: (\d+) of (\d+) patterns", result.stdout)
+    assert scanned and scanned.group(1) == scanned.group(2), result.stdout
     assert "warn  source claude" in result.stdout
     assert "0 failed" in result.stdout
 

@@ -100,3 +100,11 @@ def test_memoryds_own_rules_are_all_scanned() -> None:
     if scanner.hyperscan is None:
         pytest.skip(f"no hyperscan wheel for {sys.platform}")
     assert scan.scanner.always == frozenset(), scan.scanner.summary()
+
+
+def test_a_process_builds_the_scanner_only_once_it_has_masked_enough() -> None:
+    scanning = redaction._Scanning()
+    assert scanning.get(1000) is None
+    assert scanning.get(redaction.SCANNER_AFTER - 2000) is None
+    built = scanning.get(1000)
+    assert built is not None and scanning.get(10) is built
