@@ -318,22 +318,29 @@ def _starts(pattern: re.Pattern[str], text: str) -> list[int]:
 
 
 def _sub_at(pattern: re.Pattern[str], starts: Iterable[int], text: str,
-            repl: str | Callable[[re.Match[str]], str]) -> str:
+            repl: str | Callable[[re.Match[str]], str],
+            edits: list[tuple[int, int, int]] | None = None) -> str:
     """`pattern.sub(repl, text)` (`repl` taken literally), a match tried only at `starts`,
     in ascending order: the same text when no match of `pattern` begins anywhere else.
     `re` finds no quick way through text for a pattern that opens with a lookbehind: on a
     message of 4 KB each such `sub` took 100-300 us, finding the digit runs a few."""
     out: list[str] = []
     last = 0
+    changed = False
     for start in starts:
         if start < last:
             continue
         match = pattern.match(text, start)
         if match is None:
             continue
-        out += (text[last:start], repl(match) if callable(repl) else repl)
+        replaced = repl(match) if callable(repl) else repl
+        if replaced != match.group(0):
+            changed = True
+            if edits is not None:  # (start, end, length of what replaced it)
+                edits.append((start, match.end(), len(replaced)))
+        out += (text[last:start], replaced)
         last = match.end()
-    if not out:
+    if not changed:  # the very text: what was found of it stays true (`_Possible`)
         return text
     out.append(text[last:])
     return "".join(out)
@@ -450,18 +457,16 @@ def _mask_aadhaar(match: re.Match[str]) -> str:
 
 
 def _mask_national(text: str, possible: _Possible) -> str:
-    if "." in text and "-" in text and possible.may(_CPF, text):
-        text = _CPF.sub(_mask_cpf, text)
-    if possible.may(_SIN, text):
-        text = _SIN.sub(_mask_sin, text)
-    if possible.may(_AADHAAR, text):
-        text = _AADHAAR.sub(_mask_aadhaar, text)
-    if possible.may(_DNI, text):
-        text = _DNI.sub(_mask_dni, text)
-    if possible.may(_NINO, text):
-        text = _NINO.sub("[REDACTED:national_id]", text)
-    if possible.may(_FISCAL_CODE, text):
-        text = _FISCAL_CODE.sub("[REDACTED:national_id]", text)
+    steps: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
+        (_SIN, _mask_sin), (_AADHAAR, _mask_aadhaar), (_DNI, _mask_dni),
+        (_NINO, "[REDACTED:national_id]"), (_FISCAL_CODE, "[REDACTED:national_id]")]
+    if "." in text and "-" in text:
+        steps.insert(0, (_CPF, _mask_cpf))
+    for pattern, repl in steps:
+        if possible.may(pattern, text):
+            masked = pattern.sub(repl, text)
+            if masked != text:  # else the very text: what the scan found of it holds
+                text = masked
     return text
 
 
@@ -488,17 +493,17 @@ def _mask_personal(text: str, possible: _Possible) -> str:
     # is tried only there, and only near where the scanner found one may end.
     if digits >= 13:
         if possible.may(_CARD, text):
-            text = _sub_at(_CARD, possible.starts(_CARD, text), text, _mask_card)
+            text = possible.masked_at(_CARD, text, _mask_card)
         if possible.may(_IBAN, text):
-            text = _sub_at(_IBAN, possible.starts(_IBAN, text), text, _mask_iban)
+            text = possible.masked_at(_IBAN, text, _mask_iban)
     if "-" in text and possible.may(_SSN, text):
-        text = _sub_at(_SSN, possible.starts(_SSN, text), text, "[REDACTED:ssn]")
+        text = possible.masked_at(_SSN, text, "[REDACTED:ssn]")
     if possible.may(_PHONE, text):
-        text = _sub_at(_PHONE, possible.starts(_PHONE, text), text, "[REDACTED:phone]")
+        text = possible.masked_at(_PHONE, text, "[REDACTED:phone]")
     if text.count(".") >= 3 and possible.may(_IPV4, text):
-        text = _sub_at(_IPV4, possible.starts(_IPV4, text), text, _mask_ip)
+        text = possible.masked_at(_IPV4, text, _mask_ip)
     if ("::" in text or text.count(":") >= 7) and possible.may(_IPV6, text):
-        text = _sub_at(_IPV6, possible.starts(_IPV6, text), text, _mask_ip)
+        text = possible.masked_at(_IPV6, text, _mask_ip)
     return text
 
 
@@ -683,6 +688,11 @@ class _Scan:
         self.index = {p: i for i, p in enumerate(patterns)}
         self.group = {p: number for number, g in enumerate(groups) for p in g}
         self.widest = {p: sre_parse.parse(p.pattern, p.flags).getwidth()[1] for p in numbers}
+        #: How far before its end a candidate of each pattern scanned for where may begin,
+        #: in bytes of an ASCII text (its widest match, and a byte each side for its edges).
+        self.reach = {self.index[p]: self.widest[p] + 2 for p in numbers}
+        self.numbers = len(groups) - 1
+        self.whether = frozenset(self.index[p] for p in national)
         ranges, first = [], 0
         for g in groups:
             ranges.append(range(first, first + len(g)))
@@ -766,6 +776,53 @@ class _Possible:
     def any_secret(self, text: str) -> bool:
         found = self._of(_AWS_CONTEXT, text)
         return found is None or bool(found.possible)
+
+    def masked_at(self, pattern: re.Pattern[str], text: str,
+                  repl: str | Callable[[re.Match[str]], str]) -> str:
+        """`pattern`'s matches in `text` replaced (`_sub_at` where they may begin); what
+        the scan found of the text carried over to what is left of it."""
+        edits: list[tuple[int, int, int]] = []
+        masked = _sub_at(pattern, self.starts(pattern, text), text, repl, edits)
+        if masked is not text:
+            self._edited(text, masked, edits)
+        return masked
+
+    def _edited(self, old: str, new: str, edits: list[tuple[int, int, int]]) -> None:
+        """The numbers' candidates in `new`, which is `old` with `edits` made: a candidate
+        clear of every edit moves with the text; near an edit, the text is scanned again
+        (an ASCII text: otherwise all of it is, when next asked)."""
+        scan = self._scan
+        found = self._found.get(scan.numbers) if scan is not None else None
+        if scan is None or found is None or old is not self._text or not new.isascii() \
+                or not old.isascii():
+            return
+        data = new.encode()
+        widest = max(scan.reach.values())
+        ends: dict[int, list[int]] = {}
+        for index, old_ends in found.ends.items():
+            reach = scan.reach[index]
+            for end in old_ends:
+                shift = 0
+                for start, stop, length in edits:
+                    if stop <= end - reach:
+                        shift += length - (stop - start)
+                    elif start - 1 <= end:
+                        break  # touches this edit: found again below, if still there
+                else:
+                    ends.setdefault(index, []).append(end + shift)
+        shift = 0
+        for start, stop, length in edits:
+            begin = start + shift
+            shift += length - (stop - start)
+            low, high = max(begin - widest - 1, 0), min(begin + length + widest + 1, len(data))
+            near = scan.scanner.scan(scan.numbers, data[low:high], True)
+            for index, near_ends in near.ends.items():
+                ends.setdefault(index, []).extend(low + end for end in near_ends)
+        # Those scanned for whether, not where, may match what the edits made (and a
+        # pattern no superset was found for, as before).
+        unsure = scan.whether | {i for i in found.possible if i not in found.ends}
+        self._text, self._data = new, data
+        self._found = {scan.numbers: Found(frozenset(unsure | set(ends)), ends)}
 
     def starts(self, pattern: re.Pattern[str], text: str) -> list[int]:
         """Where a match of `pattern` may begin: where its start class matches, near an end
