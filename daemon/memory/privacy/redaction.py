@@ -584,9 +584,27 @@ def readable_stored(text: str, kind: str | None) -> str:
     return _JSON_ESCAPE.sub(_unescape, text)
 
 
+#: Texts up to this long are remembered with what masking made of them (the last
+#: REMEMBERED of them): a message is masked for its segment and again for its session's
+#: digest, in the same pass.
+REMEMBER_CHARS = 16_384
+REMEMBERED = 64
+
+
 def redact(text: str) -> str:
     """`text` with `<private>` spans, secrets and personal data replaced by
     `[REDACTED:<kind>]`: what every write to memory, and every log line, goes through."""
+    if len(text) <= REMEMBER_CHARS:
+        return _redact_remembered(text)
+    return _redact(text)
+
+
+@lru_cache(maxsize=REMEMBERED)
+def _redact_remembered(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     possible = _Possible(len(text))
     return _mask_personal(_mask_secrets(mask_private(text), possible), possible)
 
