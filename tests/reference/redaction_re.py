@@ -1,3 +1,7 @@
+# The masker as it was before the scanner (daemon/memory/privacy/scanner.py): every rule's
+# pattern over the whole text, gated by its marker words alone. Kept, unchanged, as the
+# reference memoryd's masker must equal byte for byte (tests/property/
+# test_masking_reference.py, benchmarks/masking.py). Not imported by memoryd.
 """Secrets and personal data out of memory text: masked before anything reaches memory.
 
 Transcripts are full of credentials (a `.env` file read by a tool, a token in a
