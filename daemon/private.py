@@ -26,7 +26,7 @@ _CLOSE = r"<\s*/\s*private\s*>"
 _TAGS = re.compile(f"({_OPEN})|{_CLOSE}", re.IGNORECASE)
 # The test every message goes through: the word, in a lowered copy (a C-speed scan; a
 # case-insensitive regex search costs ten times as much), then the tag.
-_TAG = re.compile(r"<\s*/?\s*private\b", re.IGNORECASE)
+TAG = re.compile(r"<\s*/?\s*private\b", re.IGNORECASE)
 
 # The same in a raw JSON line, where `<` and `>` may be escaped and a tag never spans a
 # string's closing quote.
@@ -61,7 +61,7 @@ def _spans(found: list[tuple[int, int, bool]], length: int) -> list[tuple[int, i
 
 def mask_private(text: str) -> str:
     """`text` with every `<private>` span replaced by PLACEHOLDER."""
-    if "private" not in text.lower() or _TAG.search(text) is None:
+    if "private" not in text.lower() or TAG.search(text) is None:
         return text
     found = [(m.start(), m.end(), m.group(1) is not None) for m in _TAGS.finditer(text)]
     spans = _spans(found, len(text))

@@ -47,6 +47,7 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
 from daemon.memory.privacy.scanner import Found, Scanner, characters_before
+from daemon.private import TAG as PRIVATE_TAG
 from daemon.private import mask_private
 
 MIN_GROUP = 12
@@ -606,7 +607,9 @@ def _redact_remembered(text: str) -> str:
 
 def _redact(text: str) -> str:
     possible = _Possible(len(text))
-    return _mask_personal(_mask_secrets(mask_private(text), possible), possible)
+    if possible.may(PRIVATE_TAG, text):  # (no tag, nothing private: the very text)
+        text = mask_private(text)
+    return _mask_personal(_mask_secrets(text, possible), possible)
 
 
 def _mask_secrets(text: str, possible: _Possible) -> str:
@@ -697,7 +700,7 @@ class _Scan:
     for where)."""
 
     def __init__(self) -> None:
-        secrets = [p for _k, _m, p, _g in _OWN] + [_AWS_CONTEXT] + \
+        secrets = [p for _k, _m, p, _g in _OWN] + [_AWS_CONTEXT, PRIVATE_TAG] + \
             [p for _k, _m, p, _g in _plugin_rules()]
         national = [_CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE]
         numbers = list(_START_OF)
