@@ -26,7 +26,9 @@ from tests.reference import redaction_re as reference
 
 @pytest.fixture(params=["scanner", "rules alone"])
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The scanner built, or not yet built (and never, within the test)."""
+    """The scanner built, or not yet built (and never, within the test); nothing
+    remembered from the other mode."""
+    redaction._redact_remembered.cache_clear()
     if request.param == "scanner":
         redaction.prepare()
     else:
