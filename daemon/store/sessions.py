@@ -6,6 +6,7 @@ like the instants it names, so no comparison depends on the machine's time zone.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -213,8 +214,10 @@ class Copies:
     #: stored yet is looked for again at each read).
     original: int | None = None
     looked_for_original: bool = False
-    #: The rows read at the `latest` instant (a few): what a record at it is compared with.
-    at_latest: list[tuple[object, ...]] = field(default_factory=list)
+    #: The records read at the `latest` instant (a few): what a record at it is compared
+    #: with, as (message index, `seen` of its key): a digest, not the row, is kept for
+    #: every session the daemon follows.
+    at_latest: list[tuple[int, bytes]] = field(default_factory=list)
     #: The message index `latest` holds for; another start reads it again.
     index: int = 0
     #: A person's words in a user message's text: what is compared of it (a resumed
@@ -228,6 +231,11 @@ class Copies:
         if row[1] == "user" and isinstance(content, str):
             content = self.words(content)
         return (row[6], row[1], row[2], content, row[4], row[9])
+
+    def seen(self, row: tuple[object, ...]) -> bytes:
+        """The row's `key`, digested (what copies are found by)."""
+        return hashlib.blake2b(repr(self.key(row)).encode("utf-8", "surrogatepass"),
+                               digest_size=16).digest()
 
 
 _COPY_LOOKUP = 500  # timestamps or keys per statement
@@ -333,7 +341,7 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
         copies.latest = conn.execute(
             "SELECT MAX(timestamp) FROM session_messages WHERE session_id = ?"
             " AND message_index >= ? AND message_index < ?", window).fetchone()[0]
-        copies.at_latest = [tuple(row) for row in conn.execute(
+        copies.at_latest = [(int(row[0]), copies.seen(tuple(row))) for row in conn.execute(
             f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
             " AND message_index >= ? AND message_index < ? AND timestamp = ?",
             (*window, copies.latest))] if copies.latest is not None else []
@@ -351,7 +359,8 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
     latest = copies.latest
     back: list[int] = []  # earlier than a message read before
     ties: list[int] = []  # at the latest time read: agents write several records a ms
-    first_seen: dict[tuple[object, ...], int] = {}
+    first_seen: dict[bytes, int] = {}
+    merged = 0  # how many of `at_latest` first_seen holds
     for position, row in enumerate(rows):
         stamp = row[6]
         if not isinstance(stamp, str) or row[1] == "tool" or row[2] == "tool_result":
@@ -365,12 +374,13 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
             ties.append(position)
             if not back:
                 # Compared with the messages at that instant read before (pages or not).
-                for earlier in copies.at_latest:
-                    first_seen.setdefault(copies.key(earlier), earlier[0])  # type: ignore[arg-type]
+                for index, seen in copies.at_latest[merged:]:
+                    first_seen.setdefault(seen, index)
+                merged = len(copies.at_latest)
         else:
             latest = stamp
-            copies.at_latest = []
-        copies.at_latest.append(tuple(row))
+            copies.at_latest, merged = [], 0
+        copies.at_latest.append((int(row[0]), copies.seen(row)))  # type: ignore[call-overload]
     copies.latest = latest
     copies.index = messages[-1].index + 1
     if not back and not ties:
@@ -387,14 +397,14 @@ def _mark_copies(conn: sqlite3.Connection, session_id: int, start: int,
                     f"SELECT {_COPY_COLUMNS} FROM session_messages WHERE session_id = ?"
                     f" AND message_index < ? AND timestamp IN ({', '.join('?' * len(part))})",
                     (session_id, last, *part)):
-                key = copies.key(row)
+                key = copies.seen(tuple(row))
                 index = row[0]
                 assert isinstance(index, int)
                 if index < first_seen.get(key, index + 1):
                     first_seen[key] = index
     for position in back + ties:
         message = messages[position]
-        if first_seen.get(copies.key(rows[position]), message.index) < message.index:
+        if first_seen.get(copies.seen(rows[position]), message.index) < message.index:
             message.is_copy = True
 
 
