@@ -76,35 +76,29 @@ def _transcripts() -> list[str]:
     return lines
 
 
+#: The numbers a working day's prose and logs hold: times, dates, versions, ports, row
+#: counts, amounts, pids, line numbers, short hashes, durations, epoch milliseconds,
+#: percentages, issue numbers, ids.
+_NUMBERS: tuple[Callable[[random.Random], str], ...] = (
+    lambda r: f"{r.randrange(24):02d}:{r.randrange(60):02d}:{r.randrange(60):02d}",
+    lambda r: f"2026-{r.randrange(1, 13):02d}-{r.randrange(1, 29):02d}",
+    lambda r: f"v{r.randrange(4)}.{r.randrange(20)}.{r.randrange(100)}",
+    lambda r: f"port {r.randrange(1024, 65535)}",
+    lambda r: f"{r.randrange(1, 999):,}{r.choice(['', ',000', ',500'])} rows",
+    lambda r: f"${r.randrange(1, 99999):,}.{r.randrange(100):02d}",
+    lambda r: f"pid {r.randrange(100, 4194304)}",
+    lambda r: f"src/app/{r.choice(_WORDS)}.py:{r.randrange(1, 3000)}",
+    lambda r: f"{r.getrandbits(28):07x}",
+    lambda r: f"{r.randrange(1, 100000)} ms",
+    lambda r: f"{r.randrange(1_600_000_000_000, 1_800_000_000_000)}",
+    lambda r: f"{r.randrange(0, 100)}.{r.randrange(10)}%",
+    lambda r: f"#{r.randrange(1, 20000)}",
+    lambda r: f"{r.randrange(10_000, 10_000_000_000)}",
+)
+
+
 def _number(rng: random.Random) -> str:
-    kind = rng.randrange(14)
-    if kind == 0:
-        return f"{rng.randrange(24):02d}:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
-    if kind == 1:
-        return f"2026-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}"
-    if kind == 2:
-        return f"v{rng.randrange(4)}.{rng.randrange(20)}.{rng.randrange(100)}"
-    if kind == 3:
-        return f"port {rng.randrange(1024, 65535)}"
-    if kind == 4:
-        return f"{rng.randrange(1, 999):,}{rng.choice(['', ',000', ',500'])} rows"
-    if kind == 5:
-        return f"${rng.randrange(1, 99999):,}.{rng.randrange(100):02d}"
-    if kind == 6:
-        return f"pid {rng.randrange(100, 4194304)}"
-    if kind == 7:
-        return f"src/app/{rng.choice(_WORDS)}.py:{rng.randrange(1, 3000)}"
-    if kind == 8:
-        return f"{rng.getrandbits(28):07x}"
-    if kind == 9:
-        return f"{rng.randrange(1, 100000)} ms"
-    if kind == 10:
-        return f"{rng.randrange(1_600_000_000_000, 1_800_000_000_000)}"  # epoch ms
-    if kind == 11:
-        return f"{rng.randrange(0, 100)}.{rng.randrange(10)}%"
-    if kind == 12:
-        return f"#{rng.randrange(1, 20000)}"
-    return f"{rng.randrange(10_000, 10_000_000_000)}"
+    return _NUMBERS[rng.randrange(len(_NUMBERS))](rng)
 
 
 def _prose(rng: random.Random, size: int) -> str:

@@ -854,7 +854,7 @@ class _Possible:
         if found is None or scan is None:
             return _starts(start_of, text)
         index = scan.index[pattern]
-        if index not in found.ends:  # scanned for whether, not where
+        if index not in found.ends:  # no superset of it scanned: anywhere
             return _starts(start_of, text)
         ascii_text = text.isascii()
         widest = scan.widest[pattern] + 1  # the superset's end may be a byte past the match's
