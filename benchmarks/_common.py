@@ -59,7 +59,7 @@ def write_config(path: Path, state_dir: Path, claude_root: Path, **settings: Any
 
 
 def memoryd_command(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "daemon", "--config", str(config), *args]
+    return [sys.executable, "-m", "memoryd", "--config", str(config), *args]
 
 
 def machine() -> str:
@@ -69,9 +69,9 @@ def machine() -> str:
 
 
 def startup_seconds(env: dict[str, str]) -> float:
-    """How long `python -m daemon --help` takes: the fixed cost inside a subprocess timing."""
+    """How long `python -m memoryd --help` takes: the fixed cost inside a subprocess timing."""
     began = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "daemon", "--help"], env=env, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "memoryd", "--help"], env=env, cwd=REPO,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return time.perf_counter() - began
 

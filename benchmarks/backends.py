@@ -86,10 +86,10 @@ async def fill(config: Path, total: int, dsn: str | None) -> int:
     import os
 
     from benchmarks.locomo import _synthetic
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
-    from daemon.memory.opening import open_memory_backend
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
+    from memoryd.memory.opening import open_memory_backend
 
     if dsn:
         os.environ[DSN_ENV] = dsn
@@ -160,10 +160,10 @@ async def precompute_vectors(config: Path, kind: str, dsn: str | None) -> str:
     `embed_pending`; the embedder's name."""
     import os
 
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.memory.embeddings import make_embedder
-    from daemon.memory.opening import opener
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.memory.embeddings import make_embedder
+    from memoryd.memory.opening import opener
 
     if dsn:
         os.environ[DSN_ENV] = dsn

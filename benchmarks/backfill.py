@@ -6,7 +6,7 @@
 
 All read the same generated Claude-format files (benchmarks.gen_corpus; reused from
 `--corpus` when already there), each as a process of its own, timed from start to
-exit: memoryd as `python -m daemon ingest --once` on a fresh state_dir, the baselines
+exit: memoryd as `python -m memoryd ingest --once` on a fresh state_dir, the baselines
 as `python benchmarks/baseline_loops.py` (`--inprocess` runs all three in this
 process instead). The baselines, both into a table without indexes, in WAL mode with
 synchronous=NORMAL like memoryd's database, one executemany and one transaction a
@@ -109,10 +109,10 @@ def memoryd_subprocess(root: Path, work: Path) -> Result:
 
 
 def _ingest_in_process(root: Path, work: Path) -> tuple[float, Path]:
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.ingest.once import ingest_once
-    from daemon.logging import configure_logging
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.ingest.once import ingest_once
+    from memoryd.logging import configure_logging
 
     isolate_this_process(work / "xdg")
     settings = load_settings(None, state_dir=work / "state",
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"page cache: warmed by reading all {total_bytes / MB:.1f} MB once "
           f"({warm_seconds:.2f} s) before timing")
     mode = "in-process service.ingest_once" if args.inprocess else (
-        "subprocess `python -m daemon ingest --once`")
+        "subprocess `python -m memoryd ingest --once`")
     # Removed at the end (the corpus stays, for the next run to reuse).
     scratch = tempfile.TemporaryDirectory(prefix="memoryd-bench-")
     try:

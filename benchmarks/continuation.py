@@ -17,7 +17,7 @@ benchmarks/README.md), as memoryd is installed by default:
    timestamps shifted so that the target starts now; `memoryd ingest --once`, then
    `memoryd sync`, then `memoryd run`.
 3. `memoryd hooks install --agent claude` writes the hooks; the SessionStart hook is
-   run as written (its executable swapped for this tree's `python -m daemon`), with
+   run as written (its executable swapped for this tree's `python -m memoryd`), with
    the payload Claude Code sends, twice; the block is what it prints.
 
 Reported, for this tree and for `--baseline` (today's block, default: the commit
@@ -58,8 +58,8 @@ import yaml
 from benchmarks._common import REPO, SHARED, machine, median, percentile
 from benchmarks.transcript_corpus import Session, load_corpus, place, transcript_path
 from benchmarks.transcript_corpus import projects as corpus_projects
-from daemon.hooks.install import settings_path
-from daemon.names import Agent
+from memoryd.hooks.install import settings_path
+from memoryd.names import Agent
 
 FIXTURES = SHARED / "fixtures" / "transcripts"
 #: Public real sessions that the fixtures lack: projects whose sessions leave todos open.
@@ -187,7 +187,7 @@ def _env(home: Path, tree: Path) -> dict[str, str]:
 
 def _memoryd(tree: Path, env: dict[str, str], *args: str, **kwargs: Any
              ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon", *args], env=env, cwd=tree,
+    return subprocess.run([sys.executable, "-m", "memoryd", *args], env=env, cwd=tree,
                           capture_output=True, text=True, timeout=600, **kwargs)
 
 
@@ -201,7 +201,7 @@ def _session_start_command(home: Path, agent: str) -> list[str]:
             words = shlex.split(hook["command"])
             for at in range(len(words) - 1):
                 if words[at:at + 2] == ["hook", "--agent"]:
-                    return [sys.executable, "-m", "daemon", *words[at:]]
+                    return [sys.executable, "-m", "memoryd", *words[at:]]
     raise RuntimeError(f"memoryd hooks install wrote no SessionStart hook for {agent}")
 
 
@@ -229,7 +229,7 @@ def measure_target(tree: Path, work: Path, earlier: list[Session], target: Sessi
     command = _session_start_command(home, agent)
     state = home / ".local" / "share" / "memoryd"
     with (work / "daemon.log").open("w") as log:
-        daemon = subprocess.Popen([sys.executable, "-m", "daemon", "run"], env=env, cwd=tree,
+        daemon = subprocess.Popen([sys.executable, "-m", "memoryd", "run"], env=env, cwd=tree,
                                   stdout=subprocess.DEVNULL, stderr=log)
     try:
         _wait(state / "memoryd.sock")

@@ -135,12 +135,12 @@ def _lay_out(root: Path) -> int:
 
 async def _capture(work: Path, llm: dict[str, Any]) -> tuple[Any, float]:
     """Ingest and save every fixture into a fresh state; (settings, recovery seconds)."""
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.ingest.ingester import Ingester
-    from daemon.lifecycle.recovery import Recovery, recovery_policy
-    from daemon.memory import SQLiteMemoryBackend
-    from daemon.store.opening import open_store
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.ingest.ingester import Ingester
+    from memoryd.lifecycle.recovery import Recovery, recovery_policy
+    from memoryd.memory import SQLiteMemoryBackend
+    from memoryd.store.opening import open_store
 
     root = work / "claude"
     _lay_out(root)
@@ -163,11 +163,11 @@ async def _capture(work: Path, llm: dict[str, Any]) -> tuple[Any, float]:
 
 
 async def _send(settings: Any) -> dict[str, Any]:
-    from daemon.clock import SystemClock
-    from daemon.distill.providers import make_provider
-    from daemon.distill.worker import Distiller
-    from daemon.memory import SQLiteMemoryBackend
-    from daemon.store.opening import open_store
+    from memoryd.clock import SystemClock
+    from memoryd.distill.providers import make_provider
+    from memoryd.distill.worker import Distiller
+    from memoryd.memory import SQLiteMemoryBackend
+    from memoryd.store.opening import open_store
 
     clock = SystemClock()
     async with open_store(settings) as conn:
@@ -192,9 +192,9 @@ async def _send(settings: Any) -> dict[str, Any]:
 
 async def _requeue(settings: Any) -> int:
     """The sessions' segments queued again as `memoryd distill --since` cuts them."""
-    from daemon.distill.backlog import plan_backlog
-    from daemon.store.distill_queue import enqueue_backlog
-    from daemon.store.opening import open_store
+    from memoryd.distill.backlog import plan_backlog
+    from memoryd.store.distill_queue import enqueue_backlog
+    from memoryd.store.opening import open_store
 
     async with open_store(settings) as conn:
         backlog = await plan_backlog(conn, settings, datetime(1970, 1, 1, tzinfo=UTC))

@@ -65,7 +65,7 @@ RUN = f"{os.getpid()}-{int(time.time())}"
 
 
 def _hook_command() -> list[str]:
-    return [sys.executable, "-m", "daemon", "hook", "--agent", "claude"]
+    return [sys.executable, "-m", "memoryd", "hook", "--agent", "claude"]
 
 
 def time_hooks(env: dict[str, str], socket: Path | None, prompts: int, seed: int,
@@ -107,16 +107,16 @@ def time_api_recall(socket: Path, queries: int, seed: int) -> list[float]:
 
 async def fill(state: Path, total: int) -> int:
     from benchmarks.locomo import add_synthetic
-    from daemon.config import load_settings
-    from daemon.memory.embeddings import EmbeddingError, make_embedder
+    from memoryd.config import load_settings
+    from memoryd.memory.embeddings import EmbeddingError, make_embedder
 
     settings = load_settings(state.parent / "config.yaml")
     try:
         embedder = make_embedder(settings.memory.embeddings, settings.models_path)
     except EmbeddingError:
         embedder = None
-    from daemon.clock import SystemClock
-    from daemon.memory.opening import open_memory_backend
+    from memoryd.clock import SystemClock
+    from memoryd.memory.opening import open_memory_backend
 
     await (await open_memory_backend(settings, SystemClock())).close()  # creates the schema
     projects = [f"/synthetic/p{i}" for i in range(10)]
@@ -137,7 +137,7 @@ def run(work: Path, memories: int, prompts: int, earlier: int = 0,
     lines = [f"machine: {machine()}", f"store: {count} memories"
              f" (filled in {time.perf_counter() - began:.0f} s)"]
     log = (work / "daemon.log").open("ab")
-    daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--config", str(config), "run"],
+    daemon = subprocess.Popen([sys.executable, "-m", "memoryd", "--config", str(config), "run"],
                               env=env, stdout=subprocess.DEVNULL, stderr=log)
     socket = work / "state" / "memoryd.sock"
     try:

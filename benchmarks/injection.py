@@ -44,9 +44,9 @@ import structlog
 
 from benchmarks import locomo, longmemeval
 from benchmarks._common import REPO, isolated_env, machine
-from daemon.memory.models import MemoryType, Provenance, RecallResult
-from daemon.memory.recall.context import build_context
-from daemon.memory.recall.spoken_time import passes_gate, spoken_time
+from memoryd.memory.models import MemoryType, Provenance, RecallResult
+from memoryd.memory.recall.context import build_context
+from memoryd.memory.recall.spoken_time import passes_gate, spoken_time
 
 RUN = f"{os.getpid()}-{int(time.time())}"
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.67, 0.75, 0.8, 0.9, 1.0)
@@ -135,7 +135,7 @@ def measure(config: Path, questions: list[Question], default: float,
     state = config.parent / "state"
     socket = state / "memoryd.sock"
     log = (config.parent / "daemon.log").open("ab")
-    daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--config", str(config), "run"],
+    daemon = subprocess.Popen([sys.executable, "-m", "memoryd", "--config", str(config), "run"],
                               env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     curve, real, again = Tally(), Tally(), Tally()
     try:
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
                              " plumbing's server on 127.0.0.1): the figures with its items;"
                              " without it, the figures without")
     args = parser.parse_args(argv)
-    from daemon.config import AgentSettings
+    from memoryd.config import AgentSettings
 
     default = AgentSettings().prompt_min_relevance
     with tempfile.TemporaryDirectory(prefix="memoryd-inject-") as tmp:

@@ -66,15 +66,15 @@ import numpy as np
 import structlog
 
 from benchmarks._common import REPO, SHARED, isolate_this_process, machine, percentile, write_config
-from daemon.clock import SystemClock
-from daemon.config import load_settings
-from daemon.ingest.once import ingest_once
-from daemon.lifecycle.recovery import sync_now
-from daemon.memory import MemoryType, RecallResult, SQLiteMemoryBackend
-from daemon.memory.embeddings.base import Embedder
-from daemon.memory.embeddings.local import LocalEmbedder
-from daemon.memory.recall.fusion import VECTOR_WEIGHT
-from daemon.memory.records import memory_to_record
+from memoryd.clock import SystemClock
+from memoryd.config import load_settings
+from memoryd.ingest.once import ingest_once
+from memoryd.lifecycle.recovery import sync_now
+from memoryd.memory import MemoryType, RecallResult, SQLiteMemoryBackend
+from memoryd.memory.embeddings.base import Embedder
+from memoryd.memory.embeddings.local import LocalEmbedder
+from memoryd.memory.recall.fusion import VECTOR_WEIGHT
+from memoryd.memory.records import memory_to_record
 
 DATA = SHARED / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -207,7 +207,7 @@ def default_config(work: Path) -> Path:
 async def embed_with_defaults(path: Path, config: Path) -> str:
     """Vectors for every chunk with the embedder the default settings pick, as the daemon's
     background job would have made them by now; the embedder's name ('none' without one)."""
-    from daemon.memory.embeddings import EmbeddingError, make_embedder
+    from memoryd.memory.embeddings import EmbeddingError, make_embedder
 
     try:
         settings = load_settings(config)
@@ -302,7 +302,7 @@ async def evaluate_cli(path: Path, config: Path, data: list[dict[str, Any]],
             began = time.perf_counter()
             done = await asyncio.to_thread(
                 subprocess.run,
-                [sys.executable, "-m", "daemon", "--config", str(config), "recall", "--json",
+                [sys.executable, "-m", "memoryd", "--config", str(config), "recall", "--json",
                  "--stdin", "--project", project, "--limit", "10"],
                 input="".join(" ".join(qa["question"].split()) + "\n" for qa in asked),
                 capture_output=True, text=True, env=env, check=True)
@@ -358,7 +358,7 @@ async def add_synthetic(path: Path, total: int, projects: list[str],
     """
     import aiosqlite
 
-    from daemon.memory import Memory, Provenance, new_memory_id
+    from memoryd.memory import Memory, Provenance, new_memory_id
 
     async with aiosqlite.connect(path) as conn, conn.execute(
             "SELECT COUNT(*) FROM memories") as cur:
@@ -505,7 +505,7 @@ def distill_all(config: Path) -> None:
 
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "daemon", "--config", str(config), "distill", "--since",
+        [sys.executable, "-m", "memoryd", "--config", str(config), "distill", "--since",
          "100 years ago"], env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, check=True)
     print(f"distilled in {time.perf_counter() - began:.1f} s: "

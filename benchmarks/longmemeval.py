@@ -76,10 +76,10 @@ def write_transcripts(data: list[dict[str, Any]], root: Path) -> None:
 
 async def build(data: list[dict[str, Any]], work: Path, keyword_only: bool = False) -> Path:
     """Transcripts stored and saved by the daemon's own entry points; the default config."""
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.ingest.once import ingest_once
-    from daemon.lifecycle.recovery import sync_now
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.ingest.once import ingest_once
+    from memoryd.lifecycle.recovery import sync_now
 
     isolate_this_process(work / "xdg")
     root = work / "claude"
@@ -111,7 +111,7 @@ def recall_cli(config: Path, project: str, queries: list[str], limit: int = 10,
     began = time.perf_counter()
     asked = ["--as-of", as_of.isoformat()] if as_of is not None else []
     done = subprocess.run(
-        [sys.executable, "-m", "daemon", "--config", str(config), "recall", "--json", "--stdin",
+        [sys.executable, "-m", "memoryd", "--config", str(config), "recall", "--json", "--stdin",
          "--project", project, "--limit", str(limit), *asked],
         input="".join(" ".join(q.split()) + "\n" for q in queries), capture_output=True,
         text=True, env=env, check=True)

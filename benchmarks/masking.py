@@ -55,8 +55,8 @@ from benchmarks._common import (
     memoryd_command,
     write_config,
 )
-from daemon.memory.privacy import redaction
-from daemon.memory.privacy.redaction import mask_extra
+from memoryd.memory.privacy import redaction
+from memoryd.memory.privacy.redaction import mask_extra
 from tests.reference import redaction_re as reference
 
 _WORDS = ("the", "build", "failed", "again", "after", "the", "migration", "so", "I",

@@ -44,7 +44,7 @@ import structlog
 
 from benchmarks._common import REPO, machine
 from benchmarks.locomo import DATA, build, default_config, embed_with_defaults
-from daemon.memory.recall.gate import content_words
+from memoryd.memory.recall.gate import content_words
 
 SETS = ("observation", "no-names", "reworded")
 
@@ -89,7 +89,7 @@ def ask(config: Path, asked: list[tuple[str, str, str, set[str]]],
         hits: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for project, items in by_project.items():
             done = subprocess.run(
-                [sys.executable, "-m", "daemon", "--config", str(config), "recall", "--json",
+                [sys.executable, "-m", "memoryd", "--config", str(config), "recall", "--json",
                  "--stdin", "--project", project, "--limit", "10"],
                 input="".join(" ".join(q.split()) + "\n" for _s, _p, q, _e in items),
                 capture_output=True, text=True, env=env, check=True)

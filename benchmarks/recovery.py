@@ -70,7 +70,7 @@ from benchmarks._common import (
 from benchmarks.gen_corpus import Pools, SessionWriter
 
 _TOOLS = ("Bash", "Read", "Edit", "Write", "Grep", "Glob", "TodoWrite")
-_CLIP = 4000  # daemon.ingest.parsers.base.CONTENT_TOOL_LIMIT
+_CLIP = 4000  # memoryd.ingest.parsers.base.CONTENT_TOOL_LIMIT
 
 
 def _loguniform(rng: random.Random, low: int, high: int) -> int:
@@ -131,7 +131,7 @@ def _iso(moment: datetime) -> str:
 
 
 async def _migrate(settings: Any) -> None:
-    from daemon.store.opening import open_store
+    from memoryd.store.opening import open_store
 
     async with open_store(settings):
         pass
@@ -244,13 +244,13 @@ class Breakdown:
 
 
 async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]:
-    from daemon.clock import SystemClock
-    from daemon.lifecycle import recovery as recovery_module
-    from daemon.lifecycle.recovery import Recovery, recovery_policy
-    from daemon.memory.opening import open_memory_backend
-    from daemon.process import tune_threads
-    from daemon.store import sessions as store
-    from daemon.store.opening import open_store
+    from memoryd.clock import SystemClock
+    from memoryd.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle.recovery import Recovery, recovery_policy
+    from memoryd.memory.opening import open_memory_backend
+    from memoryd.process import tune_threads
+    from memoryd.store import sessions as store
+    from memoryd.store.opening import open_store
 
     tune_threads()  # as `memoryd run` and `memoryd sync` do
     clock = SystemClock()
@@ -293,7 +293,7 @@ def _append(path: Path, line: bytes) -> None:
 async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]) -> bool:
     """`backend.recall(word)` finds it; should recall itself fail, a plain FTS5 match on
     the memory database stands in (and the failure is reported)."""
-    from daemon.errors import BackendError
+    from memoryd.errors import BackendError
 
     try:
         found = await backend.recall(word, limit=1)
@@ -308,8 +308,8 @@ async def _recallable(backend: Any, memory_db: Path, word: str, notes: list[str]
 async def quiet_to_recallable(settings: Any, work: Path, trials: int, sync_delay: float,
                               check_interval: float, seed: int,
                               extra: dict[str, Any]) -> list[tuple[float, float]]:
-    from daemon.clock import SystemClock
-    from daemon.memory import SQLiteMemoryBackend
+    from memoryd.clock import SystemClock
+    from memoryd.memory import SQLiteMemoryBackend
 
     rng = random.Random(seed)
     pools = Pools(rng, text_chars=1 << 20)
@@ -448,7 +448,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     if args.messages < args.sessions:
         parser.error("--messages must be at least --sessions")
 
-    from daemon.config import load_settings
+    from memoryd.config import load_settings
 
     work = Path(tempfile.mkdtemp(prefix="memoryd-bench-recovery-"))
     isolate_this_process(work / "xdg")
@@ -457,7 +457,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser,
     settings = load_settings(None, state_dir=work / "state",
                              sources=[{"kind": "claude", "root": str(root)}],
                              log_format="json", log_level="warning", **extra)
-    from daemon.logging import configure_logging
+    from memoryd.logging import configure_logging
 
     configure_logging(settings.log_level, settings.log_format, stream=sys.stderr)
     print(f"machine: {machine()}")

@@ -5,7 +5,7 @@
     python -m benchmarks.startup --scale             # 1,000,000 messages, 200,000 memories
 
 Each command is started `--runs` times as its own process, the way people and
-scripts run it (the `memoryd` executable beside this Python, else `python -m daemon`),
+scripts run it (the `memoryd` executable beside this Python, else `python -m memoryd`),
 and its wall time from start to exit is taken; p50 and p95 are printed (target:
 p50 under 150 ms on an empty store, under 250 ms with 100,000 memories, with the
 daemon running). The same commands are timed without a daemon too (the full
@@ -38,7 +38,7 @@ COMMANDS: list[tuple[str, list[str]]] = [
 
 def executable() -> list[str]:
     beside = Path(sys.executable).with_name("memoryd")
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "daemon"]
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "memoryd"]
 
 
 def _query() -> str:
@@ -104,7 +104,7 @@ def at_scale(config: Path, env: dict[str, str], socket: Path, runs: int,
              work: Path) -> list[str]:
     from benchmarks.backends import fill
     from benchmarks.recovery import build_state
-    from daemon.config import load_settings
+    from memoryd.config import load_settings
 
     settings = load_settings(config)
     began = time.perf_counter()
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                              " 200,000 memories")
     args = parser.parse_args(argv)
     from benchmarks.backends import fill
-    from daemon.config import load_settings
+    from memoryd.config import load_settings
 
     with workspace("startup", keep=args.keep) as (work, config, env):
         socket = load_settings(config).socket_path

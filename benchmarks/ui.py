@@ -53,10 +53,10 @@ async def fill_memories(config: Path, total: int, seed: int) -> list[str]:
     import sqlite3
 
     from benchmarks.locomo import _synthetic
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
-    from daemon.memory.opening import open_memory_backend
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
+    from memoryd.memory.opening import open_memory_backend
 
     settings = load_settings(config)
     with sqlite3.connect(settings.database_path) as db:
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from benchmarks.recovery import build_state
-    from daemon.config import load_settings
+    from memoryd.config import load_settings
 
     with workspace("ui", keep=args.keep) as (work, config, env):
         proc: subprocess.Popen[bytes] | None = None

@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cli(config, env, "ingest", "--once")
         cli(config, env, "sync")
-        fetch = ("from pathlib import Path; from daemon.config import load_settings;"
-                 " from daemon.memory.embeddings import weights;"
+        fetch = ("from pathlib import Path; from memoryd.config import load_settings;"
+                 " from memoryd.memory.embeddings import weights;"
                  f" weights.fetch(load_settings(Path({str(config)!r})).models_path)")
         subprocess.run([sys.executable, "-c", fetch], env=env, cwd=REPO, check=True,
                        capture_output=True)
@@ -219,7 +219,7 @@ def model_speeds(work: Path, state: Path, backlog: int, start: tuple[float, int]
     alone in this process, and sentence-transformers on the same weights and texts."""
     import numpy as np
 
-    from daemon.memory.embeddings import local
+    from memoryd.memory.embeddings import local
 
     conn = sqlite3.connect(f"file:{state / 'memory.db'}?mode=ro", uri=True)
     try:

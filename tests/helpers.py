@@ -79,7 +79,7 @@ def daemon_env(tmp_path: Path) -> dict[str, str]:
 def memoryd_command(*args: str) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "daemon", *args]
+    return [sys.executable, "-m", "memoryd", *args]
 
 
 def wait_ready(state_dir: Path, pid: int, timeout: float = 30.0) -> None:

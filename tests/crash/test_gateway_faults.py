@@ -82,8 +82,8 @@ def _expected_turns(db: Path) -> Counter[tuple[str, str]]:
 
     import aiosqlite
 
-    from daemon.lifecycle.segments import new_copies, turns_of
-    from daemon.store.sessions import messages_from
+    from memoryd.lifecycle.segments import new_copies, turns_of
+    from memoryd.store.sessions import messages_from
 
     async def read() -> Counter[tuple[str, str]]:
         expected: Counter[tuple[str, str]] = Counter()

@@ -95,8 +95,8 @@ def _conversation_provenance(memory_db: Path) -> list[tuple[int, int, int]]:
     """(session, first index, last index) of every conversation memory, read by the backend."""
     import asyncio
 
-    from daemon.clock import SystemClock
-    from daemon.memory import SQLiteMemoryBackend
+    from memoryd.clock import SystemClock
+    from memoryd.memory import SQLiteMemoryBackend
 
     async def read() -> list[tuple[int, int, int]]:
         backend = await SQLiteMemoryBackend.open(memory_db, clock=SystemClock())

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import daemon_env, lay_out_fixtures, memoryd_command, wait_ready, write_config
 
-from daemon.clock import SystemClock
-from daemon.memory import SQLiteMemoryBackend
-from daemon.store.sessions import messages_from
+from memoryd.clock import SystemClock
+from memoryd.memory import SQLiteMemoryBackend
+from memoryd.store.sessions import messages_from
 
 pytestmark = pytest.mark.slow
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.config import Settings, load_settings
-from daemon.distill.providers import make_provider
-from daemon.distill.worker import BACKOFF_MAX, Distiller, DistillReport
-from daemon.errors import ConfigError
-from daemon.ingest.ingester import Ingester
-from daemon.lifecycle.recovery import Recovery, recovery_policy
-from daemon.memory import MemoryType, SQLiteMemoryBackend
-from daemon.store.opening import open_store
+from memoryd.clock import FakeClock
+from memoryd.config import Settings, load_settings
+from memoryd.distill.providers import make_provider
+from memoryd.distill.worker import BACKOFF_MAX, Distiller, DistillReport
+from memoryd.errors import ConfigError
+from memoryd.ingest.ingester import Ingester
+from memoryd.lifecycle.recovery import Recovery, recovery_policy
+from memoryd.memory import MemoryType, SQLiteMemoryBackend
+from memoryd.store.opening import open_store
 from tests.distill.fake_model import FakeModel, items_text, serve
 
 SECRET = "ghp_" + "Z" * 36
@@ -235,7 +235,7 @@ async def test_a_burst_of_prose_answers_loses_no_segment(
         world: World, backend: SQLiteMemoryBackend) -> None:
     """Every answer prose (status 200) for every round: each segment waits longer each
     round, is skipped only after the last, and `distill --since` queues it again."""
-    from daemon.store.distill_queue import MAX_ATTEMPTS, MAX_ROUNDS, requeue_failed
+    from memoryd.store.distill_queue import MAX_ATTEMPTS, MAX_ROUNDS, requeue_failed
 
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     await save(world, backend)
@@ -519,7 +519,7 @@ async def test_codex_and_gemini_clis_as_the_model(
 async def test_doctor_checks_the_provider_without_spending_a_token(
         tmp_path: Path, model: FakeModel, clean_environment: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from daemon.doctor import check_distill
+    from memoryd.doctor import check_distill
 
     off = await check_distill(load_settings(None))
     assert (off.level, off.detail.startswith("off")) == ("ok", True)
@@ -559,7 +559,7 @@ async def test_the_backlog_leaves_out_messages_a_model_was_sent_already(
         world: World, backend: SQLiteMemoryBackend) -> None:
     """Recovery saves a live tail early, so its segments' cuts differ from a fresh plan
     of the whole session: `distill --since` plans only the messages never queued."""
-    from daemon.distill.backlog import plan_backlog
+    from memoryd.distill.backlog import plan_backlog
 
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."),
                 ("user", "Settlement runs nightly at two."), ("assistant", "Noted."))
@@ -576,7 +576,7 @@ async def test_the_backlog_leaves_out_messages_a_model_was_sent_already(
 
 async def test_forgetting_a_session_drops_its_unfinished_jobs_and_their_answers(
         world: World, backend: SQLiteMemoryBackend) -> None:
-    from daemon.store.forgotten import remember_forgotten
+    from memoryd.store.forgotten import remember_forgotten
 
     world.write(SESSION, ("user", "The ledger owns invoice numbering."), ("assistant", "Ok."))
     await save(world, backend)
@@ -764,7 +764,7 @@ async def test_a_resumed_conversation_written_again_reaches_the_model_once(
     """Claude Code writes a resumed session's conversation into its transcript again (the
     same times and words, new uuids): the model is sent it once, as memory saves it once,
     and the backlog's estimate counts it once."""
-    from daemon.distill.backlog import plan_backlog
+    from memoryd.distill.backlog import plan_backlog
 
     turns = [("user", "The ledger owns invoice numbering."), ("assistant", "Understood.")]
     resumed = "".join(_line(kind, text, n).replace(f"{SESSION}-u{n}", f"{SESSION}-r{n}")

@@ -117,7 +117,7 @@ def _mcp_search(daemon: Daemon, query: str) -> str:
     import anyio
 
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "daemon", "--config", str(daemon.config), "mcp"],
+        command=sys.executable, args=["-m", "memoryd", "--config", str(daemon.config), "mcp"],
         env={**daemon.env, "PYTHONPATH": os.pathsep.join(sys.path)}, cwd=str(daemon.tmp))
 
     async def ask() -> str:

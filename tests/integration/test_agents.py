@@ -512,10 +512,10 @@ def test_gemini_precompress_at_every_turn_saves_later_and_compress_saves_now(
 
 def test_hook_entry_point_imports_little() -> None:
     """`memoryd hook` loads neither the CLI, the stores nor their libraries."""
-    code = ("import sys\nfrom daemon.hooks import fast\n"
+    code = ("import sys\nfrom memoryd.hooks import fast\n"
             "fast.run(['--socket', '/nonexistent/s', 'Nope'])\n"
             "heavy = [m for m in ('click', 'aiosqlite', 'httpx', 'pydantic', 'structlog',"
-            " 'numpy', 'daemon.cli', 'daemon.service') if m in sys.modules]\n"
+            " 'numpy', 'memoryd.cli', 'memoryd.service') if m in sys.modules]\n"
             "print(','.join(heavy))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "MEMORYD_CONFIG": ""}, timeout=60)
@@ -525,12 +525,12 @@ def test_hook_entry_point_imports_little() -> None:
 def test_hook_without_a_daemon_loads_neither_ingester_nor_scheduler(tmp_path: Path) -> None:
     """A start or prompt event with no daemon opens the stores itself, and only them: the
     ingester, the scheduler and the service object stay unloaded."""
-    code = ("import sys\nfrom daemon.hooks.fallback import handle_directly\n"
+    code = ("import sys\nfrom memoryd.hooks.fallback import handle_directly\n"
             "for event in ('start', 'prompt'):\n"
             "    handle_directly({'agent': 'claude', 'event': event, 'session_id': 's',"
             " 'cwd': '/p', 'prompt': 'what port?', 'interface': 'hook'}, None, OSError('x'))\n"
-            "heavy = [m for m in ('daemon.ingest.ingester', 'daemon.ingest.tailer',"
-            " 'apscheduler', 'daemon.lifecycle.scheduling', 'daemon.service')"
+            "heavy = [m for m in ('memoryd.ingest.ingester', 'memoryd.ingest.tailer',"
+            " 'apscheduler', 'memoryd.lifecycle.scheduling', 'memoryd.service')"
             " if m in sys.modules]\n"
             "print(','.join(heavy))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

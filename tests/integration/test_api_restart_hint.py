@@ -1,6 +1,6 @@
 """A request that fails inside the daemon names where its log is; one that fails because
 the package changed under the running daemon says to restart it (issue 36.1: `memoryd ui`
-said only "see its log" while the log held `ModuleNotFoundError: daemon.ui`)."""
+said only "see its log" while the log held `ModuleNotFoundError: memoryd.ui`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.api.server import ApiServer, make_app
-from daemon.units import log_location
+from memoryd.api.server import ApiServer, make_app
+from memoryd.units import log_location
 
 
 class _Replaced:
@@ -50,7 +50,7 @@ async def _ask(tmp_path: Path, error: Exception, where: str) -> dict[str, Any]:
 
 async def test_a_package_changed_under_the_daemon_says_restart(tmp_path: Path) -> None:
     where = log_location({"JOURNAL_STREAM": "8:123"}, tmp_path, 42)
-    body = await _ask(tmp_path, ModuleNotFoundError("No module named 'daemon.ui'"), where)
+    body = await _ask(tmp_path, ModuleNotFoundError("No module named 'memoryd.ui'"), where)
     assert "changed under the running daemon" in body["error"]
     assert "restart" in body["error"] and "journalctl --user -u memoryd.service" in body["error"]
 
@@ -75,10 +75,10 @@ async def test_damage_a_request_finds_stops_the_daemon_and_exits_74(tmp_path: Pa
     asked exits 74, through the quick path and the full one (issue 61.14)."""
     import asyncio
 
-    from daemon.cli import quick
-    from daemon.client import DaemonClient
-    from daemon.config import load_settings
-    from daemon.errors import MemorydError, StoreDamaged
+    from memoryd.cli import quick
+    from memoryd.client import DaemonClient
+    from memoryd.config import load_settings
+    from memoryd.errors import MemorydError, StoreDamaged
 
     told: list[MemorydError] = []
     ops = _Replaced(StoreDamaged("database disk image is malformed"))

@@ -93,9 +93,9 @@ def test_every_interface_is_recorded_and_no_content_is(daemon: Daemon) -> None:
 
 
 def test_old_events_expire_and_since_filters(daemon: Daemon) -> None:
-    from daemon.config import load_settings
-    from daemon.store import audit
-    from daemon.store.opening import open_store
+    from memoryd.config import load_settings
+    from memoryd.store import audit
+    from memoryd.store.opening import open_store
 
     d = daemon
     settings = load_settings(d.config)
@@ -163,10 +163,10 @@ def test_a_batch_of_events_keeps_each_ones_memory_ids(tmp_path: Path) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from daemon.config import load_settings
-    from daemon.store import audit
-    from daemon.store.connection import run_on_connection, transaction
-    from daemon.store.opening import open_store
+    from memoryd.config import load_settings
+    from memoryd.store import audit
+    from memoryd.store.connection import run_on_connection, transaction
+    from memoryd.store.opening import open_store
 
     state = load_settings(None, state_dir=str(tmp_path / "state"))
     ids = st.lists(st.sampled_from(["a", "b", "c", "ünï", '"q"', "x" * 40]), max_size=4)

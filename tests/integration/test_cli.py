@@ -321,9 +321,9 @@ def test_ingest_loads_only_what_ingestion_needs(tmp_path: Path) -> None:
     embedders, HTTP or the scheduler: their import time is most of a small backfill's."""
     roots = lay_out_fixtures(tmp_path / "roots")
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", roots)
-    heavy = ("numpy", "httpx", "apscheduler", "daemon.service", "daemon.memory.opening",
-             "daemon.memory.backends.sqlite", "daemon.memory.embeddings")
-    probe = ("import sys\nfrom daemon.entry import main\n"
+    heavy = ("numpy", "httpx", "apscheduler", "memoryd.service", "memoryd.memory.opening",
+             "memoryd.memory.backends.sqlite", "memoryd.memory.embeddings")
+    probe = ("import sys\nfrom memoryd.entry import main\n"
              f"sys.argv = ['memoryd', '--config', {str(config)!r}, 'ingest', '--once']\n"
              "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
              f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n")

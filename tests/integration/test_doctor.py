@@ -66,7 +66,7 @@ def test_stale_unit_is_a_failure(tmp_path: Path) -> None:
 @pytest.mark.parametrize("runtime", ["numpy", "onnx"])
 def test_embeddings_check_names_the_local_runtime(tmp_path: Path, runtime: str) -> None:
     """With `local` configured, doctor says which runtime runs the model, or why none can."""
-    from daemon.memory.embeddings import bert_onnx, local
+    from memoryd.memory.embeddings import bert_onnx, local
 
     config = write_config(tmp_path / "c.yaml", tmp_path / "state", {"claude": tmp_path},
                           memory={"embeddings": {"provider": "local", "local_runtime": runtime}})

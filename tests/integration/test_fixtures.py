@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from helpers import lay_out_fixtures, sources_for
 
-from daemon.clock import FakeClock
-from daemon.config import load_settings
-from daemon.ingest.ingester import Ingester, PassStats
-from daemon.store import connect, migrate
+from memoryd.clock import FakeClock
+from memoryd.config import load_settings
+from memoryd.ingest.ingester import Ingester, PassStats
+from memoryd.store import connect, migrate
 
 #: Section 4: injected context that is not a user message in a Codex rollout.
 CODEX_BOILERPLATE = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")

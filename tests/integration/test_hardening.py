@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helpers import daemon_env, memoryd_command, wait_for, wait_ready, write_config
 
-#: Every status a command may exit with (daemon/cli/common.py documents each).
+#: Every status a command may exit with (memoryd/cli/common.py documents each).
 DOCUMENTED = {0, 1, 2, 65, 66, 69, 70, 73, 74, 75, 78}
 
 
@@ -412,7 +412,7 @@ def test_log_lines_mask_secrets() -> None:
 
     import structlog
 
-    from daemon.logging import configure_logging
+    from memoryd.logging import configure_logging
 
     out = io.StringIO()
     configure_logging("info", "json", stream=out)
@@ -433,7 +433,7 @@ def test_library_log_records_come_out_like_ours_and_masked() -> None:
     import json
     import logging
 
-    from daemon.logging import configure_logging
+    from memoryd.logging import configure_logging
 
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level

@@ -1,4 +1,4 @@
-"""The shell hook client (`daemon/hooks/memoryd-hook.sh`), run as `hooks install` wrote it.
+"""The shell hook client (`memoryd/hooks/memoryd-hook.sh`), run as `hooks install` wrote it.
 
 Each test takes the command from the settings file the installer wrote and runs it
 with `sh -c`, as the agents do, against a real `memoryd run` on its socket. The
@@ -30,9 +30,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
 
-from daemon.hooks.client import PACKAGED_CLIENT
-from daemon.hooks.install import Installer, settings_path
-from daemon.names import AGENT_EVENTS, AGENT_HOME_ENV
+from memoryd.hooks.client import PACKAGED_CLIENT
+from memoryd.hooks.install import Installer, settings_path
+from memoryd.names import AGENT_EVENTS, AGENT_HOME_ENV
 
 if shutil.which("curl") is None and os.environ.get("HOOK_CLIENT_TESTS_REQUIRE_CURL") != "1":
     pytest.skip("SKIPPED: no curl here, so the shell hook client always hands its payload"
@@ -49,7 +49,7 @@ class Client:
         wrapper = daemon.tmp / "bin" / "memoryd"
         wrapper.parent.mkdir(exist_ok=True)
         wrapper.write_text(f'#!/bin/sh\necho "$*" >> {self.calls}\n'
-                           f'exec {sys.executable} -m daemon "$@"\n')
+                           f'exec {sys.executable} -m memoryd "$@"\n')
         wrapper.chmod(0o755)
         home = daemon.tmp / "agent-home"
         self.installer = Installer(memoryd=str(wrapper), socket=socket or daemon.socket,

@@ -15,7 +15,7 @@ import pytest
 from helpers import daemon_env, memoryd_command, wait_ready, write_config
 from structlog.testing import capture_logs
 
-from daemon.hooks.client import PACKAGED_CLIENT, parse_command, stable_client
+from memoryd.hooks.client import PACKAGED_CLIENT, parse_command, stable_client
 
 
 def _memoryd(env: dict[str, str], config: Path, *args: str
@@ -102,7 +102,7 @@ def test_status_and_doctor_say_when_a_hook_runs_what_is_gone(
     assert status.returncode == 0 and "broken" not in status.stdout, status.stdout
     settings = home / ".claude" / "settings.json"
     document = json.loads(settings.read_text())
-    gone = "/opt/old-venv/lib/python3.11/site-packages/daemon/hooks/memoryd-hook.sh"
+    gone = "/opt/old-venv/lib/python3.11/site-packages/memoryd/hooks/memoryd-hook.sh"
     command = document["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"]
     run = parse_command(command)
     assert run is not None
@@ -154,8 +154,8 @@ def test_a_viewer_whose_files_were_replaced_says_restart_once(
     the restart hint (no traceback), logged once."""
     from starlette.testclient import TestClient
 
-    from daemon.errors import FILES_REPLACED
-    from daemon.ui import app as viewer
+    from memoryd.errors import FILES_REPLACED
+    from memoryd.ui import app as viewer
 
     monkeypatch.setattr(viewer, "HERE", tmp_path / "replaced")
     app = viewer.make_app(object(), "s3cret")  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ from helpers import in_memory, memoryd_command, wait_for, write_config
 from mcp import Client
 from test_agents import Daemon, claude_line, context_of, quick_daemon
 
-from daemon.config import load_settings
-from daemon.mcp_server import build_server
+from memoryd.config import load_settings
+from memoryd.mcp_server import build_server
 
 PROJECT = "/home/user/payments-api"  # the project `claude_line` writes
 CLAUDE_SECRET_FACT = "the staging vault unseals with the quorum of three operators"
@@ -104,9 +104,9 @@ def test_the_jsonl_layer_refuses_another_user_too(tmp_path: Path) -> None:
     """A JSONL directory claimed by alice does not open for bob."""
     import asyncio
 
-    from daemon.clock import SystemClock
-    from daemon.errors import StoreOwnedElsewhere
-    from daemon.memory.backends.jsonl import JsonlMemoryBackend
+    from memoryd.clock import SystemClock
+    from memoryd.errors import StoreOwnedElsewhere
+    from memoryd.memory.backends.jsonl import JsonlMemoryBackend
 
     async def go() -> None:
         mine = await JsonlMemoryBackend.open(tmp_path / "j", clock=SystemClock(), owner="alice")

@@ -11,8 +11,8 @@ import pytest
 from helpers import in_memory
 from mcp import Client, StdioServerParameters
 
-from daemon.config import load_settings
-from daemon.mcp_server import MAX_ANSWER_CHARS, build_server
+from memoryd.config import load_settings
+from memoryd.mcp_server import MAX_ANSWER_CHARS, build_server
 
 PROJECT = "/home/user/shop"
 TOOLS = {"remember", "recall", "recall_temporal", "correct_memory", "forget_memory",
@@ -92,7 +92,7 @@ async def test_answers_are_bounded(settings: object) -> None:
 async def test_search_sessions_finds_stored_conversation(settings: object, tmp_path: Path
                                                          ) -> None:
     """search_sessions reads the stored messages themselves, newest first."""
-    from daemon.store.opening import open_store
+    from memoryd.store.opening import open_store
 
     async with open_store(settings) as conn:  # type: ignore[arg-type]
         await conn.execute(
@@ -121,7 +121,7 @@ async def test_stdio_server_as_a_real_process(settings: object, tmp_path: Path) 
     """`memoryd mcp` over stdio, started as an agent would, answers the SDK's client."""
     config = tmp_path / "config.yaml"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "daemon", "--config", str(config), "mcp"],
+        command=sys.executable, args=["-m", "memoryd", "--config", str(config), "mcp"],
         env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "PYTHONPATH": os.pathsep.join(sys.path)},
         cwd=str(tmp_path))
     async with Client(params) as client:
@@ -185,7 +185,7 @@ def test_stdio_server_without_a_daemon_ends_quietly_when_the_client_goes(
            "PYTHONPATH": os.pathsep.join(sys.path)}
     env = {k: v for k, v in env.items() if not k.startswith("MEMORYD_")}
     done = subprocess.run(
-        [sys.executable, "-m", "daemon", "--config", str(config), "mcp", "--agent", "codex"],
+        [sys.executable, "-m", "memoryd", "--config", str(config), "mcp", "--agent", "codex"],
         input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True,
         text=True, timeout=60, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
@@ -211,7 +211,7 @@ def test_a_line_nested_beyond_reason_is_a_parse_error_not_a_crash(tmp_path: Path
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}}
     done = subprocess.run(
-        [sys.executable, "-m", "daemon", "--config", str(config), "mcp"],
+        [sys.executable, "-m", "memoryd", "--config", str(config), "mcp"],
         input="[" * 200_000 + "\n" + json.dumps(hello) + "\n", capture_output=True,
         text=True, timeout=60, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -236,7 +236,7 @@ def test_the_handshake_loads_neither_the_sdk_nor_the_settings(tmp_path: Path) ->
     # A full command checks the file; the quick path trusts only a file checked where its
     # state directory already was (the first command here creates it, the second notes).
     for command in (["ingest", "--once"], ["status"]):
-        subprocess.run([sys.executable, "-m", "daemon", "--config", str(config), *command],
+        subprocess.run([sys.executable, "-m", "memoryd", "--config", str(config), *command],
                        env=env, check=True, capture_output=True, timeout=60)
     lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -244,7 +244,7 @@ def test_the_handshake_loads_neither_the_sdk_nor_the_settings(tmp_path: Path) ->
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "daemon", "--config", str(config), "mcp",
+        [sys.executable, "-X", "importtime", "-m", "memoryd", "--config", str(config), "mcp",
          "--agent", "claude"], input="".join(json.dumps(line) + "\n" for line in lines),
         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -253,7 +253,7 @@ def test_the_handshake_loads_neither_the_sdk_nor_the_settings(tmp_path: Path) ->
     assert len(answers[2]["result"]["tools"]) == 8
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "daemon.mcp_protocol" in imported
-    heavy = {"mcp", "daemon.config", "daemon.cli.common", "pydantic_settings",
-             "daemon.client", "aiosqlite"} & imported
+    assert "memoryd.mcp_protocol" in imported
+    heavy = {"mcp", "memoryd.config", "memoryd.cli.common", "pydantic_settings",
+             "memoryd.client", "aiosqlite"} & imported
     assert heavy == set()

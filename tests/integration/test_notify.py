@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import daemon_env, memoryd_command, write_config
 
-from daemon.notify import Notifier
+from memoryd.notify import Notifier
 
 
 def _receive_until(sock: socket.socket, wanted: str, timeout: float) -> list[str]:

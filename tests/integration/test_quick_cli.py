@@ -1,4 +1,4 @@
-"""The quick path of status, sessions, recall, context and remember (`daemon.cli.quick`).
+"""The quick path of status, sessions, recall, context and remember (`memoryd.cli.quick`).
 
 With a daemon running, these commands ask it without loading the full command line;
 they must print exactly what the full command line prints, and hand over to it for
@@ -19,7 +19,7 @@ from helpers import daemon_env, memoryd_command, wait_for, write_config
 from test_agents import PROJECT, Daemon, claude_line, quick_daemon
 
 FULL = ("import sys; sys.argv = ['memoryd'] + sys.argv[1:];"
-        " from daemon.cli import main; main()")
+        " from memoryd.cli import main; main()")
 
 
 @pytest.fixture
@@ -96,8 +96,8 @@ def test_what_the_quick_path_does_not_handle_goes_to_the_full_command_line(
                        (["remember", "x", "--private"], 2)):
         quick, full = _both(running, *args)
         assert quick.returncode == full.returncode == code, (args, quick.stderr)
-        # (click names the program as it was started: `python -m daemon` here.)
-        assert quick.stderr.replace("python -m daemon", "memoryd") == full.stderr, args
+        # (click names the program as it was started: `python -m memoryd` here.)
+        assert quick.stderr.replace("python -m memoryd", "memoryd") == full.stderr, args
     helped = running.cli("recall", "--help")
     assert helped.returncode == 0 and "--all-projects" in helped.stdout
     dated = running.cli("recall", "ledger", "--since", "2 days ago", "--json")
@@ -117,14 +117,14 @@ def test_another_users_quick_path_is_refused(running: Daemon, tmp_path: Path) ->
 
 
 def test_the_quick_path_imports_neither_click_nor_pydantic(tmp_path: Path) -> None:
-    probe = ("import sys, daemon.entry, daemon.cli.quick;"
+    probe = ("import sys, memoryd.entry, memoryd.cli.quick;"
              " print(sorted(m for m in ('click', 'pydantic', 'httpx', 'aiosqlite', 'numpy')"
              " if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, env=daemon_env(tmp_path))
     assert done.stdout.strip() == "[]", done.stderr
-    from daemon.cli.quick import MIN_BUDGET
-    from daemon.memory.recall.context import MIN_BUDGET as CONTEXT_MIN_BUDGET
+    from memoryd.cli.quick import MIN_BUDGET
+    from memoryd.memory.recall.context import MIN_BUDGET as CONTEXT_MIN_BUDGET
 
     assert MIN_BUDGET == CONTEXT_MIN_BUDGET
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from helpers import TRANSCRIPTS, lay_out_fixtures, local_time_zone, sources_for
 
-from daemon.clock import FakeClock
-from daemon.config import Settings, load_settings
-from daemon.errors import BackendError, BackendUnavailable
-from daemon.ingest.ingester import Ingester
-from daemon.lifecycle.expiry import expire_stale_sessions, is_stale
-from daemon.lifecycle.recovery import Recovery, RecoveryPolicy
-from daemon.memory import (
+from memoryd.clock import FakeClock
+from memoryd.config import Settings, load_settings
+from memoryd.errors import BackendError, BackendUnavailable
+from memoryd.ingest.ingester import Ingester
+from memoryd.lifecycle.expiry import expire_stale_sessions, is_stale
+from memoryd.lifecycle.recovery import Recovery, RecoveryPolicy
+from memoryd.memory import (
     ConversationSegment,
     MemoryBackend,
     MemoryType,
@@ -28,7 +28,7 @@ from daemon.memory import (
     SaveResult,
     SQLiteMemoryBackend,
 )
-from daemon.store.opening import open_store
+from memoryd.store.opening import open_store
 
 COMPACTED = TRANSCRIPTS / "claude" / (
     "daaain+claude-code-log__test__test_data__dag_compact_after_rewind.jsonl")
@@ -301,7 +301,7 @@ async def test_a_batch_that_stopped_stops_its_session_there(
     written. When one stops (its save fails, or another sync moved its index) the index
     moves past none after it, at most the one already writing is written, and the next
     pass saves the rest, each segment once."""
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setattr(recovery_module, "BATCH_SEGMENTS", 2)
     (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
@@ -578,7 +578,7 @@ async def test_an_older_digest_saved_late_does_not_replace_the_newer(
         world: World, backend: SQLiteMemoryBackend) -> None:
     """An outbox may replay an older version after a newer one landed: the newer stays
     the live one."""
-    from daemon.memory import DIGEST_KIND, SessionSummary
+    from memoryd.memory import DIGEST_KIND, SessionSummary
 
     def version(last: int, text: str) -> SessionSummary:
         return SessionSummary(source="claude", session_id=7, session_external_id="s7",
@@ -609,9 +609,9 @@ async def test_segments_stored_by_an_older_version_are_rendered_again_once(
     """Issue 31.2's upgrade: a segment stored with tool inputs' JSON and tool output (as
     earlier versions wrote them) reads as memory text is written now, same id and range;
     a second pass changes nothing, and a segment whose messages expired keeps its text."""
-    from daemon.lifecycle.rerender import rerender_step
-    from daemon.lifecycle.segments import render_range
-    from daemon.store import sessions as sessions_store
+    from memoryd.lifecycle.rerender import rerender_step
+    from memoryd.lifecycle.segments import render_range
+    from memoryd.store import sessions as sessions_store
 
     (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
     await ingest(world)
@@ -683,7 +683,7 @@ async def test_projects_stored_by_worktree_path_move_to_their_repository(
     """Issue 31.4's upgrade: sessions and memories an older version labelled with a
     worktree's sub-directory move to the repository's project, once; a path outside any
     repository keeps its name."""
-    from daemon.lifecycle.repositories import relabel_by_repository
+    from memoryd.lifecycle.repositories import relabel_by_repository
 
     repo, tree = git_worktree
     (world.project / "pomodoro.jsonl").write_bytes(POMODORO.read_bytes())
@@ -767,8 +767,8 @@ async def test_digests_built_while_saving_match_those_built_from_the_store(
     all to its end, and that changes none of them."""
     import shutil
 
-    from daemon.lifecycle import recovery as recovery_module
-    from daemon.store import sessions as store
+    from memoryd.lifecycle import recovery as recovery_module
+    from memoryd.store import sessions as store
 
     held: list[int] = []
     listed: list[int] = []
@@ -861,7 +861,7 @@ async def test_the_pages_a_pass_reads_do_not_change_what_it_saves(
     page size saves the same segments, facts and digests as one read of everything."""
     import shutil
 
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     roots = lay_out_fixtures(tmp_path / "agents")
@@ -904,7 +904,7 @@ async def test_a_segment_of_many_pages_is_cut_a_few_times_not_once_a_page(
     """Tool results that worked give memory no line, so a long run of them is one
     segment however many pages it spans: a pass cuts it again only once twice as much is
     in hand (all the cutting together reads each message a few times, not once a page)."""
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     results = 300
     lines = [_parallel_line("u0", "user", "read every file")]
@@ -939,7 +939,7 @@ async def test_a_pass_stopped_midway_leaves_no_read_behind_and_the_next_finishes
     import asyncio
     import shutil
 
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(recovery_module, "PAGE", 5)
@@ -1028,7 +1028,7 @@ async def test_a_resumed_conversation_written_again_reaches_memory_once(
     the digest and no time to its span, whether they are read in the pass that read their
     originals or in a later one (a daemon restarted in between: `later`), in pages of any
     size; what the person said after the resume is saved."""
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setattr(recovery_module, "PAGE", page)
     lines = RESUMED.read_bytes().splitlines(keepends=True)
@@ -1105,7 +1105,7 @@ async def test_a_forked_conversation_reaches_memory_once(
     own uuid and timestamp, under the new session's id. The fork's memory holds what was
     said after the fork, and its digest asks only that; the original keeps its own; read
     in the same pass or after the original was saved, in pages of any size."""
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setattr(recovery_module, "PAGE", page)
     original = POMODORO.read_bytes()
@@ -1148,8 +1148,8 @@ async def test_a_forked_conversation_reaches_memory_once(
         counts = dict(db.execute("SELECT external_id, message_count FROM sessions"))
     assert counts[fork_id] == counts["36d9e1bc-63bf-4e97-8a3e-2b20ba8583f2"] + 1
     # A daemon started again before each page: each finds the session the fork copies.
-    from daemon.lifecycle.segments import new_copies
-    from daemon.store import sessions as store
+    from memoryd.lifecycle.segments import new_copies
+    from memoryd.store import sessions as store
 
     async with open_store(world.settings) as conn:
         async with conn.execute("SELECT id FROM sessions WHERE external_id = ?",
@@ -1177,7 +1177,7 @@ async def test_a_codex_fork_written_with_its_original_reaches_memory_once(
     with too) is kept; read in the same pass as the original or after it, in pages of any
     size, and with the fork's own header and the one it copies in two reads (`chunk`:
     each header is about 21 KB). Every line stays stored."""
-    from daemon.lifecycle import recovery as recovery_module
+    from memoryd.lifecycle import recovery as recovery_module
 
     monkeypatch.setattr(recovery_module, "PAGE", page)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

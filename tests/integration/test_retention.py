@@ -13,7 +13,7 @@ from pathlib import Path
 
 from helpers import daemon_env, memoryd_command, write_config
 
-from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
+from memoryd.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 
 NOW = datetime.now(UTC)
 OLD = NOW - timedelta(days=200)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, daemon_env, memoryd_command
 
-from daemon.config import Settings, load_settings
-from daemon.units import LAUNCHD_LABEL, ServiceManager, render_launchd, render_systemd
+from memoryd.config import Settings, load_settings
+from memoryd.units import LAUNCHD_LABEL, ServiceManager, render_launchd, render_systemd
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def _directives(unit: str) -> dict[str, str]:
 def test_rendered_systemd_unit_has_the_contract(settings: Settings, tmp_path: Path) -> None:
     """Type=notify, a watchdog, no restart on exit 78, stop timeout above memoryd's grace."""
     config = tmp_path / "config.yaml"
-    unit = render_systemd(settings, [sys.executable, "-m", "daemon"], config)
+    unit = render_systemd(settings, [sys.executable, "-m", "memoryd"], config)
     d = _directives(unit)
     assert d["Type"] == "notify" and d["WatchdogSec"] and d["Restart"] == "on-failure"
     assert d["RestartPreventExitStatus"] == "73 74 78"
@@ -49,7 +49,7 @@ def test_rendered_systemd_unit_has_the_contract(settings: Settings, tmp_path: Pa
 def test_systemd_analyze_verifies_the_unit(settings: Settings, tmp_path: Path) -> None:
     """`systemd-analyze verify` accepts the unit as memoryd installs it."""
     unit = tmp_path / "memoryd.service"
-    unit.write_text(render_systemd(settings, [sys.executable, "-m", "daemon"], None))
+    unit.write_text(render_systemd(settings, [sys.executable, "-m", "memoryd"], None))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
                             text=True)
     assert result.returncode == 0, result.stderr
@@ -60,7 +60,7 @@ def test_launchd_plist_parses_and_names_a_real_program(settings: Settings, tmp_p
     """The repo plist parses; the rendered one runs this memoryd and restarts only on crashes."""
     template = plistlib.loads((REPO / "launchd" / f"{LAUNCHD_LABEL}.plist").read_bytes())
     assert template["Label"] == LAUNCHD_LABEL
-    rendered = plistlib.loads(render_launchd(settings, [sys.executable, "-m", "daemon"], None,
+    rendered = plistlib.loads(render_launchd(settings, [sys.executable, "-m", "memoryd"], None,
                                              tmp_path))
     program = Path(rendered["ProgramArguments"][0])
     assert program.exists() and rendered["ProgramArguments"][-1] == "run"

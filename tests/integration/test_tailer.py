@@ -17,11 +17,11 @@ import structlog
 import structlog.testing
 from helpers import local_time_zone
 
-from daemon.clock import FakeClock
-from daemon.config import Settings, load_settings
-from daemon.ingest.ingester import Ingester
-from daemon.store import connect, migrate
-from daemon.store.connection import PAGE_SIZE
+from memoryd.clock import FakeClock
+from memoryd.config import Settings, load_settings
+from memoryd.ingest.ingester import Ingester
+from memoryd.store import connect, migrate
+from memoryd.store.connection import PAGE_SIZE
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -424,8 +424,8 @@ async def test_unreadable_directories_and_files_warn_once(
     """A directory that cannot be listed, and a file that cannot be opened, are said once
     across many passes (as root nothing is unreadable, so the refusals are injected), and
     said again only after they were readable in between."""
-    import daemon.ingest.discovery as discovery
-    import daemon.ingest.tailer as tailer
+    import memoryd.ingest.discovery as discovery
+    import memoryd.ingest.tailer as tailer
 
     locked = harness.root / "-home-user-locked"
     locked.mkdir()
@@ -466,7 +466,7 @@ async def test_a_failed_commit_moves_no_file_on_and_the_next_pass_stores_each_on
     """Files are committed one while the next is parsed: a commit that fails (here the
     write, refused by a trigger) leaves its file where it was, a file committed before it
     stays stored, and the next pass stores everything exactly once."""
-    from daemon.errors import StoreError
+    from memoryd.errors import StoreError
 
     paths = [harness.project / f"s{i}.jsonl" for i in range(4)]
     for i, path in enumerate(paths):

@@ -174,10 +174,10 @@ async def test_the_start_block_is_given_when_saving_before_it_fails(tmp_path: Pa
     gets its block; the failure is one warning (issue 61.14; the fault is injected)."""
     from structlog.testing import capture_logs
 
-    from daemon.client import direct_ops
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.errors import StoreBusy
+    from memoryd.client import direct_ops
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.errors import StoreBusy
 
     root = tmp_path / "claude"
     root.mkdir()

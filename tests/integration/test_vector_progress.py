@@ -19,7 +19,7 @@ import pytest
 from helpers import JsonHandler, wait_for
 from test_agents import Daemon, quick_daemon
 
-from daemon.lifecycle.rate import Throughput, eta_seconds
+from memoryd.lifecycle.rate import Throughput, eta_seconds
 
 ANSWER_SECONDS = 0.25
 
@@ -101,7 +101,7 @@ def test_background_embedding_threads_take_only_idle_cores() -> None:
     core only when nothing else (ingest, recall, the agents) wants it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from daemon.memory.embeddings.local import _lower_this_thread
+    from memoryd.memory.embeddings.local import _lower_this_thread
 
     with ThreadPoolExecutor(1, initializer=_lower_this_thread) as pool:
         policy = pool.submit(os.sched_getscheduler, 0).result()

@@ -297,7 +297,7 @@ def test_memoryd_ui_serves_the_viewer_itself_without_a_daemon(tmp_path: Path) ->
 
 def test_the_viewer_costs_nothing_until_opened_and_stops_when_idle(tmp_path: Path) -> None:
     """The daemon's modules load no web framework; a viewer nobody uses stops by itself."""
-    probe = ("import sys, daemon.service, daemon.api.server, daemon.cli;"
+    probe = ("import sys, memoryd.service, memoryd.api.server, memoryd.cli;"
              " print([m for m in ('starlette', 'jinja2', 'uvicorn') if m in sys.modules])")
     done = subprocess.run([*memoryd_command()[:1], "-c", probe], capture_output=True,
                           text=True, timeout=60, env=daemon_env(tmp_path))
@@ -305,10 +305,10 @@ def test_the_viewer_costs_nothing_until_opened_and_stops_when_idle(tmp_path: Pat
 
     import asyncio
 
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.ui.data import ViewerData
-    from daemon.ui.server import UiServer
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.ui.data import ViewerData
+    from memoryd.ui.server import UiServer
 
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", {})
 
@@ -334,12 +334,12 @@ async def test_the_overview_shows_a_chain_of_layers_and_its_outbox(tmp_path: Pat
                                                                   clean_environment: Path
                                                                   ) -> None:
     """With `backends: [sqlite, jsonl]` the overview lists both layers and the outbox."""
-    from daemon.client import direct_ops
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.status import collect_status
-    from daemon.ui.data import ViewerData
-    from daemon.ui.server import UiServer
+    from memoryd.client import direct_ops
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.status import collect_status
+    from memoryd.ui.data import ViewerData
+    from memoryd.ui.server import UiServer
 
     config = write_config(tmp_path / "config.yaml", tmp_path / "state", {},
                           memory={"backends": ["sqlite", "jsonl"]})
@@ -376,11 +376,11 @@ async def test_the_overview_counts_lag_per_agent_and_names_a_held_back_file(
         tmp_path: Path, clean_environment: Path) -> None:
     """Issue 36.10: the viewer said 0 B of lag for every source; it now agrees with status,
     held-back file included."""
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.status import collect_status
-    from daemon.ui.data import ViewerData
-    from daemon.ui.server import UiServer
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.status import collect_status
+    from memoryd.ui.data import ViewerData
+    from memoryd.ui.server import UiServer
 
     root = tmp_path / "agents" / "claude"
     transcript = root / "-home-user-project" / "held.jsonl"

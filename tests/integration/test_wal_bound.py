@@ -8,12 +8,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from daemon.clock import FakeClock, SystemClock
-from daemon.config import load_settings
-from daemon.ingest.ingester import Ingester
-from daemon.store import connect, migrate, wal
-from daemon.store.connection import disable_autocheckpoint
-from daemon.store.wal import WAL_BOUND_BYTES, Checkpointer, log_size
+from memoryd.clock import FakeClock, SystemClock
+from memoryd.config import load_settings
+from memoryd.ingest.ingester import Ingester
+from memoryd.store import connect, migrate, wal
+from memoryd.store.connection import disable_autocheckpoint
+from memoryd.store.wal import WAL_BOUND_BYTES, Checkpointer, log_size
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 

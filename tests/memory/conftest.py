@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.memory import MemoryBackend, SQLiteMemoryBackend
+from memoryd.clock import FakeClock
+from memoryd.memory import MemoryBackend, SQLiteMemoryBackend
 
 BackendFactory = Callable[[str], Awaitable[MemoryBackend]]
 
@@ -18,7 +18,7 @@ async def _sqlite(path: Path, clock: FakeClock) -> MemoryBackend:
 
 
 async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
-    from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
+    from memoryd.memory.backends.postgres import Owner, PostgresMemoryBackend
     from tests.pg import new_database
 
     return await PostgresMemoryBackend.open(
@@ -26,7 +26,7 @@ async def _postgres(path: Path, clock: FakeClock) -> MemoryBackend:
 
 
 async def _jsonl(path: Path, clock: FakeClock) -> MemoryBackend:
-    from daemon.memory.backends.jsonl import JsonlMemoryBackend
+    from memoryd.memory.backends.jsonl import JsonlMemoryBackend
 
     return await JsonlMemoryBackend.open(path / "memory-jsonl", clock=clock)
 

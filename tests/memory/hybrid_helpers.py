@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from daemon.memory.embeddings.base import Vectors, normalise
+from memoryd.memory.embeddings.base import Vectors, normalise
 
 # Words that mean the same share an axis: the fake "understands" paraphrases.
 CONCEPTS: list[tuple[str, ...]] = [
@@ -40,7 +40,7 @@ class FakeEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         if self.fail:
-            from daemon.memory.embeddings import EmbeddingUnavailable
+            from memoryd.memory.embeddings import EmbeddingUnavailable
 
             raise EmbeddingUnavailable("fake outage", provider="fake")
         self.calls += 1

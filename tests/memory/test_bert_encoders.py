@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import structlog
 
-from daemon.errors import EmbeddingError
-from daemon.memory.embeddings import bert_onnx, local
-from daemon.memory.embeddings.bert import BertConfig, NumpyEncoder, Weights
+from memoryd.errors import EmbeddingError
+from memoryd.memory.embeddings import bert_onnx, local
+from memoryd.memory.embeddings.bert import BertConfig, NumpyEncoder, Weights
 
 pytestmark = pytest.mark.skipif(not bert_onnx.available(),
                                 reason="onnxruntime and onnx are not installed")

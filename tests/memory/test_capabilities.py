@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api.operations import ApiError, MemoryOps
-from daemon.clock import FakeClock
-from daemon.errors import BackendUnsupported
-from daemon.memory import Capability, SQLiteMemoryBackend, require
-from daemon.store import connect, migrate
+from memoryd.api.operations import ApiError, MemoryOps
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendUnsupported
+from memoryd.memory import Capability, SQLiteMemoryBackend, require
+from memoryd.store import connect, migrate
 from tests.helpers import write_config
 from tests.memory.hybrid_helpers import FakeEmbedder
 
@@ -36,7 +36,7 @@ async def test_the_embedded_backend_declares_everything(tmp_path: Path) -> None:
 async def test_an_operation_the_backend_cannot_do_is_refused_not_pretended(
         tmp_path: Path) -> None:
     clock = FakeClock()
-    from daemon.config import load_settings
+    from memoryd.config import load_settings
 
     settings = load_settings(write_config(tmp_path / "c.yaml", tmp_path / "state", {}))
     backend = await ForgetlessBackend.open(tmp_path / "m.db", clock=clock)
@@ -60,8 +60,8 @@ async def test_an_operation_the_backend_cannot_do_is_refused_not_pretended(
 
 def test_a_gateways_declared_capabilities_are_its_own() -> None:
     """`opening.DECLARED` writes the gateway's out so its module loads only when used."""
-    from daemon.memory.backends.gateway import GatewayMemoryBackend
-    from daemon.memory.opening import DECLARED
+    from memoryd.memory.backends.gateway import GatewayMemoryBackend
+    from memoryd.memory.opening import DECLARED
 
     assert DECLARED["gateway"] == GatewayMemoryBackend.capabilities
 
@@ -79,10 +79,10 @@ def test_the_daemon_with_default_settings_loads_no_http_client(tmp_path: Path) -
                           {"claude": tmp_path / "claude"})
     probe = (
         "import asyncio, sys\n"
-        "import daemon.service, daemon.api.server, daemon.ingest.ingester\n"
-        "from daemon.clock import SystemClock\n"
-        "from daemon.config import load_settings\n"
-        "from daemon.memory.opening import open_memory_backend\n"
+        "import memoryd.service, memoryd.api.server, memoryd.ingest.ingester\n"
+        "from memoryd.clock import SystemClock\n"
+        "from memoryd.config import load_settings\n"
+        "from memoryd.memory.opening import open_memory_backend\n"
         f"settings = load_settings({str(config)!r})\n"
         "async def main():\n"
         "    backend = await open_memory_backend(settings, SystemClock())\n"

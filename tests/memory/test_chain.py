@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.errors import BackendUnavailable
-from daemon.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
-from daemon.memory.backends.jsonl import JsonlMemoryBackend
-from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
-from daemon.memory.chain import OPEN_RETRY, ChainBackend, Layer
-from daemon.memory.outbox import MAX_ATTEMPTS, Outbox
-from daemon.memory.protocol import Capability
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendUnavailable
+from memoryd.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
+from memoryd.memory.backends.jsonl import JsonlMemoryBackend
+from memoryd.memory.backends.postgres import Owner, PostgresMemoryBackend
+from memoryd.memory.chain import OPEN_RETRY, ChainBackend, Layer
+from memoryd.memory.outbox import MAX_ATTEMPTS, Outbox
+from memoryd.memory.protocol import Capability
 from tests.pg import database_on, own_server, start, stop
 
 ALL = frozenset(Capability) - {Capability.VECTORS}
@@ -97,7 +97,7 @@ async def test_saves_fall_back_and_reach_the_primary_once_when_it_returns(
 
 
 def _encode(value: ConversationSegment) -> dict[str, Any]:
-    from daemon.memory.outbox import encode
+    from memoryd.memory.outbox import encode
 
     return encode(value)
 
@@ -196,7 +196,7 @@ async def test_extra_patterns_are_masked_before_the_outbox_and_every_layer(
         tmp_path: Path) -> None:
     """With the primary away, a save waits in the outbox: the configured patterns are masked
     in what it keeps, as in what the fallback stores."""
-    from daemon.memory.privacy.redaction import compile_extra
+    from memoryd.memory.privacy.redaction import compile_extra
 
     clock = FakeClock()
 
@@ -248,7 +248,7 @@ async def test_imports_and_corrections_while_the_primary_is_down_are_never_lost(
     """An import lands in the fallback and is queued for the primary; a correction of a
     memory that has not reached the primary yet is refused (corrected in the fallback, it
     would reach the primary uncorrected), and goes through once the outbox has drained."""
-    from daemon.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
+    from memoryd.memory import Memory, MemoryType, Provenance, memory_to_record, new_memory_id
 
     now = chain.clock.now()  # type: ignore[attr-defined]
     record = memory_to_record(Memory(

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.errors import BackendError
-from daemon.memory import (
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendError
+from memoryd.memory import (
     SCHEMA_VERSION,
     ConversationSegment,
     DeletionMode,
@@ -20,7 +20,7 @@ from daemon.memory import (
     Provenance,
     SessionSummary,
 )
-from daemon.memory.protocol import ProjectRelabel
+from memoryd.memory.protocol import ProjectRelabel
 
 BackendFactory = Callable[[str], Awaitable[MemoryBackend]]
 
@@ -259,7 +259,7 @@ async def test_a_sessions_digest_has_one_live_version(
     """Every backend that stores summaries keeps one live digest a session (31.1): a
     newer version supersedes the older (history kept), an older one saved late stays
     superseded, another session's digest is untouched, and `types` finds them."""
-    from daemon.memory import DIGEST_KIND, SessionSummary
+    from memoryd.memory import DIGEST_KIND, SessionSummary
 
     def digest(session: int, last: int, text: str) -> SessionSummary:
         return SessionSummary(source="claude", session_id=session,
@@ -289,7 +289,7 @@ async def test_an_observation_is_stored_once_and_replaces_only_an_observation(
 ) -> None:
     """Distillation's items (issue 33): stored once by id, tagged with their kind, and
     superseding (history kept) the observation they name, never a stated fact."""
-    from daemon.memory import DistilledMemory
+    from memoryd.memory import DistilledMemory
 
     def item(content: str, replaces: str | None = None) -> DistilledMemory:
         return DistilledMemory(source="claude", session_id=1, session_external_id="s1",
@@ -317,8 +317,8 @@ async def test_an_observation_is_stored_once_and_replaces_only_an_observation(
 
 async def test_an_observations_evidence_grows(backend: MemoryBackend) -> None:
     """A duplicate the model read again elsewhere adds to what the memory rests on."""
-    from daemon.memory import DistilledMemory
-    from daemon.memory.protocol import EvidenceGrowth
+    from memoryd.memory import DistilledMemory
+    from memoryd.memory.protocol import EvidenceGrowth
 
     if not isinstance(backend, EvidenceGrowth):
         pytest.skip(f"{backend.name} keeps the evidence it was saved with")
@@ -585,7 +585,7 @@ async def test_ranked_recall_gives_a_session_once(backend: MemoryBackend) -> Non
     """Ranked by words, a session's segments and digest come back as its best one, which
     counts them; other sessions follow in rank order, and facts each stand alone even
     when said in the same session (37.1)."""
-    from daemon.memory import DIGEST_KIND
+    from memoryd.memory import DIGEST_KIND
 
     for first in (0, 4, 8):
         await backend.save_conversation_segment(segment(

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon.config import EmbeddingSettings
-from daemon.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider, weights
+from memoryd.config import EmbeddingSettings
+from memoryd.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider, weights
 
 needs_model = pytest.mark.skipif(
     not local.available(),
@@ -156,8 +156,8 @@ def test_a_query_in_the_daemon_never_waits_for_the_model(tmp_path: Path) -> None
     import threading
     import time
 
-    from daemon.errors import EmbeddingLoading
-    from daemon.memory.embeddings import LazyLocalEmbedder
+    from memoryd.errors import EmbeddingLoading
+    from memoryd.memory.embeddings import LazyLocalEmbedder
 
     tiny_model(tmp_path / "models")
     waiting = LazyLocalEmbedder(models=tmp_path / "models")

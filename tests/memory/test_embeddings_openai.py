@@ -13,8 +13,8 @@ import pytest
 from helpers import JsonHandler
 from structlog.testing import capture_logs
 
-from daemon.memory.embeddings import EmbeddingError, EmbeddingUnavailable
-from daemon.memory.embeddings.openai import OpenAIEmbedder, OpenAIOptions
+from memoryd.memory.embeddings import EmbeddingError, EmbeddingUnavailable
+from memoryd.memory.embeddings.openai import OpenAIEmbedder, OpenAIOptions
 
 KEY = "sk-test-SECRET-never-shown"
 

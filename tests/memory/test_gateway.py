@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.clock import FakeClock
-from daemon.errors import BackendError, BackendOutcomeUnknown, BackendUnavailable
-from daemon.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
-from daemon.memory.backends.gateway import DOWN_FOR, GatewayConfig, GatewayMemoryBackend
-from daemon.memory.chain import ChainBackend, Layer
-from daemon.memory.models import Turn
-from daemon.memory.outbox import Outbox
-from daemon.memory.protocol import Capability
-from daemon.memory.recall.context import build_context
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendError, BackendOutcomeUnknown, BackendUnavailable
+from memoryd.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
+from memoryd.memory.backends.gateway import DOWN_FOR, GatewayConfig, GatewayMemoryBackend
+from memoryd.memory.chain import ChainBackend, Layer
+from memoryd.memory.models import Turn
+from memoryd.memory.outbox import Outbox
+from memoryd.memory.protocol import Capability
+from memoryd.memory.recall.context import build_context
 from tests.memory.fake_gateway import KEY, FakeGateway
 
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -247,7 +247,7 @@ async def test_every_call_is_an_audit_row_shown_by_memoryd_audit_never_the_key(
     import json
     import subprocess
 
-    from daemon.memory.backends.gateway import call_events, expire_calls
+    from memoryd.memory.backends.gateway import call_events, expire_calls
     from tests.helpers import daemon_env, memoryd_command, write_config
 
     state = tmp_path / "state"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.memory import MemoryBackend, SQLiteMemoryBackend
+from memoryd.clock import FakeClock
+from memoryd.memory import MemoryBackend, SQLiteMemoryBackend
 from tests.memory.conftest import BackendFactory
 from tests.memory.hybrid_helpers import FakeEmbedder
 from tests.memory.test_contract import *  # noqa: F403  (the same tests, this module's fixture)

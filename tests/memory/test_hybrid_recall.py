@@ -11,13 +11,18 @@ import aiosqlite
 import numpy as np
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.config import EmbeddingSettings
-from daemon.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
-from daemon.memory.backends.sqlite.vector_index import VectorIndex
-from daemon.memory.models import Provenance
-from daemon.memory.recall.chunks import chunk_memory
-from daemon.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, fuse_one
+from memoryd.clock import FakeClock
+from memoryd.config import EmbeddingSettings
+from memoryd.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
+from memoryd.memory.backends.sqlite.vector_index import VectorIndex
+from memoryd.memory.models import Provenance
+from memoryd.memory.recall.chunks import chunk_memory
+from memoryd.memory.recall.fusion import (
+    PARAPHRASE_VECTOR_WEIGHT,
+    VECTOR_WEIGHT,
+    Candidate,
+    fuse_one,
+)
 from tests.memory.hybrid_helpers import FakeEmbedder
 
 START = datetime(2025, 12, 31, 12, 0, tzinfo=UTC)
@@ -123,7 +128,7 @@ async def test_caught_up_queue_looks_only_past_its_mark(tmp_path: Path,
     """Once every chunk has a vector, the background job looks only at newer chunks (a
     check of every chunk is a scan of the store); a vector missing below the mark is
     found by the full check every FULL_VECTOR_CHECK seconds, and new chunks at once."""
-    from daemon.memory import policy
+    from memoryd.memory import policy
 
     async with await open_hybrid(tmp_path, clock) as backend:
         for i in range(3):
@@ -176,7 +181,7 @@ async def test_recall_never_waits_for_a_large_index_to_load(
     (past INDEX_WAIT it answers by keywords), and uses vectors once they are in memory."""
     import asyncio
 
-    from daemon.memory.backends.sqlite import backend as sqlite_backend
+    from memoryd.memory.backends.sqlite import backend as sqlite_backend
 
     async with await open_hybrid(tmp_path, clock) as backend:
         wanted = await backend.remember("my kitten sleeps all day")
@@ -440,8 +445,8 @@ async def test_keyword_channel_stays_inside_the_project(tmp_path: Path, clock: F
 async def test_version_2_store_gets_scopes(tmp_path: Path, clock: FakeClock) -> None:
     """A store written before scopes existed (v2) is migrated: existing chunks get their
     project's scope and the rebuilt index finds them, and new ones are scoped too."""
-    from daemon.memory.backends.sqlite.schema import MIGRATIONS
-    from daemon.sqlite import statements as _statements
+    from memoryd.memory.backends.sqlite.schema import MIGRATIONS
+    from memoryd.sqlite import statements as _statements
 
     path = tmp_path / "memory.db"
     with sqlite3.connect(path) as raw:

@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.clock import FakeClock
-from daemon.memory import ConversationSegment, DistilledMemory, MemoryType
-from daemon.memory.backends.jsonl import NO_PROJECT, JsonlMemoryBackend
+from memoryd.clock import FakeClock
+from memoryd.memory import ConversationSegment, DistilledMemory, MemoryType
+from memoryd.memory.backends.jsonl import NO_PROJECT, JsonlMemoryBackend
 
 
 def segment(last: int, text: str = "we picked the blue green rollout") -> ConversationSegment:

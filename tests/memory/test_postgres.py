@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.clock import FakeClock
-from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import ConversationSegment, MemoryType
-from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
-from daemon.memory.backends.postgres.schema import describe, sanitize
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendError, BackendUnavailable
+from memoryd.memory import ConversationSegment, MemoryType
+from memoryd.memory.backends.postgres import Owner, PostgresMemoryBackend
+from memoryd.memory.backends.postgres.schema import describe, sanitize
 from tests.memory.hybrid_helpers import FakeEmbedder
 from tests.pg import database_on, new_database, own_server, start, stop
 
@@ -66,7 +66,7 @@ async def test_agents_filter_reads_to_the_named_agents() -> None:
     codex_only = await open_as(dsn, clock, agents=("codex",))
     try:
         await everyone.save_conversation_segment(segment("claude talked about the cache"))
-        from daemon.memory import Provenance
+        from memoryd.memory import Provenance
 
         by_codex = await everyone.remember("codex noted the cache size",
                                            provenance=Provenance(source="codex"))
@@ -145,7 +145,7 @@ async def test_caught_up_embedding_looks_only_past_its_mark() -> None:
     seconds); a vector missing below the mark is found at the full check."""
     import psycopg
 
-    from daemon.memory import policy
+    from memoryd.memory import policy
 
     dsn, clock = new_database(), FakeClock()
     backend = await open_as(dsn, clock, embedder=FakeEmbedder())

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.clock import FakeClock
-from daemon.memory import MemoryBackend
+from memoryd.clock import FakeClock
+from memoryd.memory import MemoryBackend
 from tests.memory.conftest import BackendFactory
 from tests.memory.hybrid_helpers import FakeEmbedder
 from tests.memory.test_contract import *  # noqa: F403  (the same tests, this module's fixture)
@@ -19,7 +19,7 @@ from tests.memory.test_contract import *  # noqa: F403  (the same tests, this mo
 
 @pytest.fixture
 async def make_backend(tmp_path: Path, clock: FakeClock) -> AsyncIterator[BackendFactory]:
-    from daemon.memory.backends.postgres import Owner, PostgresMemoryBackend
+    from memoryd.memory.backends.postgres import Owner, PostgresMemoryBackend
     from tests.pg import new_database
 
     opened: list[PostgresMemoryBackend] = []

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import structlog
 
-from daemon.clock import FakeClock
-from daemon.errors import BackendError, BackendUnavailable
-from daemon.memory import ConversationSegment, SQLiteMemoryBackend
-from daemon.memory.backends.sqlite import backend as sqlite_module
-from daemon.memory.backends.sqlite.schema import LATEST_VERSION, translate
-from daemon.memory.protocol import save_segments
+from memoryd.clock import FakeClock
+from memoryd.errors import BackendError, BackendUnavailable
+from memoryd.memory import ConversationSegment, SQLiteMemoryBackend
+from memoryd.memory.backends.sqlite import backend as sqlite_module
+from memoryd.memory.backends.sqlite.schema import LATEST_VERSION, translate
+from memoryd.memory.protocol import save_segments
 
 
 @pytest.fixture
@@ -253,7 +253,7 @@ async def test_a_batch_prepared_ahead_is_saved_as_made_and_only_by_its_backend(
     another backend (another store, another clock) makes its own."""
     from datetime import UTC, datetime
 
-    from daemon.memory.protocol import prepare_segments
+    from memoryd.memory.protocol import prepare_segments
 
     batch = [ConversationSegment(
         source="claude", session_id=3, session_external_id="s-3", project="/p",
@@ -317,7 +317,7 @@ async def test_keyword_recall_reaches_past_matches_the_filters_refuse(
     """FTS5 ranks a few of its best matches before the filters are applied; when those
     are all refused (another agent's private memories), recall still finds the allowed
     match ranked below them."""
-    from daemon.memory.backends.sqlite import hybrid
+    from memoryd.memory.backends.sqlite import hybrid
 
     # For limit 1: a pool of 10, FTS5's best 10 matches (12 private ones) read first.
     monkeypatch.setattr(hybrid, "CANDIDATES", 1)
@@ -341,7 +341,7 @@ async def test_live_memory_index_covers_the_recall_filter(opened: SQLiteMemoryBa
     read for it (before, private_to was read from each of a project's rows)."""
     from datetime import UTC, datetime
 
-    from daemon.memory.backends.sqlite import hybrid, recall
+    from memoryd.memory.backends.sqlite import hybrid, recall
 
     await opened.remember("anything", project="/work/app")
     conn = sqlite3.connect(tmp_path / "state" / "memory.db")
@@ -424,9 +424,9 @@ async def test_a_backfill_s_page_cache_is_handed_back(
     import ctypes
     import ctypes.util
 
-    from daemon.config import load_settings
-    from daemon.memory.opening import open_layers
-    from daemon.memory.protocol import release_memory
+    from memoryd.config import load_settings
+    from memoryd.memory.opening import open_layers
+    from memoryd.memory.protocol import release_memory
 
     name = ctypes.util.find_library("sqlite3")
     if name is None:
@@ -457,7 +457,7 @@ async def test_a_backfill_s_page_cache_is_handed_back(
 async def test_a_store_opened_for_reading_only_is_still_its_owner_s(tmp_path: Path) -> None:
     """Read-only (a hook on a full disk) writes nothing, still reads, and still refuses a
     user the store does not belong to."""
-    from daemon.errors import StoreOwnedElsewhere
+    from memoryd.errors import StoreOwnedElsewhere
 
     path = tmp_path / "memory.db"
     clock = FakeClock()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from daemon.memory import (
+from memoryd.memory import (
     ConversationSegment,
     Memory,
     MemoryType,
@@ -18,8 +18,8 @@ from daemon.memory import (
     segment_id,
     summary_id,
 )
-from daemon.memory.backends.sqlite import fts
-from daemon.memory.recall import ranking
+from memoryd.memory.backends.sqlite import fts
+from memoryd.memory.recall import ranking
 
 
 def test_segment_id_is_deterministic_and_distinct() -> None:

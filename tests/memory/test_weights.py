@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.errors import EmbeddingError, EmbeddingUnavailable
-from daemon.memory.embeddings import LazyLocalEmbedder, weights
+from memoryd.errors import EmbeddingError, EmbeddingUnavailable
+from memoryd.memory.embeddings import LazyLocalEmbedder, weights
 
 FILES = {"model.safetensors": b"not really weights", "config.json": b"{}",
          "tokenizer.json": b"{}"}
@@ -119,10 +119,10 @@ def test_status_says_when_the_weights_are_not_fetched_yet(tmp_path: Path,
     """`status` tells a user why recall is keyword-only while the model is not here yet."""
     import asyncio
 
-    from daemon.clock import SystemClock
-    from daemon.config import load_settings
-    from daemon.memory.opening import open_memory_backend
-    from daemon.status import collect_status
+    from memoryd.clock import SystemClock
+    from memoryd.config import load_settings
+    from memoryd.memory.opening import open_memory_backend
+    from memoryd.status import collect_status
 
     monkeypatch.setattr(weights, "installed_dir", lambda: None)
     config = tmp_path / "config.yaml"

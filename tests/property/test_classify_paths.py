@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from daemon.config import SourceConfig, SourceKind
-from daemon.ingest.discovery import _CODEX_ID, Candidate, Mode, classify
+from memoryd.config import SourceConfig, SourceKind
+from memoryd.ingest.discovery import _CODEX_ID, Candidate, Mode, classify
 
 
 def _with_pathlib(path: str, source: SourceConfig) -> Candidate | None:

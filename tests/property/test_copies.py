@@ -18,9 +18,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.config import load_settings
-from daemon.store import sessions as store
-from daemon.store.opening import open_store
+from memoryd.config import load_settings
+from memoryd.store import sessions as store
+from memoryd.store.opening import open_store
 
 _WORDS = st.sampled_from(["run the tests", "ok", "", "fix it", "<ide_opened_file>x"
                           "</ide_opened_file>ok"])

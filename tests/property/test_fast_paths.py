@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from daemon.lifecycle import extraction, segments
+from memoryd.lifecycle import extraction, segments
 
 # Letters of the cues in both cases, Unicode letters that fold onto ASCII ones (Kelvin
 # sign, dotted I, long s), base64's alphabet and the whitespace that ends a run.

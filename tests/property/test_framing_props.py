@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.ingest.framing import Line, LineFramer
+from memoryd.ingest.framing import Line, LineFramer
 
 # Bytes biased towards newlines and CRs, so lines are short, empty, or CRLF-terminated.
 _streams = st.lists(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.lifecycle.digest import (
+from memoryd.lifecycle.digest import (
     COMMAND_PART_CHARS,
     CONCLUSION_CHARS,
     DIGEST_CHARS,
@@ -18,10 +18,10 @@ from daemon.lifecycle.digest import (
     DigestMessage,
     build_digest,
 )
-from daemon.lifecycle.segments import MESSAGE_CHARS, TOOL_CALL_CHARS, render_message
-from daemon.lifecycle.tools import COMMAND_CHARS, describe_call, failure_of
-from daemon.memory.privacy import clipping
-from daemon.store.sessions import StoredMessage
+from memoryd.lifecycle.segments import MESSAGE_CHARS, TOOL_CALL_CHARS, render_message
+from memoryd.lifecycle.tools import COMMAND_CHARS, describe_call, failure_of
+from memoryd.memory.privacy import clipping
+from memoryd.store.sessions import StoredMessage
 
 #: Secrets of the kinds an audit found cut in two (and a few more), each as written.
 SECRETS = {

@@ -10,7 +10,7 @@ import re
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from daemon.memory.privacy import redaction as r
+from memoryd.memory.privacy import redaction as r
 
 
 def _scanned(text: str) -> str:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from daemon.memory.privacy import redaction
+from memoryd.memory.privacy import redaction
 from tests.helpers import TRANSCRIPTS
 from tests.reference import redaction_re as reference
 

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.clock import FakeClock
-from daemon.memory import ConversationSegment, SQLiteMemoryBackend
-from daemon.memory.backends.sqlite import backend as sqlite_backend
+from memoryd.clock import FakeClock
+from memoryd.memory import ConversationSegment, SQLiteMemoryBackend
+from memoryd.memory.backends.sqlite import backend as sqlite_backend
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300) | \
     st.sampled_from(['"\\u0000"', "a\x00b", "\\", '{"x": [1, 2.5]}', "\U0001f600 é",

@@ -38,11 +38,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from daemon.clock import FakeClock
-from daemon.config import Settings
-from daemon.ingest.ingester import Ingester
-from daemon.private import mask_private
-from daemon.store import connect, migrate
+from memoryd.clock import FakeClock
+from memoryd.config import Settings
+from memoryd.ingest.ingester import Ingester
+from memoryd.private import mask_private
+from memoryd.store import connect, migrate
 
 DIRECTORIES = ("-home-user-a", "-home-user-b")
 # `<private>` spans are masked in the archive (tested in their own tests): not here.

@@ -1,4 +1,4 @@
-# The masker as it was before the scanner (daemon/memory/privacy/scanner.py): every rule's
+# The masker as it was before the scanner (memoryd/memory/privacy/scanner.py): every rule's
 # pattern over the whole text, gated by its marker words alone. Kept, unchanged, as the
 # reference memoryd's masker must equal byte for byte (tests/property/
 # test_masking_reference.py, benchmarks/masking.py). Not imported by memoryd.
@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from typing import Any
 
-from daemon.private import mask_private
+from memoryd.private import mask_private
 
 MIN_GROUP = 12
 LONGEST_GROUP = -1  # mask the longest group if it has MIN_GROUP characters, else all

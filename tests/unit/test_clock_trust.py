@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from daemon.clock import BootReading
-from daemon.lifecycle.clock_trust import MAX_GAP_ACROSS_BOOTS, Mark, ahead
+from memoryd.clock import BootReading
+from memoryd.lifecycle.clock_trust import MAX_GAP_ACROSS_BOOTS, Mark, ahead
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 MARK = Mark(T0, BootReading("boot-1", 1000.0))

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import (
+from memoryd.config import (
     DEFAULT_ROOTS,
     SourceKind,
     default_state_dir,
     load_settings,
     parse_duration,
 )
-from daemon.errors import ConfigError
+from memoryd.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -182,9 +182,9 @@ def test_the_agent_list_is_one_list() -> None:
     all name the same agents (names.py is the one list)."""
     from typing import get_args
 
-    from daemon import names
-    from daemon.config import DEFAULT_ROOTS, SourceKind
-    from daemon.hooks.install import HOOK_EVENTS
+    from memoryd import names
+    from memoryd.config import DEFAULT_ROOTS, SourceKind
+    from memoryd.hooks.install import HOOK_EVENTS
 
     assert get_args(names.Agent) == names.AGENTS
     assert tuple(names.AGENT_EVENTS) == names.AGENTS == tuple(names.DEFAULT_ROOTS)

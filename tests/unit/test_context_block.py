@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.memory import MemoryType, Provenance, RecallResult
-from daemon.memory.recall.context import PREAMBLE, build_context, estimate_tokens
+from memoryd.memory import MemoryType, Provenance, RecallResult
+from memoryd.memory.recall.context import PREAMBLE, build_context, estimate_tokens
 
 WHEN = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
 
@@ -186,7 +186,7 @@ def test_memoryd_s_own_labels_are_not_what_a_memory_mentions() -> None:
     """A query's "user", "assistant", "session" or a path word is not found in a segment's
     speaker labels or a digest's heading: greetings stay below the relevance floor
     (issue 61.14)."""
-    from daemon.memory.recall.gate import above_floor, coverage
+    from memoryd.memory.recall.gate import above_floor, coverage
 
     segment = "user: the payments API rate limit is 500/min\nassistant: noted"
     digest = ("claude session s1 in /work/greetings, 2026-11-20 10:00 UTC, 1 request\n"

@@ -11,11 +11,11 @@ from typing import Any
 import orjson
 from helpers import fixture_files
 
-from daemon.config import SourceKind
-from daemon.ingest.parsers import parse_document, record_parser_for
-from daemon.lifecycle.digest import DIGEST_CHARS, DigestMessage, build_digest
-from daemon.lifecycle.segments import render_message
-from daemon.store.sessions import parse_utc
+from memoryd.config import SourceKind
+from memoryd.ingest.parsers import parse_document, record_parser_for
+from memoryd.lifecycle.digest import DIGEST_CHARS, DigestMessage, build_digest
+from memoryd.lifecycle.segments import render_message
+from memoryd.store.sessions import parse_utc
 
 T0 = datetime(2026, 11, 20, 14, 0, tzinfo=UTC)
 PROJECT = "/home/ana/shop"
@@ -312,7 +312,7 @@ def test_a_worktree_sessions_paths_read_relative_to_it_and_ide_context_is_not_as
 def test_a_digest_ranks_below_the_segments_it_restates_on_a_near_tie() -> None:
     """A digest repeats its session in fewer words (BM25 favours it); it outranks a segment
     only when it matches decidedly better (LoCoMo recall must not fall, issue 31.5)."""
-    from daemon.memory.recall.ranking import blend
+    from memoryd.memory.recall.ranking import blend
 
     assert blend(0.8, 0.5, "session_digest", 3.0) < blend(0.6, 0.5, "conversation", 3.0)
     assert blend(0.9, 0.5, "session_digest", 3.0) > blend(0.4, 0.5, "conversation", 3.0)
@@ -336,7 +336,7 @@ def test_a_long_digest_keeps_how_the_session_was_left() -> None:
     """A session that asked, changed and ran much: the digest is cut to its size from the
     parts above, and still ends with its open items, its unanswered request and whether
     it ended mid-turn (a real 15-request session lost its open items this way)."""
-    from daemon.lifecycle.digest import Command, Digest
+    from memoryd.lifecycle.digest import Command, Digest
 
     digest = Digest(
         source="claude", session="s-long", project=PROJECT, turns=15,
@@ -365,8 +365,8 @@ def test_a_long_digest_keeps_how_the_session_was_left() -> None:
 def test_open_items_are_counted_as_listed() -> None:
     """An item that holds "; " itself stays one item: the list is split there when a
     later session's block counts an older session's open items."""
-    from daemon.lifecycle.digest import Digest
-    from daemon.memory.recall.context import digest_text
+    from memoryd.lifecycle.digest import Digest
+    from memoryd.memory.recall.context import digest_text
 
     items = ["migrate the schema; then backfill", "tag the release", "write docs"]
     text = Digest(source="claude", session="s", open_items=items).render()
@@ -567,7 +567,7 @@ def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most()
 def test_decisions_are_read_in_their_own_words_wherever_they_are_said() -> None:
     """Issue 62.1: a decision stated mid-session, by the person or the agent, is kept in
     its words; templates, questions, code and an agent narrating its steps are not."""
-    from daemon.lifecycle.digest import decisions_in
+    from memoryd.lifecycle.digest import decisions_in
 
     stated = ("Decision: we deploy staging before prod because of the migration order: "
               "0041_create_accounts must be applied on staging before 0042_add_ledger")

@@ -9,8 +9,8 @@ import yaml
 from click import Group
 from helpers import REPO
 
-from daemon.cli import main
-from daemon.config import Settings, load_settings
+from memoryd.cli import main
+from memoryd.config import Settings, load_settings
 
 
 def test_example_config_names_every_setting_and_loads() -> None:
@@ -36,10 +36,10 @@ def test_every_command_is_found_where_the_group_looks_for_it() -> None:
     each command loads without the others."""
     import importlib
 
-    from daemon.cli.common import COMMAND_MODULES
+    from memoryd.cli.common import COMMAND_MODULES
 
     for module in set(COMMAND_MODULES.values()):
-        importlib.import_module(f"daemon.cli.{module}")
+        importlib.import_module(f"memoryd.cli.{module}")
     defined = {name: command.callback.__module__.rsplit(".", 1)[1]
                for name, command in main.commands.items() if command.callback}
     assert defined == COMMAND_MODULES
@@ -55,7 +55,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_the_recall_floor_default_is_the_gates() -> None:
     """The setting's default is the floor the benchmarks calibrated."""
-    from daemon.config import EmbeddingSettings
-    from daemon.memory.recall.gate import MIN_SIMILARITY
+    from memoryd.config import EmbeddingSettings
+    from memoryd.memory.recall.gate import MIN_SIMILARITY
 
     assert EmbeddingSettings().min_similarity == MIN_SIMILARITY

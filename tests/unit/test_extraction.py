@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.lifecycle.extraction import MAX_CHARS, requests_in
-from daemon.store.sessions import StoredMessage
+from memoryd.lifecycle.extraction import MAX_CHARS, requests_in
+from memoryd.store.sessions import StoredMessage
 
 
 def said(text: str, *, role: str = "user", kind: str = "message",

@@ -1,4 +1,4 @@
-"""daemon.files: one way to replace a file, and private directories."""
+"""memoryd.files: one way to replace a file, and private directories."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.files import atomic_write, atomic_writer
+from memoryd.files import atomic_write, atomic_writer
 
 
 def test_a_replaced_file_has_its_mode_whatever_the_umask(tmp_path: Path) -> None:
@@ -53,9 +53,9 @@ async def test_a_state_database_newer_than_this_memoryd_is_refused(tmp_path: Pat
     refuses to be written by a memoryd older than its schema."""
     import sqlite3
 
-    from daemon.errors import StoreError
-    from daemon.store.connection import connect
-    from daemon.store.migrations import MIGRATIONS, migrate
+    from memoryd.errors import StoreError
+    from memoryd.store.connection import connect
+    from memoryd.store.migrations import MIGRATIONS, migrate
 
     path = tmp_path / "memoryd.db"
     conn = await connect(path)

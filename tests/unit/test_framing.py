@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.ingest.framing import Line, LineFramer
+from memoryd.ingest.framing import Line, LineFramer
 
 
 def test_complete_lines_with_offsets() -> None:

@@ -13,8 +13,8 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.hooks.client import GUARD, PACKAGED_CLIENT
-from daemon.hooks.install import (
+from memoryd.hooks.client import GUARD, PACKAGED_CLIENT
+from memoryd.hooks.install import (
     AGENTS,
     ALLOW_RULES,
     HOOK_EVENTS,
@@ -410,7 +410,7 @@ def test_claude_may_run_the_read_only_tools_and_uninstall_takes_back_only_those(
 
 
 def test_the_allowed_tools_are_the_servers_read_only_ones(tmp_path: Path) -> None:
-    from daemon.mcp_server import build_server
+    from memoryd.mcp_server import build_server
 
     server = build_server(None, project_dir="/p")  # type: ignore[arg-type]
     listed = asyncio.run(server.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.mcp_server import _line
+from memoryd.mcp_server import _line
 
 
 def result(**extra: object) -> dict[str, object]:

@@ -11,10 +11,10 @@ import orjson
 import pytest
 from helpers import local_time_zone
 
-from daemon.ingest.parsers.base import image_placeholder, utc_timestamp
-from daemon.ingest.parsers.claude import ClaudeParser
-from daemon.ingest.parsers.codex import CodexParser
-from daemon.ingest.parsers.gemini import GeminiRecordParser, parse_document
+from memoryd.ingest.parsers.base import image_placeholder, utc_timestamp
+from memoryd.ingest.parsers.claude import ClaudeParser
+from memoryd.ingest.parsers.codex import CodexParser
+from memoryd.ingest.parsers.gemini import GeminiRecordParser, parse_document
 
 
 def _claude(kind: str, content: object, **extra: Any) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from daemon.memory.models import Memory, MemoryType, Provenance
-from daemon.memory.policy import ForgetScope, is_forgotten
+from memoryd.memory.models import Memory, MemoryType, Provenance
+from memoryd.memory.policy import ForgetScope, is_forgotten
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""What the daemon's process tunes about itself (daemon/process.py)."""
+"""What the daemon's process tunes about itself (memoryd/process.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon import process
+from memoryd import process
 
 
 @pytest.fixture

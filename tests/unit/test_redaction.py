@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.lifecycle.segments import render_message
-from daemon.memory.privacy.redaction import redact
-from daemon.store.sessions import StoredMessage
+from memoryd.lifecycle.segments import render_message
+from memoryd.memory.privacy.redaction import redact
+from memoryd.store.sessions import StoredMessage
 
 SECRETS = [
     ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz123456", "sk-proj-abcdef"),
@@ -80,7 +80,7 @@ def test_token_counts_are_not_secrets() -> None:
 def test_a_clipped_tool_output_leaves_no_prefix_of_a_key() -> None:
     """Clipping cuts at a whitespace: the start of a key is never left behind, too short
     for a mask to recognise."""
-    from daemon.ingest.parsers.base import clip
+    from memoryd.ingest.parsers.base import clip
 
     for pad in range(0, 40):
         text = "x " * (1990 - pad) + "key sk-ant-api03-" + "A" * 200
@@ -156,7 +156,7 @@ def test_every_private_tag_variant_is_private(text: str) -> None:
     JSON line (which stays valid JSON), and what follows a closed span is kept (29.6)."""
     import json
 
-    from daemon.private import mask_private, mask_private_raw
+    from memoryd.private import mask_private, mask_private_raw
 
     masked = mask_private(text)
     assert "SECRETWORD" not in masked and masked.startswith("before [REDACTED:private]")
@@ -177,7 +177,7 @@ def test_a_masked_raw_line_is_always_json(pieces: list[str]) -> None:
     the same JSON shape (an object with the same keys)."""
     import json
 
-    from daemon.private import mask_private_raw
+    from memoryd.private import mask_private_raw
 
     raw = json.dumps({"text": "".join(pieces), "uuid": "u"}).encode()
     decoded = json.loads(mask_private_raw(raw))
@@ -208,8 +208,8 @@ def test_the_kinds_the_audit_found_missing_are_masked(text: str, planted: str) -
 def test_a_tool_calls_escaped_json_is_masked_as_its_strings() -> None:
     """A tool input is stored as JSON text: `\\nAuthorization: Basic`, `{\\"api_key\\": …}`
     and `mysql -p` after an escaped newline are masked in the segment's text (29.5)."""
-    from daemon.lifecycle.segments import render_message
-    from daemon.store.sessions import StoredMessage
+    from memoryd.lifecycle.segments import render_message
+    from memoryd.store.sessions import StoredMessage
 
     content = ('[tool_use Bash] {"command":"curl -s \\\\\\n  -H \\"Authorization: Basic'
                ' dXNlcjpwYXNzd29yZDEyMw==\\" https://x\\nmysql -u root -pS3cr3tPw db",'
@@ -226,7 +226,7 @@ def test_detect_secrets_rules_load_without_its_http_client() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; from daemon.memory.privacy import redaction as r;"
+    code = ("import sys; from memoryd.memory.privacy import redaction as r;"
             " rules = r._plugin_rules();"
             " print(len(rules), 'requests' in sys.modules, 'urllib3' in sys.modules,"
             " r.redact('ghp_' + 'a' * 36))")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.repository import project_root
+from memoryd.repository import project_root
 
 
 def _git(*args: str, cwd: Path) -> None:

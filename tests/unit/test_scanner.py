@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.memory.privacy import redaction, scanner
-from daemon.memory.privacy.scanner import (
+from memoryd.memory.privacy import redaction, scanner
+from memoryd.memory.privacy.scanner import (
     FOLDED,
     SHAPE,
     Scanner,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from structlog.testing import capture_logs
 
-from daemon.errors import StoreBusy
-from daemon.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
+from memoryd.errors import StoreBusy
+from memoryd.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
 
 
 def test_a_transient_failure_is_logged_when_it_begins_and_ends() -> None:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.lifecycle.segments import plan_segments, quiet_line, render_message
-from daemon.store.sessions import StoredMessage
+from memoryd.lifecycle.segments import plan_segments, quiet_line, render_message
+from memoryd.store.sessions import StoredMessage
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -115,7 +115,7 @@ def test_plans_carry_the_turns_of_their_messages(
         specs: list[tuple[tuple[str, str], list[str]]]) -> None:
     """Each plan's turns are exactly `turns_of` its messages (masked the same way), and
     every line is its message rendered, though a turn and its line share one masking."""
-    from daemon.lifecycle.segments import turns_of
+    from memoryd.lifecycle.segments import turns_of
 
     messages = [msg(i, role=role, kind=kind, content=" ".join(parts))
                 for i, ((role, kind), parts) in enumerate(specs)]

@@ -12,8 +12,8 @@ from helpers import local_time_zone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.memory.models import MemoryType, Provenance, RecallResult
-from daemon.memory.recall.spoken_time import (
+from memoryd.memory.models import MemoryType, Provenance, RecallResult
+from memoryd.memory.recall.spoken_time import (
     SPOKEN_TIME_WEIGHT,
     asked_of,
     during,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from helpers import local_time_zone
 
-from daemon.errors import WhenError
-from daemon.timephrases import parse_when
+from memoryd.errors import WhenError
+from memoryd.timephrases import parse_when
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -1,0 +1,6 @@
+"""`python -m memoryd`: the `memoryd` command."""
+
+from memoryd.entry import main
+
+if __name__ == "__main__":
+    main()
