@@ -572,9 +572,10 @@ def resolve_config_path(explicit: str | os.PathLike[str] | None) -> tuple[Path, 
 # MEMORYD_CONFIG names the file; MEMORYD_POSTGRES_DSN, MEMORYD_GATEWAY_KEY and
 # MEMORYD_RERANK_API_KEY are the defaults of memory.postgres.dsn_env,
 # memory.gateway.user_key_env and memory.rerank.api_key_env; MEMORYD_LLM_API_KEY is the
-# distillation model's key, MEMORYD_DISTILLING marks an agent CLI run as that model.
+# distillation model's key, MEMORYD_DISTILLING marks an agent CLI run as that model;
+# MEMORYD_BRIEFING=off asks an agent's sessions to be given no block.
 _NOT_SETTINGS = {"config", "postgres_dsn", "gateway_key", "rerank_api_key", "llm_api_key",
-                 "distilling"}
+                 "distilling", names.BRIEFING_ENV.removeprefix("MEMORYD_").lower()}
 
 
 def _reject_unknown_environment() -> None:

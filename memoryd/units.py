@@ -148,6 +148,12 @@ class ServiceManager:
 
     def uninstall(self) -> Plan:
         plan = Plan(f"uninstall the memoryd {self._kind}")
+        if not self.unit_path.exists():
+            # Never installed (`memoryd run` alone): nothing to stop, nothing to remove,
+            # and a service manager that cannot be reached is no failure of that.
+            plan.notes.append(f"no memoryd {self._kind} is installed ({self.unit_path} "
+                              "does not exist): nothing to stop or remove")
+            return plan
         if self.platform == "linux":
             plan.commands = [["systemctl", "--user", "disable", "--now", UNIT_NAME]]
         else:
@@ -164,6 +170,7 @@ class ServiceManager:
             "status": ["systemctl", "--user", "status", "--no-pager", UNIT_NAME],
             "start": ["systemctl", "--user", "start", UNIT_NAME],
             "stop": ["systemctl", "--user", "stop", UNIT_NAME],
+            "restart": ["systemctl", "--user", "restart", UNIT_NAME],
             "logs": ["journalctl", "--user", "-u", UNIT_NAME, "-n", "200", "--no-pager",
                      *(["-f"] if follow else [])],
         }
@@ -172,6 +179,7 @@ class ServiceManager:
             "status": ["launchctl", "print", self._target],
             "start": ["launchctl", "kickstart", self._target],
             "stop": ["launchctl", "kill", "SIGTERM", self._target],
+            "restart": ["launchctl", "kickstart", "-k", self._target],
             "logs": ["tail", "-n", "200", *(["-f"] if follow else []), err_log],
         }
         table = linux if self.platform == "linux" else macos

@@ -99,5 +99,6 @@ def _simple_action(action: str, doc: str) -> None:
 _simple_action("status", "What the service manager says about memoryd.")
 _simple_action("start", "Start the installed service.")
 _simple_action("stop", "Stop the service (it finishes the work in hand first).")
+_simple_action("restart", "Stop the service and start it again (after an upgrade).")
 _simple_action("logs", "The service's recent log lines.")
 

@@ -15,6 +15,9 @@
 
 memoryd=$1
 shift
+# An agent CLI memoryd itself runs as the distillation model (distill.providers sets
+# MEMORYD_DISTILLING, as the Python hook reads it): no memory, and nothing to save.
+[ -z "${MEMORYD_DISTILLING-}" ] || exit 0
 # memoryd moved or was uninstalled: nothing to say, and never an error the agent acts on.
 [ -x "$memoryd" ] || exit 0
 if [ $# -ne 8 ] || [ "$1" != hook ] || [ "$2" != --agent ] || [ "$4" != --socket ] \

@@ -5,13 +5,16 @@ the backends.
     protocol.py   what every backend does (MemoryBackend) and declares (Capability)
     models.py     the values: Memory, ConversationSegment, RecallResult, ...
     policy.py     the forgetting rules, once (backends keep only their dialect)
-    writes.py     the rows every backend writes, in one shape
+    writes.py     the Memory values every backend stores: defaults, checks, masks
     records.py    export/import records
     chain.py      layers in order, with outbox.py holding what a layer missed
     backends/     sqlite/ (the default), postgres/, jsonl.py, gateway.py
-    recall/       chunks, words, gate, fusion, ranking, rerank, context (the block)
-    privacy/      redaction (secrets, personal data), masking (extra patterns)
-    embeddings/   the embedders (local ONNX model, OpenAI-compatible endpoints)
+    recall/       chunks, words, gate, fusion, ranking, rerank, sessions, spoken_time,
+                  context (the block)
+    privacy/      redaction (secrets, personal data), scanner (every rule in one scan),
+                  masking (extra patterns), clipping (masked before cut)
+    embeddings/   the embedders (the local model under ONNX Runtime or NumPy,
+                  OpenAI-compatible endpoints)
 """
 
 from typing import TYPE_CHECKING, Any

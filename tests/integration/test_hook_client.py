@@ -322,6 +322,14 @@ def test_a_session_started_without_a_briefing_is_given_nothing(daemon: Daemon) -
         text=True, timeout=60, env={**daemon.env, "MEMORYD_CONFIG": str(daemon.config),
                                     "MEMORYD_BRIEFING": "off"})
     assert (quiet_python.returncode, quiet_python.stdout) == (0, ""), quiet_python
+    # The rest of memoryd works in that environment: the MCP server and the commands the
+    # agent starts there read the same settings (an unknown MEMORYD_ variable is refused).
+    asked = subprocess.run(
+        memoryd_command("recall", "payments rate limit", "--project", PROJECT, "--json"),
+        capture_output=True, text=True, timeout=60,
+        env={**daemon.env, "MEMORYD_CONFIG": str(daemon.config), "MEMORYD_BRIEFING": "off"})
+    assert asked.returncode == 0, asked.stderr
+    assert "500 requests per minute" in asked.stdout
 
 
 def test_a_resumed_session_is_told_only_what_is_new(daemon: Daemon) -> None:
@@ -348,3 +356,23 @@ def test_a_resumed_session_is_told_only_what_is_new(daemon: Daemon) -> None:
         started = context_of(daemon.hook("claude", "SessionStart", claude_payload(
             "SessionStart", "resumed", source="startup")))
         assert started == compacted
+
+
+def test_the_distillation_model_is_given_nothing(daemon: Daemon) -> None:
+    """An agent CLI memoryd runs as the distillation model (`MEMORYD_DISTILLING` in its
+    environment) gets no block from the shell client either, and the daemon hears of no
+    session of its."""
+    daemon.start()
+    client = Client(daemon)
+    daemon.api("remember", {"content": "the payments API rate limit is 500 requests per minute",
+                            "project": PROJECT})
+    for event, extra in (("SessionStart", {}),
+                         ("UserPromptSubmit", {"prompt": "what rate limit applies?"})):
+        quiet = client.run("claude", event, claude_payload(event, "distiller", **extra),
+                           env={"MEMORYD_DISTILLING": "1"})
+        assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", ""), quiet
+    told = client.run("claude", "UserPromptSubmit", claude_payload(
+        "UserPromptSubmit", "person", prompt="what rate limit applies?"))
+    assert "500 requests per minute" in str(context_of(told))
+    given = daemon.api("search_sessions", {"query": "distiller", "limit": 10}).json()
+    assert "distiller" not in json.dumps(given)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import plistlib
 import shutil
 import subprocess
@@ -131,3 +132,29 @@ def test_service_status_without_a_user_bus_is_one_sentence(tmp_path: Path) -> No
         assert done.returncode == 69, (action, done.stderr)
         assert done.stderr.count("\n") == 1 and "Failed to connect" not in done.stderr
         assert "service manager is not reachable" in done.stderr
+
+
+def test_uninstall_without_a_service_is_nothing_to_do(tmp_path: Path) -> None:
+    """Someone who only ever used `memoryd run`: uninstall says there is no service,
+    claims to have removed nothing, runs no service manager (none on PATH here) and
+    exits 0, so a removal recipe that starts with it goes on."""
+    home = tmp_path / "home"
+    env = daemon_env(tmp_path) | {"HOME": str(home), "PATH": str(Path(sys.executable).parent)}
+    done = subprocess.run(memoryd_command("service", "uninstall"), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "removed" not in done.stdout and "ran " not in done.stdout
+    assert "is installed" in done.stdout and "nothing to stop or remove" in done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("platform", ["linux", "macos"])
+def test_restart_asks_the_service_manager(settings: Settings, tmp_path: Path,
+                                          platform: str) -> None:
+    """`memoryd service restart` is one command of the platform's service manager."""
+    command = ServiceManager(settings, platform=platform, home=tmp_path,
+                             config=None).simple("restart").commands
+    assert command == ([["systemctl", "--user", "restart", "memoryd.service"]]
+                       if platform == "linux" else
+                       [["launchctl", "kickstart", "-k",
+                         f"gui/{os.getuid()}/{LAUNCHD_LABEL}"]])

@@ -1,4 +1,13 @@
-"""One parser per agent's transcript format."""
+"""One parser per agent's transcript format.
+
+    base.py     what every parser returns (`ParsedMessage`, `RecordOutcome`), the
+                `RecordParser` protocol, and the helpers they share
+    claude.py   Claude Code: `~/.claude/projects/<project>/<session>.jsonl`
+    codex.py    Codex CLI rollouts: `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`
+    gemini.py   Gemini CLI chats: `session-*.json` documents and `.jsonl` files
+
+`record_parser_for` gives the parser of a source's kind.
+"""
 
 from __future__ import annotations
 

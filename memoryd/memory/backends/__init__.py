@@ -3,5 +3,6 @@
     sqlite/     the embedded backend (the default): FTS5 and a vector index in one file
     postgres/   PostgreSQL + pgvector, shared by several memoryd (owner and origin columns)
     jsonl.py    append-only JSON lines, one file a project
-    gateway.py  an HTTP Memory Gateway (recall only; a ledger of what was sent)
+    gateway.py  an HTTP Memory Gateway: recall, and conversation segments sent to it
+                (a ledger of what was sent)
 """

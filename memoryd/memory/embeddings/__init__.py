@@ -9,6 +9,13 @@
 unless fetching the weights is turned off and they are not installed), else `none`.
 Vectors are computed off the save path: the SQLite backend's `embed_pending`
 drains chunks that have no vector yet, in the background.
+
+    base.py       the embedder interface: text in, L2-normalised float32 vectors out
+    local.py      the `local` provider: tokenizer, encoder, pooling, batches
+    bert.py       the BERT encoder written out in NumPy (the reference forward pass)
+    bert_onnx.py  the same encoder as an ONNX graph, run by ONNX Runtime
+    weights.py    where the local model's weights come from (installed, or fetched once)
+    openai.py     the `openai` provider over httpx
 """
 
 from __future__ import annotations
