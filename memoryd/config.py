@@ -428,7 +428,7 @@ class AgentSettings(BaseModel):
     #: The estimated-token budget of a block injected for one prompt.
     prompt_budget_tokens: int = Field(default=1500, ge=100, le=20_000)
     #: The least share of a prompt's content words (0..1, `memory.gate`) a memory must
-    #: mention to be injected for that prompt; calibrated in benchmarks/README.md.
+    #: mention to be injected for that prompt; calibrated in docs/performance.md.
     prompt_min_relevance: float = Field(default=0.5, ge=0.0, le=1.0)
     #: A hook's hard time cap: past it, it prints nothing and exits 0.
     hook_timeout: Duration = Field(default=2.0, gt=0, le=600)

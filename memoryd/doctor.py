@@ -202,7 +202,7 @@ async def check_memory_coverage(settings: Settings) -> Check:
     if lost:
         return Check("memory coverage", "fail",
                      f"{settings.memory_path} holds nothing, yet {lost} sessions were saved"
-                     " to it", "stop memoryd, run `memoryd rebuild-memory` (README: Recovery)")
+                     " to it", "stop memoryd, run `memoryd rebuild-memory` (docs/operations.md)")
     return Check("memory coverage", "ok", "memory holds what was saved to it")
 
 
@@ -390,10 +390,10 @@ def check_hooks(settings: Settings, home: Path, project: Path) -> Check:
 
 RECOVERY = {
     "daemon database": "stop memoryd, move {path} aside, run `memoryd ingest --once`: the"
-                       " transcripts are read again from the start (README: Recovery)",
+                       " transcripts are read again from the start (docs/operations.md)",
     "memory database": "stop memoryd, run `memoryd rebuild-memory`: what still reads of"
                        " {path} is kept, the file moved aside, and every message memoryd"
-                       " holds saved again (README: Recovery)",
+                       " holds saved again (docs/operations.md)",
 }
 
 

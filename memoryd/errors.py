@@ -126,7 +126,7 @@ class StoreBusy(StoreError):
 
 
 class StoreDamaged(StoreError):
-    """The daemon's database is not a database or is malformed (see README: Recovery)."""
+    """The daemon's database is not a database or is malformed (see docs/operations.md)."""
 
     damaged = True
 
@@ -147,7 +147,7 @@ class BackendUnavailable(BackendError):
 
 
 class BackendDamaged(BackendError):
-    """The memory database is not a database or is malformed (see README: Recovery)."""
+    """The memory database is not a database or is malformed (see docs/operations.md)."""
 
     damaged = True
 

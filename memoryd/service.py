@@ -572,7 +572,7 @@ class Service:
                 if problems:
                     self._record_error(StoreDamaged(
                         f"{name} {path} is damaged: {'; '.join(problems[:3])}"
-                        " (see `memoryd doctor` and the README's Recovery)"))
+                        " (see `memoryd doctor` and docs/operations.md)"))
                     return
 
         async def expire_audit() -> None:

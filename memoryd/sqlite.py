@@ -11,6 +11,7 @@ Each caller translates errors into its own branch of the error tree (`StoreError
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import stat
@@ -24,6 +25,7 @@ import aiosqlite
 import structlog
 
 from memoryd.errors import MemorydError, is_damage
+from memoryd.files import make_dirs
 
 log = structlog.get_logger("memoryd.sqlite")
 
@@ -110,6 +112,59 @@ async def connect(path: Path, *, translate: Translate, pragmas: Sequence[str],
     if not readonly:
         make_private(path)
     return conn
+
+
+@contextmanager
+def opened(path: Path, *, readonly: bool = False,
+           timeout: float = 5.0) -> Iterator[sqlite3.Connection]:
+    """A plain, blocking connection for one short job on a worker thread (an integrity
+    check, a checkpoint), closed when it ends; autocommit. `readonly`: the file as it
+    is, never created."""
+    conn = (sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout,
+                            isolation_level=None) if readonly
+            else sqlite3.connect(path, timeout=timeout, isolation_level=None))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def translating(what: str, *, transient: Callable[[str], MemorydError],
+                other: Callable[[str], MemorydError]) -> Translate:
+    """A `translate` for a database of one purpose: an error that may pass (locked, full)
+    as `transient`, any other as `other`, each message led by `what`."""
+    def translate(exc: sqlite3.Error) -> MemorydError:
+        make = transient if kind_of(exc) is Kind.TRANSIENT else other
+        return make(f"{what}: {exc}")
+
+    return translate
+
+
+#: A small database of its own that must not lose a commit (the chain's outbox, the
+#: gateway's ledger): every commit on disk before it returns.
+DURABLE = ("journal_mode = WAL", "synchronous = FULL", "busy_timeout = 5000")
+
+
+async def open_durable(path: Path, *, translate: Translate, schema: Sequence[str],
+                       unavailable: Callable[[str], MemorydError]) -> aiosqlite.Connection:
+    """`path` opened as a DURABLE database (its directory and the file created 0600 first),
+    `schema`'s statements run on it; a directory or file that cannot be made raises
+    `unavailable`."""
+    try:
+        await asyncio.to_thread(_made_private, path)
+    except OSError as exc:
+        raise unavailable(f"{path}: {exc}") from exc
+
+    async def create(conn: aiosqlite.Connection) -> None:
+        for statement in schema:
+            await conn.execute(statement)
+
+    return await connect(path, translate=translate, pragmas=DURABLE, then=create)
+
+
+def _made_private(path: Path) -> None:
+    make_dirs(path.parent)
+    create_private(path)
 
 
 async def shrink_memory(conn: aiosqlite.Connection) -> None:

@@ -4,7 +4,7 @@ Exit statuses mean something, and the systemd/launchd units rely on them:
 0 done, 1 failed, 2 bad usage, 65 bad input data (an import file), 66 no such
 session or memory, 69 a store or backend is unavailable right now (locked, disk
 full), 70 an internal error (a bug: please report it), 73 the state directory
-cannot be created or written, 74 a database is damaged (see the README's
+cannot be created or written, 74 a database is damaged (see docs/operations.md,
 Recovery), 75 another memoryd holds the state directory, 78 bad configuration.
 Every failure prints one line, never a traceback.
 """

@@ -37,8 +37,7 @@ def distill(ctx: click.Context, since: datetime, dry_run: bool) -> None:
     conversation is distilled in the background without asking."""
     settings = settings_for(ctx)
     if not settings.memory.llm.enabled:
-        fail("distillation is off: set memory.llm.provider (see the README's"
-             " \"Distillation\")", EX_CONFIG)
+        fail("distillation is off: set memory.llm.provider (see docs/distillation.md)", EX_CONFIG)
         return
     run_async(_distill(settings, SystemClock(), since, dry_run))
 

@@ -443,7 +443,7 @@ def export_memories(ctx: click.Context, project: str | None, output: Path | None
         except BackendDamaged:
             if settings.memory.backends != ["sqlite"]:
                 raise
-        # What still reads of a damaged embedded memory, row by row (README: Recovery).
+        # What still reads of a damaged embedded memory, row by row (docs/operations.md).
         salvage = readable_memories(settings.memory_path)
         return await write(salvaged(salvage.records)), salvage.unreadable
 

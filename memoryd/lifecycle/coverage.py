@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from memoryd import sqlite
 from memoryd.config import Settings
 from memoryd.errors import MemoryLost
 from memoryd.store.sessions import sessions_saved
@@ -25,13 +26,10 @@ def _holds_nothing(path: Path) -> bool:
     if not path.exists() or path.stat().st_size == 0:
         return True
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
+        with sqlite.opened(path, readonly=True) as conn:
             for table in ("memories", "memory_deletions"):
                 if conn.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None:
                     return False
-        finally:
-            conn.close()
     except sqlite3.DatabaseError:
         return False  # damaged, not lost: its integrity check says so
     return True

@@ -27,9 +27,9 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from memoryd import sqlite
 from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable
-from memoryd.files import make_dirs
 from memoryd.memory.models import (
     ConversationSegment,
     DistilledMemory,
@@ -100,10 +100,12 @@ def decode(op: str, payload: dict[str, Any]) -> Saved:
     return kind(**args)
 
 
-def _private_file(path: Path) -> None:
-    if not path.exists():
-        make_dirs(path.parent)
-        path.touch(mode=0o600)
+def _unavailable(message: str) -> BackendError:
+    return BackendUnavailable(message, backend="outbox")
+
+
+def _failed(message: str) -> BackendError:
+    return BackendError(message, backend="outbox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,23 +143,10 @@ class Outbox:
 
     @classmethod
     async def open(cls, path: Path, *, clock: Clock) -> Outbox:
-        try:
-            await asyncio.to_thread(_private_file, path)
-            conn = await aiosqlite.connect(path, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
-            raise BackendUnavailable(f"outbox {path}: {exc}", backend="outbox") from exc
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute("PRAGMA busy_timeout = 5000")
-            await conn.execute(_SCHEMA)
-        except sqlite3.Error as exc:
-            await conn.close()
-            raise BackendError(f"outbox {path}: {exc}", backend="outbox") from exc
-        except BaseException:
-            await conn.close()
-            raise
-        conn.row_factory = aiosqlite.Row
+        conn = await sqlite.open_durable(
+            path, schema=[_SCHEMA], unavailable=_unavailable,
+            translate=sqlite.translating(f"outbox {path}", transient=_unavailable,
+                                         other=_failed))
         return cls(conn, path, clock)
 
     @property

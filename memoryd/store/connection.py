@@ -25,7 +25,7 @@ from memoryd.store.wal import WAL_BOUND_BYTES
 def translate(exc: sqlite3.Error) -> StoreError:
     kind = sqlite.kind_of(exc)
     if kind is sqlite.Kind.DAMAGED:
-        return StoreDamaged(f"{exc} (see `memoryd doctor` and the README's Recovery)")
+        return StoreDamaged(f"{exc} (see `memoryd doctor` and docs/operations.md)")
     if kind is sqlite.Kind.TRANSIENT:
         return StoreBusy(str(exc))
     return StoreError(str(exc))
@@ -72,11 +72,8 @@ def integrity_problems(path: Path, *, full: bool = False, limit: int = 20) -> li
     """
     pragma = "integrity_check" if full else "quick_check"
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
-        try:
+        with sqlite.opened(path, readonly=True) as conn:
             rows = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}({int(limit)})")]
-        finally:
-            conn.close()
     except sqlite3.Error as exc:
         error = translate(exc)
         if error.transient:

@@ -26,6 +26,7 @@ from pathlib import Path
 import aiosqlite
 import structlog
 
+from memoryd import sqlite
 from memoryd.clock import Clock
 
 log = structlog.get_logger("memoryd.store")
@@ -95,11 +96,8 @@ class Checkpointer:
 
     def _checkpoint(self) -> None:
         try:
-            conn = sqlite3.connect(self._path, timeout=5.0, isolation_level=None)
-            try:
+            with sqlite.opened(self._path) as conn:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            finally:
-                conn.close()
         except sqlite3.Error as exc:
             # Not fatal: SQLite's own checkpoints (other connections, the last close)
             # copy the log later; only the log's size grows meanwhile.

@@ -167,7 +167,7 @@ def test_a_damaged_page_stops_the_daemon_and_doctor_says_how_to_recover(
     done = _memoryd(tmp_path, config, "doctor")
     assert done.returncode == 1
     assert "fail  daemon database integrity" in done.stdout
-    assert "README: Recovery" in done.stdout
+    assert "docs/operations.md" in done.stdout
     run = _memoryd(tmp_path, config, "run", timeout=60)
     _one_line_failure(run, 74)
     status = _memoryd(tmp_path, config, "status")

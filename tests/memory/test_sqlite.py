@@ -318,9 +318,10 @@ async def test_keyword_recall_reaches_past_matches_the_filters_refuse(
     are all refused (another agent's private memories), recall still finds the allowed
     match ranked below them."""
     from memoryd.memory.backends.sqlite import hybrid
+    from memoryd.memory.recall import hybrid as ranking
 
     # For limit 1: a pool of 10, FTS5's best 10 matches (12 private ones) read first.
-    monkeypatch.setattr(hybrid, "CANDIDATES", 1)
+    monkeypatch.setattr(ranking, "CANDIDATES", 1)
     monkeypatch.setattr(hybrid, "KEYWORD_OVERFETCH", 1)
     for i in range(12):
         await opened.remember(f"deploy order staging deploy order staging note {i}",

@@ -51,6 +51,7 @@ import aiosqlite
 import httpx
 import structlog
 
+from memoryd import sqlite
 from memoryd.clock import Clock
 from memoryd.errors import (
     BackendError,
@@ -126,6 +127,14 @@ class GatewayConfig:
                 " user_key='***')")
 
 
+def _unavailable(message: str) -> BackendError:
+    return BackendUnavailable(message, backend=BACKEND_NAME)
+
+
+def _failed(message: str) -> BackendError:
+    return BackendError(message, backend=BACKEND_NAME)
+
+
 class GatewayMemoryBackend:
     """Open with `await GatewayMemoryBackend.open(config, ledger=path, clock=c)`."""
 
@@ -147,20 +156,11 @@ class GatewayMemoryBackend:
         if not config.user_key:
             raise BackendError("no user key (memory.gateway.user_key_env names an empty or"
                                " unset environment variable)", backend=BACKEND_NAME)
-        try:
-            conn = await aiosqlite.connect(ledger, isolation_level=None)
-        except (OSError, sqlite3.Error) as exc:
-            raise BackendUnavailable(f"ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
-        try:
-            await conn.execute("PRAGMA busy_timeout = 5000")  # the CLI may resolve meanwhile
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = FULL")
-            for statement in (_LEDGER, _CALLS, _CALLS_BY_TIME):
-                await conn.execute(statement)
-        except sqlite3.Error as exc:
-            await conn.close()
-            raise BackendError(f"ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
-        conn.row_factory = aiosqlite.Row
+        # Durable and waiting for a writer: the CLI may resolve an entry meanwhile.
+        conn = await sqlite.open_durable(
+            ledger, schema=[_LEDGER, _CALLS, _CALLS_BY_TIME], unavailable=_unavailable,
+            translate=sqlite.translating(f"ledger {ledger}", transient=_unavailable,
+                                         other=_failed))
         client = httpx.AsyncClient(base_url=config.base_url.rstrip("/"),
                                    timeout=config.timeout, transport=transport,
                                    headers={"content-type": "application/json"})
@@ -297,7 +297,7 @@ class GatewayMemoryBackend:
                      order: RecallOrder = "score", agent: str | None = None,
                      ) -> list[RecallResult]:
         # `agent` is not passed on: the gateway keeps a user's conversation without agent
-        # scopes (README: Isolation).
+        # scopes (docs/privacy.md).
         wanted = None if types is None else {MemoryType(t) for t in types}
         if (not query.strip() or limit <= 0 or since is not None or until is not None
                 or order != "score" or (wanted is not None

@@ -151,7 +151,7 @@ class LocalEmbedder:
     Under ONNX Runtime, stored texts go through int8 dense layers by default
     (`precision`): about twice the tokens a second of float32, vectors within a cosine
     of 0.988 of float32's (0.998 on average), and the same LoCoMo and LongMemEval-dev
-    recall through the CLI (benchmarks/README.md); `float32` runs ONNX
+    recall through the CLI (docs/performance.md); `float32` runs ONNX
     Runtime's own fused attention and GELU kernels and gives sentence-transformers'
     vectors. Either way a recall's query goes through int8 (one short sequence, whose
     cost is reading the weights: int8 weights, 11 MB, stay in the CPU's cache where

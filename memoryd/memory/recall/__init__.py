@@ -4,6 +4,7 @@
     words.py        the words a query and a text are matched on
     gate.py         relevance: how much of a query a text covers
     fusion.py       keyword and vector scores fused per chunk
+    hybrid.py       hybrid recall's ranking, written once over each backend's channels
     ranking.py      relevance weighed with importance and age
     rerank.py       an optional cross-encoder's order
     sessions.py     a session's best evidence once, not each of its memories

@@ -15,7 +15,7 @@ groups the chunks by memory, best first. The fusions:
   Keyword relevance is near-saturated for any match (~0.9), so a fixed small w
   lets incidental keyword matches beat every paraphrase; a fixed large w costs
   named-entity questions (LoCoMo nDCG@5 0.743 -> 0.646 at 0.5). See
-  benchmarks/README.md for the measurements. A keyword channel that weighs nothing
+  docs/performance.md for the measurements. A keyword channel that weighs nothing
   (SQLite's FTS5 in a store of one or two memories: every word is in half or more of
   the chunks) counts as not found.
 - `weighted`: w * vector + (1 - w) * keyword, a channel that did not return the
@@ -38,7 +38,7 @@ from typing import Literal
 from memoryd.memory.recall import gate
 
 Fusion = Literal["adaptive", "weighted", "relative", "rrf", "vector"]
-# Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (benchmarks/README.md): nDCG@5
+# Measured on LoCoMo, all-MiniLM-L6-v2, 1,000-char chunks (docs/performance.md): nDCG@5
 # 0.571 at the starting point 0.7 (600-char chunks), 0.703 at 0.3, 0.743 at 0.1.
 VECTOR_WEIGHT = 0.1
 # The vector weight for a query whose words the keyword channel did not find (`adaptive`).

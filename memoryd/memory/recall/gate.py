@@ -14,7 +14,7 @@ Content words are the prompt's words less stopwords and conversational filler
 equal or share a stem of at least STEM characters ("deploying" ~ "deployment").
 Long prompts do not need every word matched: past SHORT words each counts a
 quarter. `agents.prompt_min_relevance` is the threshold (calibrated in
-benchmarks/README.md).
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def coverage(prompt: str, text: str) -> float:
 #: meaning (cosine >= `memory.embeddings.min_similarity`, MIN_SIMILARITY by default, on
 #: all-MiniLM-L6-v2's scale). What it drops is the
 #: vector channel's leftovers, which hybrid recall ranks low but returns: memories that
-#: share no word with the query and little meaning. Calibrated in benchmarks/README.md
+#: share no word with the query and little meaning. Calibrated in docs/performance.md
 #: (issue 37): on LoCoMo and LongMemEval-dev it drops no result holding evidence in the
 #: top 10. No floor relative to the best result: BM25 scores a long text that holds every
 #: query word at a fraction of a short one's.

@@ -44,7 +44,7 @@ from memoryd.timephrases import local_midnight
 #: thirds as well. Not more: people misplace times ("last weekend" for the one before),
 #: and a memory that matches decidedly better still leads. On LongMemEval-dev's
 #: questions asked at their own dates, 1.5 and 2 gave the same recall@5 (0.98, against
-#: 0.97 without), 1.25 one question fewer at 1 (benchmarks/README.md).
+#: 0.97 without), 1.25 one question fewer at 1 (docs/performance.md).
 SPOKEN_TIME_WEIGHT = 1.5
 #: How many results are weighed when a query speaks of a time: a memory of then may
 #: rank below the first few before it is weighed up.

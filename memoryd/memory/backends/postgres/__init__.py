@@ -1,6 +1,7 @@
 """The PostgreSQL + pgvector memory backend, for memory shared across machines or a team.
 
     backend.py   PostgresMemoryBackend: the protocol's operations, owners, recall
+    hybrid.py    hybrid recall's dialect: full-text and pgvector channels over chunks
     schema.py    versioned migrations, error translation, passwords kept out of messages
 
 Needs the `postgres` extra (psycopg 3 and psycopg_pool): pip install 'memoryd[postgres]'.

@@ -1,11 +1,8 @@
 """The PostgreSQL + pgvector memory backend: one database shared by several memoryds.
 
-Recall works as in the embedded backend (`memoryd/memory/backends/sqlite/hybrid.py`):
-filters first (owner, live, project, time span, types) in the same statement
-as each channel, a keyword channel over chunks (PostgreSQL full text,
-`ts_rank` squashed into [0, 1)), a vector channel over chunks (pgvector cosine,
-HNSW), the shared fusion (`memoryd/memory/recall/fusion.py`), then `ranking.blend` for
-importance and recency, one result per memory with its best chunks as excerpt.
+Recall with words is hybrid, ranked as every backend ranks (`memoryd/memory/recall/hybrid.py`)
+over this backend's channels (`hybrid.py` here): PostgreSQL full text and pgvector, each
+statement carrying the filters (owner, live, project, time span, types).
 Without query words (or ordered by time) the same weight is computed in SQL.
 
 Ownership: every row carries `owner_user`, `owner_agent` and `project`, and
@@ -42,6 +39,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable, EmbeddingLoading
 from memoryd.memory import policy, writes
+from memoryd.memory.backends.postgres.hybrid import AGE_DAYS, Filters, PostgresChannels
 from memoryd.memory.backends.postgres.schema import (
     BACKEND_NAME,
     describe,
@@ -69,10 +67,9 @@ from memoryd.memory.models import (
 )
 from memoryd.memory.policy import ForgetScope, VectorMark, began
 from memoryd.memory.protocol import Capability, RecallOrder, Relabelled
-from memoryd.memory.recall import fusion as fusion_
-from memoryd.memory.recall import ranking, sessions
+from memoryd.memory.recall import hybrid, ranking
 from memoryd.memory.recall.chunks import chunk_memory
-from memoryd.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Candidate, Fusion
+from memoryd.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from memoryd.memory.recall.words import terms
 from memoryd.memory.records import memory_to_record, record_to_memory
 
@@ -84,18 +81,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("memoryd.memory.postgres")
 
-CANDIDATES = 200
 #: A project with at most this many chunks is searched by exact distance, not HNSW.
 EXACT_SCAN_MAX = 20_000
 SCOPE_SIZE_TTL = 60.0
-EXCERPT_CHUNKS = 2
-DUPLICATE_COSINE = 0.97
 EXPORT_PAGE_SIZE = 500
 IMPORT_BATCH = 500
 ANALYZE_AFTER = 1000  # an import this large refreshes the planner's statistics
-# ts_rank of one matching word in a short text is about 0.06; scaled so that an ordinary
-# match lands where BM25's does in the embedded backend (relevance ~0.4-0.9).
-TS_RANK_SCALE = 10.0
 ATTEMPTS = 2  # a second try after a short pause; then the caller (the chain) falls back
 PERSON = "person"  # owner_agent of what a person stored by hand
 
@@ -120,12 +111,10 @@ _INSERT_CHUNK = (
 )
 _DECAYING = tuple(t.value for t in DECAYING_TYPES)
 # ranking.score's weight in SQL, for recall without words: importance * decay, see `ranking`.
-_AGE_DAYS = ("(EXTRACT(EPOCH FROM (%(now)s::timestamptz"
-             " - COALESCE(m.ended_at, m.created_at))) / 86400.0)")
 _WEIGHT = (
     "(0.5 + 0.5 * m.importance * CASE WHEN m.type = ANY(%(decaying)s) THEN GREATEST("
     f"CASE WHEN m.access_count > 0 THEN {ranking.USED_DECAY_FLOOR} ELSE {ranking.DECAY_FLOOR}"
-    f" END, power(0.5, GREATEST({_AGE_DAYS}, 0) / {ranking.HALF_LIFE_DAYS})) ELSE 1 END)"
+    f" END, power(0.5, GREATEST({AGE_DAYS}, 0) / {ranking.HALF_LIFE_DAYS})) ELSE 1 END)"
 )
 _CHAIN = """
 WITH RECURSIVE
@@ -157,19 +146,6 @@ class Owner:
     user: str
     origin: str
     agents: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Filters:
-    where: str
-    params: dict[str, Any]
-    tier: str
-    #: The same owner and project conditions on the chunk itself (schema v2), so the
-    #: planner can intersect the full-text index with the project's chunks.
-    chunk_where: str = "TRUE"
-    #: Recall inside one project (not across all): its chunks may be few enough to
-    #: compare with the query exactly, faster than filtering an HNSW scan of everyone's.
-    scoped: bool = False
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -462,7 +438,7 @@ class PostgresMemoryBackend:
 
     def _filters(self, *, now: datetime, project: str | None, since: datetime | None,
                  until: datetime | None, types: Iterable[MemoryType] | None,
-                 all_projects: bool, agent: str | None = None) -> _Filters | None:
+                 all_projects: bool, agent: str | None = None) -> Filters | None:
         rules = policy.recall_filters(
             lambda name: f"%({name})s", moment=_utc, project=project, since=since,
             until=until, types=types, all_projects=all_projects, agent=agent)
@@ -475,7 +451,7 @@ class PostgresMemoryBackend:
         chunk_where = ["c.owner_user = %(user)s"]
         if rules.in_project is not None:
             chunk_where.append("(c.project = %(project)s OR c.project IS NULL)")
-        return _Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where),
+        return Filters(" AND ".join(where), params, tier, " AND ".join(chunk_where),
                         scoped=rules.in_project is not None)
 
     async def recall(
@@ -498,7 +474,7 @@ class PostgresMemoryBackend:
                   project=project, order=order)
         return results
 
-    async def _listed(self, filters: _Filters, limit: int, order: RecallOrder
+    async def _listed(self, filters: Filters, limit: int, order: RecallOrder
                       ) -> list[RecallResult]:
         """Without words: by weight (tier first), oldest first, or newest first."""
         order_by = {
@@ -518,7 +494,7 @@ class PostgresMemoryBackend:
         provenance = self._provenance(row)
         excerpt = None
         if chunks:
-            ordered = sorted(chunks, key=lambda c: c["ordinal"])
+            ordered = chunks  # in the conversation's order (`recall.hybrid.Found`)
             text = "\n…\n".join(c["content"] for c in ordered)
             if text != row["content"]:
                 excerpt = text
@@ -538,121 +514,25 @@ class PostgresMemoryBackend:
             private_to=row["private_to"], similarity=similarity,
             session_matches=session_matches)
 
-    async def _hybrid(self, query: str, words: list[str], filters: _Filters, limit: int
+    async def _hybrid(self, query: str, words: list[str], filters: Filters, limit: int
                       ) -> list[RecallResult]:
-        pool = max(CANDIDATES, limit * 10)
-        params = {**filters.params, "words": " or ".join(words), "pool": pool}
         query_vector = None
         if self._embedder is not None:
             query_vector = asyncio.create_task(self._query_vector(self._embedder, query))
-        candidates: dict[int, Candidate] = {}
-        tiers: dict[int, int] = {}
-        texts: dict[int, str] = {}
         try:
-            if self._fusion != "vector":
-                rows = await self._read(
-                    "SELECT c.seq, c.memory_seq, c.content, ts_rank(c.tsv, q) AS rank,"
-                    f" {filters.tier} AS tier FROM memory_chunks c"
-                    " JOIN memories m ON m.seq = c.memory_seq,"
-                    " websearch_to_tsquery('english', %(words)s) q"
-                    f" WHERE c.tsv @@ q AND {filters.chunk_where} AND {filters.where}"
-                    " ORDER BY tier, rank DESC, c.seq LIMIT %(pool)s", params)
-                for rank, row in enumerate(rows, 1):
-                    s = TS_RANK_SCALE * float(row["rank"])
-                    candidates[row["seq"]] = Candidate(row["seq"], row["memory_seq"],
-                                                       keyword=s / (s + 1.0), keyword_rank=rank)
-                    tiers[row["memory_seq"]] = row["tier"]
-                    texts[row["seq"]] = row["content"]
-            vector = await query_vector if query_vector is not None else None
+            found = await hybrid.rank(
+                PostgresChannels(self._read, filters, words, query_vector, self._embedder,
+                                 self._few_chunks),
+                query, limit=limit, fusion=self._fusion, vector_weight=self._vector_weight,
+                paraphrase_vector_weight=self._paraphrase_vector_weight)
         finally:
             if query_vector is not None and not query_vector.done():
                 query_vector.cancel()
-        vectors_on = vector is not None
-        if vector is not None and self._embedder is not None:
-            dims = int(self._embedder.dimensions)
-            distance = f"c.embedding::vector({dims}) <=> %(vector)s::vector({dims})"
-            mine = (f"vector_dims(c.embedding) = {dims} AND c.model = %(model)s"
-                    f" AND {filters.chunk_where}")
-            vector_params = {**params, "vector": vector_literal(vector),
-                             "model": self._embedder.name}
-            if filters.scoped and await self._few_chunks(filters, vector_params):
-                # Every chunk of the project, compared exactly: an HNSW scan would have to
-                # walk past most of the other projects' chunks to find enough of these.
-                sql = (f"WITH c AS MATERIALIZED (SELECT c.seq, c.memory_seq, c.embedding"
-                       f" FROM memory_chunks c WHERE {mine})"
-                       f" SELECT c.seq, c.memory_seq, 1 - ({distance}) AS cosine,"
-                       f" {filters.tier} AS tier FROM c JOIN memories m ON m.seq = c.memory_seq"
-                       f" WHERE {filters.where} ORDER BY {distance} LIMIT %(pool)s")
-            else:
-                sql = (f"SELECT c.seq, c.memory_seq, 1 - ({distance}) AS cosine,"
-                       f" {filters.tier} AS tier"
-                       " FROM memory_chunks c JOIN memories m ON m.seq = c.memory_seq"
-                       f" WHERE {mine} AND {filters.where}"
-                       f" ORDER BY {distance} LIMIT %(pool)s")
-            found = await self._read(sql, vector_params)
-            found.sort(key=lambda row: -float(row["cosine"]))
-            for rank, row in enumerate(found, 1):
-                chunk = candidates.setdefault(row["seq"], Candidate(row["seq"], row["memory_seq"]))
-                chunk.vector, chunk.vector_rank = max(float(row["cosine"]), 0.0), rank
-                chunk.has_vector = True
-                tiers[row["memory_seq"]] = row["tier"]
-            if candidates:
-                embedded = await self._read(
-                    "SELECT seq FROM memory_chunks WHERE seq = ANY(%(seqs)s) AND model = %(model)s",
-                    {"seqs": list(candidates), "model": self._embedder.name})
-                for row in embedded:
-                    candidates[row["seq"]].has_vector = True
-        if not candidates:
-            return []
-        covered = True
-        if self._fusion == "adaptive" and vectors_on:
-            top = fusion_.best_keyword(candidates.values())
-            covered = bool(top) and fusion_.words_found(query, (texts[c.chunk] for c in top))
-        best = fusion_.fuse(candidates.values(), self._fusion, vectors_on=vectors_on,
-                            vector_weight=self._vector_weight,
-                            paraphrase_vector_weight=self._paraphrase_vector_weight,
-                            found=covered)
-        # A session counts once (`recall/sessions.py`): enough memories for `limit` sessions.
-        keep = fusion_.worth_weighting(best, sessions.pool(limit))
-        rows = await self._read(
-            f"SELECT m.*, {_AGE_DAYS} AS age FROM memories m WHERE m.seq = ANY(%(seqs)s)",
-            {"now": filters.params["now"], "seqs": list(keep)})
-        ranked = sorted(
-            ((tiers.get(r["seq"], 0),
-              -ranking.blend(keep[r["seq"]][0].fused, float(r["importance"]), r["type"],
-                             float(r["age"]), r["access_count"] > 0), r["id"], r)
-             for r in rows), key=lambda t: t[:3])
-        firsts = sessions.first_of_each([sessions.key_of(
-            r["type"], r["source"], r["session_external_id"], r["session_id"], r["project"])
-            for *_, r in ranked], len(ranked))
-        matches = {ranked[p][3]["seq"]: count for p, count in firsts}
-        ranked = [ranked[p] for p, _ in firsts]
-        heads = [keep[r["seq"]][0].chunk for *_, r in ranked[:limit * 3]]
-        duplicates = await self._close_pairs(heads) if vectors_on else set()
-        excerpt_seqs = [c.chunk for *_, r in ranked[:limit * 3]
-                        for c in keep[r["seq"]][:EXCERPT_CHUNKS]
-                        if c.fused >= 0.8 * keep[r["seq"]][0].fused]
-        chunk_rows = {c["seq"]: c for c in await self._read(
-            "SELECT * FROM memory_chunks WHERE seq = ANY(%(seqs)s)", {"seqs": excerpt_seqs})}
-        results: list[RecallResult] = []
-        kept_heads: list[int] = []
-        for _, negative, _, row in ranked:
-            if len(results) >= limit:
-                break
-            head = keep[row["seq"]][0].chunk
-            if any((min(head, k), max(head, k)) in duplicates for k in kept_heads):
-                continue
-            kept_heads.append(head)
-            chunks = [chunk_rows[c.chunk] for c in keep[row["seq"]][:EXCERPT_CHUNKS]
-                      if c.chunk in chunk_rows]
-            cosines = [c.vector for c in keep[row["seq"]] if c.has_vector]
-            results.append(self._result(row, -negative, relevance=keep[row["seq"]][0].fused,
-                                        chunks=chunks, session_matches=matches[row["seq"]],
-                                        similarity=max(cosines) if cosines and vectors_on
-                                        else None))
-        return results
+        return [self._result(f.row, f.score, relevance=f.relevance, chunks=f.chunks,
+                             session_matches=f.session_matches, similarity=f.similarity)
+                for f in found]
 
-    async def _few_chunks(self, filters: _Filters, params: Mapping[str, Any]) -> bool:
+    async def _few_chunks(self, filters: Filters, params: Mapping[str, Any]) -> bool:
         """Whether the scope holds at most EXACT_SCAN_MAX chunks (counting stops there;
         a project's answer is reused for a minute)."""
         project = str(params.get("project"))
@@ -668,19 +548,6 @@ class PostgresMemoryBackend:
             self._scope_sizes.clear()
         self._scope_sizes[project] = (now, few)
         return few
-
-    async def _close_pairs(self, heads: list[int]) -> set[tuple[int, int]]:
-        """Pairs of chunks whose vectors are near-identical (near-duplicate memories)."""
-        if len(heads) < 2 or self._embedder is None:
-            return set()
-        rows = await self._read(
-            "SELECT a.seq AS a, b.seq AS b FROM memory_chunks a JOIN memory_chunks b"
-            " ON a.seq < b.seq AND vector_dims(a.embedding) = vector_dims(b.embedding)"
-            " WHERE a.seq = ANY(%(seqs)s) AND b.seq = ANY(%(seqs)s)"
-            " AND a.model = %(model)s AND b.model = %(model)s"
-            " AND 1 - (a.embedding <=> b.embedding) >= %(cosine)s",
-            {"seqs": heads, "model": self._embedder.name, "cosine": DUPLICATE_COSINE})
-        return {(r["a"], r["b"]) for r in rows}
 
     async def _query_vector(self, embedder: Embedder, query: str) -> list[float] | None:
         try:
@@ -1192,7 +1059,7 @@ async def _open_pool(dsn: str, secret: str | None, connect_timeout: float,
         # HNSW stops at ef_search candidates, before the owner and project filters: as many
         # as recall asks for, and iterative scans (pgvector 0.8) go on until enough pass the
         # filters. The scan's order is then approximate; recall sorts.
-        await conn.execute(f"SET hnsw.ef_search = {CANDIDATES}")
+        await conn.execute(f"SET hnsw.ef_search = {hybrid.CANDIDATES}")
         await conn.execute("SET hnsw.iterative_scan = relaxed_order")
 
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(

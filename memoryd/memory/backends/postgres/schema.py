@@ -16,7 +16,7 @@ Schema, version 1 (every table carries its owner; every query filters by it):
 - (v2) `memory_chunks.owner_user` and `.project`, copies of their memory's (which
   never change: a correction is a new memory), indexed, so that a project's
   keyword search intersects the full-text index with the project's chunks
-  (100,000 memories: p50 98 ms -> see benchmarks/README.md) instead of ranking
+  (100,000 memories: p50 98 ms -> see docs/performance.md) instead of ranking
   every chunk of every project that holds a query word.
 - `forgotten_scopes`: sessions and projects whose later memories are never saved.
 - `schema_migrations`: this file's own bookkeeping. Migrations run under an

@@ -4,7 +4,7 @@ backend.py       SQLiteMemoryBackend: the protocol's operations, transactions
 schema.py        versioned migrations, connection set-up, error translation
 rows.py          rows <-> Memory values
 recall.py        recall without words, and in time order: filters and the weight in SQL
-hybrid.py        hybrid recall: keyword and vector channels over chunks, fused
+hybrid.py        hybrid recall's dialect: FTS5 and vector-index channels over chunks
 fts.py           user text -> a safe FTS5 query
 vector_index.py  the in-memory, filter-first vector index (NumPy)
 salvage.py       what still reads of a damaged memory.db, row by row (for

@@ -10,10 +10,10 @@ summaries. Every filter (live only, project, time span, types) is applied in
 SQL, in the statement that ranks the candidates (see sqlite_recall.py).
 
 Recall with words is hybrid: BM25 over chunks (and, with an embedder, vector
-similarity), fused, then the same importance/recency weighting (see
-sqlite_hybrid.py). Every memory is chunked in the transaction that saves it, and
-the chunks are the only full-text index; vectors are added later by
-`embed_pending`.
+similarity), fused, then the same importance/recency weighting: the ranking in
+`memoryd/memory/recall/hybrid.py`, over this backend's channels (`hybrid.py` here).
+Every memory is chunked in the transaction that saves it, and the chunks are the only
+full-text index; vectors are added later by `embed_pending`.
 
 Decisions worth knowing:
 
@@ -89,7 +89,7 @@ from memoryd.memory.models import (
 )
 from memoryd.memory.policy import ForgetScope, VectorMark, began
 from memoryd.memory.protocol import Capability, RecallOrder, Relabelled
-from memoryd.memory.recall import ranking
+from memoryd.memory.recall import hybrid, ranking
 from memoryd.memory.recall.chunks import chunk_memory
 from memoryd.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from memoryd.memory.records import (
@@ -407,7 +407,7 @@ class SQLiteMemoryBackend:
 
         `busy_timeout` is how long (seconds) to wait for another writer before a
         write fails with BackendUnavailable. Recall with words is hybrid
-        (sqlite_hybrid.py), by keywords alone without an `embedder`; vectors are
+        (`memoryd/memory/recall/hybrid.py`), by keywords alone without an `embedder`; vectors are
         added by `embed_pending`, never on the save path.
         `vector_weight` is the share of vector similarity in hybrid recall's
         fused score (the rest is keyword relevance) when the query's words are
@@ -621,20 +621,22 @@ class SQLiteMemoryBackend:
 
         try:
             async with self._read() as conn:
-                hits = await sqlite_hybrid.hybrid_rows(
-                    fetch, filters, query, query_vector, lambda: self._index, limit=limit,
-                    fusion=self._fusion, vector_weight=self._vector_weight,
+                found = await hybrid.rank(
+                    sqlite_hybrid.SQLiteChannels(fetch, filters, query, query_vector,
+                                                 lambda: self._index),
+                    query, limit=limit, fusion=self._fusion, vector_weight=self._vector_weight,
                     paraphrase_vector_weight=self._paraphrase_vector_weight)
         finally:
             if query_vector is not None and not query_vector.done():
                 query_vector.cancel()
         results = []
-        for hit in hits:
+        for hit in found:
             row = hit.row
             provenance = row_provenance(row)
             excerpt = hit.excerpt
             if excerpt != row["content"]:
-                first, last, uuids = hit.provenance_range()
+                first, last, uuids = hit.provenance_range(
+                    lambda chunk: json.loads(chunk["message_uuids"]))
                 provenance = replace(provenance, first_index=first, last_index=last,
                                      message_uuids=uuids)
             results.append(RecallResult(

@@ -425,7 +425,7 @@ def translate(exc: sqlite3.Error) -> BackendError:
     kind = sqlite.kind_of(exc)
     if kind is sqlite.Kind.DAMAGED:
         return BackendDamaged(f"{exc} (stop memoryd and run `memoryd rebuild-memory`;"
-                              " README: Recovery)", backend=BACKEND_NAME)
+                              " docs/operations.md)", backend=BACKEND_NAME)
     if kind is sqlite.Kind.TRANSIENT:
         return BackendUnavailable(str(exc), backend=BACKEND_NAME)
     return BackendError(str(exc), backend=BACKEND_NAME)
