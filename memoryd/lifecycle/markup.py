@@ -16,7 +16,7 @@ import orjson
 INJECTED = re.compile(
     r"<(memory_context|hook_context|system-reminder|command-[a-z]+|local-command-stdout|"
     r"local-command-stderr|user-prompt-submit-hook|task-notification|bash-input|bash-stdout|"
-    r"bash-stderr|ide_[a-z_]+)\b[^>]*>.*?</\1>",
+    r"bash-stderr|user_action|ide_[a-z_]+)\b[^>]*>.*?</\1>",
     re.DOTALL | re.IGNORECASE)
 
 

@@ -531,6 +531,18 @@ def test_a_background_task_s_notification_is_not_what_the_person_asked() -> None
     assert "output file" not in digest.render()
 
 
+def test_what_a_codex_review_leaves_in_the_person_s_name_is_not_asked() -> None:
+    """`/review` in Codex leaves a `<user_action>` block in the user's role (stored so by
+    earlier versions of memoryd): not what the person asked."""
+    action = ("<user_action>\n  <context>User initiated a review task. Here's the full "
+              "review output from reviewer model.</context>\n  <action>review</action>\n"
+              "</user_action>")
+    digest = build_digest([DigestMessage(0, "user", "message", "tidy the parser"),
+                           DigestMessage(1, "user", "message", action)],
+                          source="codex", session="s", project=PROJECT)
+    assert digest.asked == ["tidy the parser"]
+
+
 def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most() -> None:
     """Forty files touched once, then two edited again and again: those two are named
     first; and however many files and commands there were, the conclusion and what was

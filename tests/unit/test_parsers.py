@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -216,11 +217,55 @@ def test_codex_user_and_assistant_messages() -> None:
         "<user_shell_command>\nls\nExit code: 0\n</user_shell_command>",
         "<turn_aborted>\nThe user interrupted the previous turn.\n</turn_aborted>",
         '<subagent_notification>{"agent_path": "a", "status": "done"}</subagent_notification>',
+        "<user_action>\n  <context>User initiated a review task.</context>\n</user_action>",
     ],
 )
 def test_codex_injected_boilerplate_is_not_a_user_message(text: str) -> None:
     """Environment and instruction context injected as a user message is not stored."""
     assert CodexParser().parse(_codex("response_item", _message("user", text))).message is None
+
+
+CODEX_REVIEW = Path(__file__).parents[1] / "integration" / "data" / "codex-0.169-review"
+
+
+def test_codex_labels_say_what_the_person_wrote() -> None:
+    """Codex 0.169 labels each part of a user item (`content_item_kinds`, a provenance
+    each): only `user.*` parts of the user's provenance are the person's; a part the
+    harness wrote, labelled or (`unknown`) not, is not stored as their words. A review's
+    thread (`source: {"subagent": "review"}`) belongs to the thread it was asked in. The
+    real CLI's rollouts (`data/codex-0.169-review`)."""
+    asked_in, review = sorted(CODEX_REVIEW.glob("rollout-*.jsonl"))
+    said: dict[str, list[str]] = {}
+    parents: dict[str, str | None] = {}
+    for rollout in (asked_in, review):
+        parser = CodexParser()
+        words = said.setdefault(rollout.name, [])
+        for line in rollout.read_bytes().splitlines():
+            outcome = parser.parse(orjson.loads(line))
+            if "parent_external_id" in outcome.hints or "external_id" in outcome.hints:
+                parents[rollout.name] = outcome.hints.get("parent_external_id")
+            if outcome.message is not None and outcome.message.role == "user":
+                words.append(outcome.message.content)
+    main_id = orjson.loads(asked_in.read_bytes().splitlines()[0])["payload"]["id"]
+    assert parents == {asked_in.name: None, review.name: main_id}
+    assert said[asked_in.name] == []  # only a `<user_action>` block: not typed
+    assert [w[:40] for w in said[review.name]] == ["Review the current code changes (staged,"]
+    assert not any("AGENTS.md" in w or "<environment_context>" in w
+                   for words in said.values() for w in words)
+
+
+def test_codex_labelled_parts_keep_only_the_persons() -> None:
+    """One item with a harness part and a typed part: the typed part alone."""
+    item = _message("user", "<environment_context>x</environment_context>", "fix the build")
+    item["internal_chat_message_metadata_passthrough"] = {
+        "content_item_kinds": ["environments.environment_context", "user.text"],
+        "content_item_metadata": [{"provenance": {"type": "harness"}},
+                                  {"provenance": {"type": "user"}}]}
+    message = CodexParser().parse(_codex("response_item", item)).message
+    assert message is not None and message.content == "fix the build"
+    item["internal_chat_message_metadata_passthrough"]["content_item_kinds"] = [
+        "environments.environment_context", "unknown"]
+    assert CodexParser().parse(_codex("response_item", item)).message is None
 
 
 def test_codex_developer_message_is_not_a_user_message() -> None:

@@ -36,15 +36,42 @@ BOILERPLATE_PREFIXES = (
     "<user_shell_command>",
     "<turn_aborted>",
     "<subagent_notification>",
+    # What `/review` leaves in the thread it was asked in (0.16x labels it `unknown`).
+    "<user_action>",
 )
 
 
-def _spawned_by(source: object) -> str | None:
+def _spawned_by(meta: dict[str, Any]) -> str | None:
     """The thread that spawned a subagent's thread (0.10x+: `source: {"subagent":
-    {"thread_spawn": {"parent_thread_id": ...}}}`); None for a session of its own."""
+    {"thread_spawn": {"parent_thread_id": ...}}}`; a review's thread, 0.16x: `source:
+    {"subagent": "review"}` with the parent's id beside it); None for a session of its own."""
+    source = meta.get("source")
     sub = source.get("subagent") if isinstance(source, dict) else None
     spawn = sub.get("thread_spawn") if isinstance(sub, dict) else None
-    return as_str(spawn.get("parent_thread_id")) if isinstance(spawn, dict) else None
+    if isinstance(spawn, dict):
+        return as_str(spawn.get("parent_thread_id"))
+    return as_str(meta.get("parent_thread_id")) if sub is not None else None
+
+
+def _persons_parts(item: dict[str, Any]) -> list[Any] | None:
+    """The parts of a user message the person wrote, by the label 0.16x gives each part
+    (`content_item_kinds`, with a provenance each): a `user.*` part whose provenance is
+    the user's. None when the item has no such labels (older rollouts: the prefixes say)."""
+    meta = item.get("internal_chat_message_metadata_passthrough")
+    kinds = meta.get("content_item_kinds") if isinstance(meta, dict) else None
+    content = item.get("content")
+    if not isinstance(kinds, list) or not isinstance(content, list) or len(kinds) != len(content):
+        return None
+    labels = meta.get("content_item_metadata") if isinstance(meta, dict) else None
+    labels = labels if isinstance(labels, list) else []
+    kept = []
+    for at, (block, kind) in enumerate(zip(content, kinds, strict=True)):
+        label = labels[at] if at < len(labels) and isinstance(labels[at], dict) else {}
+        provenance = label.get("provenance")
+        origin = provenance.get("type") if isinstance(provenance, dict) else None
+        if isinstance(kind, str) and kind.startswith("user.") and origin in (None, "user"):
+            kept.append(block)
+    return kept
 
 
 _CALL_TYPES = ("function_call", "custom_tool_call")
@@ -119,7 +146,7 @@ class CodexParser:
             branch = as_str(git.get("branch")) if isinstance(git, dict) else None
             if branch and branch != "HEAD":
                 hints["git_branch"] = branch
-            parent = _spawned_by(payload.get("source"))
+            parent = _spawned_by(payload)
             if parent:
                 hints["parent_external_id"] = parent
             return RecordOutcome(hints=hints)
@@ -157,7 +184,14 @@ class CodexParser:
             text = _content_text(item.get("content", item.get("message")))
             if role == "assistant":
                 return ParsedMessage(role="assistant", content=text, timestamp=timestamp)
-            if role == "user" and not text.lstrip().startswith(BOILERPLATE_PREFIXES):
+            if role != "user":
+                return None
+            persons = _persons_parts(item)
+            if persons is not None:  # labelled: only what the person wrote
+                text = _content_text(persons)
+                return ParsedMessage(role="user", content=text, timestamp=timestamp) if (
+                    text.strip()) else None
+            if not text.lstrip().startswith(BOILERPLATE_PREFIXES):
                 return ParsedMessage(role="user", content=text, timestamp=timestamp)
             return None
         if item_type in _CALL_TYPES:
