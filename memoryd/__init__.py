@@ -22,7 +22,7 @@ top of the import order down: a name comes before what it imports.
     client.py         how a client reaches memory: the daemon's API, else the stores
     status.py         what `memoryd status` reports, read-only
     logging.py        structlog set-up; log lines masked
-    units.py          installing memoryd as a systemd or launchd user service
+    service_units.py  installing memoryd as a systemd or launchd user service
     lock.py           one daemon per state directory: an flock on `memoryd.lock`
     config.py         settings: a YAML file plus MEMORYD_* environment variables
     sqlite.py         what both SQLite databases share: open, pragmas, errors, migrations

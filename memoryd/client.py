@@ -19,7 +19,7 @@ import aiosqlite
 import httpx
 import structlog
 
-from memoryd.api.operations import OPERATIONS, MemoryOps
+from memoryd.api.registry import OPERATIONS, MemoryOps
 from memoryd.clock import Clock
 from memoryd.config import Settings, SourceKind
 from memoryd.errors import AlreadyRunningError, ApiError, DaemonUnreachable, StoreDamaged

@@ -23,9 +23,9 @@ from memoryd.memory.embeddings import local, make_embedder, resolve_provider
 from memoryd.memory.opening import is_chain, open_memory_backend
 from memoryd.memory.protocol import vector_queue
 from memoryd.names import AGENTS
+from memoryd.service_units import ServiceManager
 from memoryd.status import layer_states
 from memoryd.store.connection import integrity_problems
-from memoryd.units import ServiceManager
 
 #: RETURNING (used by the lifecycle) arrived in SQLite 3.35.
 MIN_SQLITE = (3, 35, 0)

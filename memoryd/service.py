@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 import structlog
 
-from memoryd.api.operations import MemoryOps
+from memoryd.api.registry import MemoryOps
 from memoryd.clock import Clock, utc_text
 from memoryd.config import Settings, SourceKind
 from memoryd.distill.worker import Distiller
@@ -38,18 +38,18 @@ from memoryd.errors import (
     StoreError,
 )
 from memoryd.files import atomic_write
-from memoryd.hooks.client import refresh_client, stable_client
+from memoryd.hooks.script import refresh_client, stable_client
 from memoryd.ingest.ingester import Ingester
 from memoryd.ingest.watcher import watch_roots
 from memoryd.lifecycle.clock_trust import clock_ahead
 from memoryd.lifecycle.coverage import check_memory
 from memoryd.lifecycle.expiry import expire_stale_sessions
-from memoryd.lifecycle.rate import Throughput
 from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from memoryd.lifecycle.repositories import relabel_by_repository
 from memoryd.lifecycle.rerender import rerender_step, skip_if_fresh
 from memoryd.lifecycle.retention import Retention
 from memoryd.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
+from memoryd.lifecycle.throughput import Throughput
 from memoryd.lock import hold_lock
 from memoryd.memory import MemoryBackend
 from memoryd.memory.chain import DRAIN_BATCH, ChainBackend
@@ -281,7 +281,7 @@ class Service:
                 scheduler.start()
                 # aiohttp is the daemon's alone: commands that import this module skip it.
                 from memoryd.api.server import ApiServer, make_app
-                from memoryd.units import log_location
+                from memoryd.service_units import log_location
 
                 where = log_location(dict(os.environ), Path.home(), os.getpid())
                 api = ApiServer(settings.socket_path, make_app(

@@ -20,7 +20,7 @@ from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.ingest.discovery import discover
 from memoryd.lifecycle.expiry import shown_as_of
-from memoryd.lifecycle.rate import eta_seconds
+from memoryd.lifecycle.throughput import eta_seconds
 from memoryd.lock import read_lock_info
 from memoryd.memory.chain import ChainBackend, describe_depth
 from memoryd.memory.opening import is_chain, memory_user, open_memory_backend

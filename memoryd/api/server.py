@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from memoryd.api.operations import OPERATIONS, MemoryOps
+from memoryd.api.registry import OPERATIONS, MemoryOps
 from memoryd.errors import FILES_REPLACED, ApiError, MemorydError
 from memoryd.hook_protocol import ANSWER_MARGIN, agent_output, event_request, memoryd_event
 from memoryd.names import AGENT_HOME_ENV, agent_transcript_root

@@ -344,7 +344,7 @@ def rebuild_memory(ctx: click.Context) -> None:
 def doctor(ctx: click.Context, full: bool) -> None:
     """Check the installation: each check prints ok, warn or fail, with a fix."""
     from memoryd.doctor import run_checks
-    from memoryd.units import ServiceManager
+    from memoryd.service_units import ServiceManager
 
     obj: dict[str, Any] = ctx.ensure_object(dict)
     try:

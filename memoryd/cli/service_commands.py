@@ -11,7 +11,7 @@ import click
 
 from memoryd.cli.common import EX_UNAVAILABLE, config_option, fail, main, settings_for
 from memoryd.config import resolve_config_path
-from memoryd.units import Plan, ServiceManager, describe, execute, unreachable
+from memoryd.service_units import Plan, ServiceManager, describe, execute, unreachable
 
 
 @main.group()

@@ -41,7 +41,7 @@ async def _from_daemon(settings: Settings) -> str | None:
 
 
 async def _serve_here(settings: Settings, port: int, browser: bool) -> None:
-    from memoryd.api.operations import MemoryOps
+    from memoryd.api.registry import MemoryOps
     from memoryd.client import direct_ops
     from memoryd.clock import SystemClock
     from memoryd.status import collect_status

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memoryd.lifecycle.agent_tools import Roots
 from memoryd.lifecycle.segments import render_message
-from memoryd.lifecycle.tools import Roots
 from memoryd.memory.privacy.redaction import ExtraMasks, mask_extra
 from memoryd.memory.recall.context import escape
 from memoryd.store.sessions import StoredMessage

@@ -5,7 +5,7 @@
     fallback.py      the same event over stores opened in-process when no daemon answers
     install.py       installing, inspecting and removing memoryd's entries in each agent's
                      settings (hooks and MCP)
-    client.py        the copy of the shell hook client in the state directory (what the
+    script.py        the copy of the shell hook client in the state directory (what the
                      installed hooks run), their command line, and what is wrong with it
     memoryd-hook.sh  the shell hook client: the payload as it is to the daemon
                      (`POST /v1/hook/<agent>/<event>`), anything else to `memoryd hook`

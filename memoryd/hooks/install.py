@@ -33,7 +33,7 @@ from typing import Any, Literal
 from memoryd.config import Settings
 from memoryd.errors import SettingsFileError
 from memoryd.files import atomic_write, make_dirs
-from memoryd.hooks.client import (
+from memoryd.hooks.script import (
     hook_command,
     parse_command,
     problems,

@@ -4,7 +4,7 @@
 #         --timeout T EVENT
 #
 # into their settings (through a guard that exits 0 when this file is missing; the file is
-# memoryd's own copy in its state directory, `memoryd/hooks/client.py`). Starting an interpreter is most of what a Python hook costs (0.1 s
+# memoryd's own copy in its state directory, `memoryd/hooks/script.py`). Starting an interpreter is most of what a Python hook costs (0.1 s
 # of 0.12 on a slow machine), and an agent runs two or three hooks before its first
 # request; curl starts in a hundredth of that. So this sends the agent's payload as it is
 # to the daemon (`POST /v1/hook/<agent>/<event>`, memoryd/api/server.py) and prints the

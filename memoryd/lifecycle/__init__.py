@@ -6,7 +6,7 @@
     recovery.py      segments saved to memory past `memory_sync_index`; its policy; sync_now
     digest.py        a session's digest: what it asked, changed, ran, concluded, left open
                      (pure)
-    tools.py         each agent's tools as memory reads them: edits, commands, todo lists
+    agent_tools.py   each agent's tools as memory reads them: edits, commands, todos
     markup.py        what agents, IDEs and hooks put into a person's message, taken out
     coverage.py      whether the embedded memory still holds what the archive says it saved
     rebuild.py       `memoryd rebuild-memory`: memory saved again from the stored messages
@@ -16,7 +16,7 @@
                      repository's project, once
     retention.py     what expires, and when
     clock_trust.py   whether the wall clock may be trusted to delete by age
-    rate.py          a job's pace and its time to finish
+    throughput.py    a job's pace and its time to finish
     scheduling.py    the scheduler the daemon's periodic jobs run on (the only APScheduler
                      import)
 """

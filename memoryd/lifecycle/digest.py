@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from memoryd.lifecycle.markup import SYNTHETIC_REPLIES, api_error_text, without_injected
-from memoryd.lifecycle.tools import (
+from memoryd.lifecycle.agent_tools import (
     EDIT_TOOLS,
     EXIT_STATUS,
     SHELL_TOOLS,
@@ -37,6 +36,7 @@ from memoryd.lifecycle.tools import (
     relative_in,
     shell_command,
 )
+from memoryd.lifecycle.markup import SYNTHETIC_REPLIES, api_error_text, without_injected
 from memoryd.memory.privacy import clipping
 from memoryd.store.sessions import StoredMessage
 

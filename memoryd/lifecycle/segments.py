@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from memoryd.lifecycle.agent_tools import Roots, describe_input, failure_of
 from memoryd.lifecycle.markup import api_error_text, without_injected
-from memoryd.lifecycle.tools import Roots, describe_input, failure_of
 from memoryd.memory.models import Turn
 from memoryd.memory.privacy import clipping
 from memoryd.memory.privacy.redaction import redact

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from memoryd.api.operations import MemoryOps
+from memoryd.api.registry import MemoryOps
 from memoryd.clock import Clock
 from memoryd.config import Settings
 from memoryd.errors import MemorydError

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from memoryd.api.server import ApiServer, make_app
-from memoryd.units import log_location
+from memoryd.service_units import log_location
 
 
 class _Replaced:

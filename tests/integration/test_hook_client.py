@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
 
-from memoryd.hooks.client import PACKAGED_CLIENT
 from memoryd.hooks.install import Installer, settings_path
+from memoryd.hooks.script import PACKAGED_CLIENT
 from memoryd.names import AGENT_EVENTS, AGENT_HOME_ENV
 
 if shutil.which("curl") is None and os.environ.get("HOOK_CLIENT_TESTS_REQUIRE_CURL") != "1":

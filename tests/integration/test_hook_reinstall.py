@@ -15,7 +15,7 @@ import pytest
 from helpers import daemon_env, memoryd_command, wait_ready, write_config
 from structlog.testing import capture_logs
 
-from memoryd.hooks.client import PACKAGED_CLIENT, parse_command, stable_client
+from memoryd.hooks.script import PACKAGED_CLIENT, parse_command, stable_client
 
 
 def _memoryd(env: dict[str, str], config: Path, *args: str

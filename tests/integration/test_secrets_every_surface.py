@@ -21,8 +21,8 @@ from mcp import Client, StdioServerParameters
 from test_agents import PROJECT, Daemon, claude_payload, context_of, quick_daemon
 from test_hook_client import Client as InstalledHooks
 
+from memoryd.lifecycle.agent_tools import COMMAND_CHARS
 from memoryd.lifecycle.digest import COMMAND_PART_CHARS, CONCLUSION_CHARS, REQUEST_CHARS
-from memoryd.lifecycle.tools import COMMAND_CHARS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "distill"))
 from fake_model import FakeModel, items_text, serve

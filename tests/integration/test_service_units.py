@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO, daemon_env, memoryd_command
 
 from memoryd.config import Settings, load_settings
-from memoryd.units import LAUNCHD_LABEL, ServiceManager, render_launchd, render_systemd
+from memoryd.service_units import LAUNCHD_LABEL, ServiceManager, render_launchd, render_systemd
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from helpers import JsonHandler, wait_for
 from test_agents import Daemon, quick_daemon
 
-from memoryd.lifecycle.rate import Throughput, eta_seconds
+from memoryd.lifecycle.throughput import Throughput, eta_seconds
 
 ANSWER_SECONDS = 0.25
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.api.operations import ApiError, MemoryOps
+from memoryd.api.registry import ApiError, MemoryOps
 from memoryd.clock import FakeClock
 from memoryd.errors import BackendUnsupported
 from memoryd.memory import Capability, SQLiteMemoryBackend, require

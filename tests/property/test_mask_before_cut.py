@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memoryd.lifecycle.agent_tools import COMMAND_CHARS, describe_call, failure_of
 from memoryd.lifecycle.digest import (
     COMMAND_PART_CHARS,
     CONCLUSION_CHARS,
@@ -19,7 +20,6 @@ from memoryd.lifecycle.digest import (
     build_digest,
 )
 from memoryd.lifecycle.segments import MESSAGE_CHARS, TOOL_CALL_CHARS, render_message
-from memoryd.lifecycle.tools import COMMAND_CHARS, describe_call, failure_of
 from memoryd.memory.privacy import clipping
 from memoryd.store.sessions import StoredMessage
 

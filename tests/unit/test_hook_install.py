@@ -13,7 +13,6 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memoryd.hooks.client import GUARD, PACKAGED_CLIENT
 from memoryd.hooks.install import (
     AGENTS,
     ALLOW_RULES,
@@ -24,6 +23,7 @@ from memoryd.hooks.install import (
     is_memoryd_hook,
     settings_path,
 )
+from memoryd.hooks.script import GUARD, PACKAGED_CLIENT
 
 MEMORYD = "/opt/memoryd/bin/memoryd"
 

@@ -18,7 +18,7 @@ import structlog
 
 from memoryd.api.events import SessionEvents
 from memoryd.api.governance import Governance
-from memoryd.api.ops import MemoryOperations
+from memoryd.api.memory_ops import MemoryOperations
 from memoryd.errors import ApiError, MemorydError
 from memoryd.memory.opening import memory_user
 from memoryd.memory.privacy.redaction import shown
