@@ -140,7 +140,7 @@ async def _capture(work: Path, llm: dict[str, Any]) -> tuple[Any, float]:
     from memoryd.ingest.ingester import Ingester
     from memoryd.lifecycle.recovery import Recovery, recovery_policy
     from memoryd.memory import SQLiteMemoryBackend
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     root = work / "claude"
     _lay_out(root)
@@ -167,7 +167,7 @@ async def _send(settings: Any) -> dict[str, Any]:
     from memoryd.distill.providers import make_provider
     from memoryd.distill.worker import Distiller
     from memoryd.memory import SQLiteMemoryBackend
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     clock = SystemClock()
     async with open_store(settings) as conn:
@@ -193,8 +193,8 @@ async def _send(settings: Any) -> dict[str, Any]:
 async def _requeue(settings: Any) -> int:
     """The sessions' segments queued again as `memoryd distill --since` cuts them."""
     from memoryd.distill.backlog import plan_backlog
+    from memoryd.store.database import open_store
     from memoryd.store.distill_queue import enqueue_backlog
-    from memoryd.store.opening import open_store
 
     async with open_store(settings) as conn:
         backlog = await plan_backlog(conn, settings, datetime(1970, 1, 1, tzinfo=UTC))

@@ -71,10 +71,10 @@ from memoryd.config import load_settings
 from memoryd.ingest.once import ingest_once
 from memoryd.lifecycle.recovery import sync_now
 from memoryd.memory import MemoryType, RecallResult, SQLiteMemoryBackend
-from memoryd.memory.embeddings.base import Embedder
+from memoryd.memory.embeddings.interface import Embedder
 from memoryd.memory.embeddings.local import LocalEmbedder
+from memoryd.memory.export_format import memory_to_record
 from memoryd.memory.recall.fusion import VECTOR_WEIGHT
-from memoryd.memory.records import memory_to_record
 
 DATA = SHARED / "datasets" / "locomo10.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

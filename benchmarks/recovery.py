@@ -70,7 +70,7 @@ from benchmarks._common import (
 from benchmarks.gen_corpus import Pools, SessionWriter
 
 _TOOLS = ("Bash", "Read", "Edit", "Write", "Grep", "Glob", "TodoWrite")
-_CLIP = 4000  # memoryd.ingest.parsers.base.CONTENT_TOOL_LIMIT
+_CLIP = 4000  # memoryd.ingest.parsers.common.CONTENT_TOOL_LIMIT
 
 
 def _loguniform(rng: random.Random, low: int, high: int) -> int:
@@ -131,7 +131,7 @@ def _iso(moment: datetime) -> str:
 
 
 async def _migrate(settings: Any) -> None:
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     async with open_store(settings):
         pass
@@ -250,7 +250,7 @@ async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]
     from memoryd.memory.opening import open_memory_backend
     from memoryd.process import tune_threads
     from memoryd.store import sessions as store
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     tune_threads()  # as `memoryd run` and `memoryd sync` do
     clock = SystemClock()

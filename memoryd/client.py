@@ -27,7 +27,7 @@ from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
 from memoryd.memory import MemoryBackend
 from memoryd.memory.opening import memory_user, open_memory_backend
 from memoryd.store.connection import connect
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 
 log = structlog.get_logger("memoryd.client")
 

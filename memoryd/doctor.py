@@ -16,7 +16,7 @@ from memoryd.clock import Clock, utc_text
 from memoryd.config import Settings
 from memoryd.errors import EmbeddingError, MemorydError, StoreBusy
 from memoryd.hooks.install import installer_for
-from memoryd.ingest.parsers.base import human_size
+from memoryd.ingest.parsers.common import human_size
 from memoryd.lock import read_lock_info
 from memoryd.memory.chain import ChainBackend
 from memoryd.memory.embeddings import local, make_embedder, resolve_provider

@@ -64,8 +64,8 @@ from memoryd.sqlite import shrink_memory
 from memoryd.status import status_path
 from memoryd.store import audit
 from memoryd.store.connection import integrity_problems, translate
+from memoryd.store.database import open_store
 from memoryd.store.distill_queue import distill_counts
-from memoryd.store.opening import open_store
 
 if TYPE_CHECKING:
     from memoryd.ui.server import UiServer

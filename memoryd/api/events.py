@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 
 from memoryd.api import args as arg
-from memoryd.api.base import MAX_LIMIT, OpsBase
+from memoryd.api.shared import MAX_LIMIT, OpsBase
 from memoryd.briefing import project_state, render
 from memoryd.config import DEFAULT_ROOTS, SourceKind
 from memoryd.errors import ApiError, MemorydError

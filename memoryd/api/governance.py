@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 
 from memoryd.api import args as arg
-from memoryd.api.base import OpsBase
+from memoryd.api.shared import OpsBase
 from memoryd.clock import Clock
 from memoryd.config import Settings
 from memoryd.errors import ApiError

@@ -8,20 +8,20 @@ from typing import Any
 import structlog
 
 from memoryd.api import args as arg
-from memoryd.api.base import (
+from memoryd.api.shared import (
     MAX_LIMIT,
     OpsBase,
     refuse_if_held,
 )
 from memoryd.errors import ApiError
 from memoryd.memory import Capability, MemoryType, memory_to_record
+from memoryd.memory.export_format import result_to_record
 from memoryd.memory.models import Provenance
 from memoryd.memory.policy import FROM_AGENT_TOOL, injectable
 from memoryd.memory.privacy.redaction import shown
 from memoryd.memory.protocol import IdPrefix
 from memoryd.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET, build_context
 from memoryd.memory.recall.gate import content_words, coverage
-from memoryd.memory.records import result_to_record
 from memoryd.store import forgotten, holds, queries
 from memoryd.store.injections import Injection
 

@@ -283,6 +283,6 @@ def iso_or_none(moment: datetime | None) -> str | None:
 
 def result_json(result: RecallResult) -> dict[str, Any]:
     """One recall result as stable JSON: content, score and full provenance."""
-    from memoryd.memory.records import result_to_record
+    from memoryd.memory.export_format import result_to_record
 
     return result_to_record(result)

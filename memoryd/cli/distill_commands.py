@@ -44,8 +44,8 @@ def distill(ctx: click.Context, since: datetime, dry_run: bool) -> None:
 
 async def _distill(settings: Settings, clock: Clock, since: datetime, dry_run: bool) -> None:
     from memoryd.distill.backlog import plan_backlog
+    from memoryd.store.database import open_store
     from memoryd.store.distill_queue import enqueue_backlog, requeue_failed
-    from memoryd.store.opening import open_store
 
     async with open_store(settings) as conn:
         if not dry_run:

@@ -46,12 +46,12 @@ from memoryd.files import atomic_writer
 from memoryd.memory import Capability, MemoryBackend, MemoryType, require
 from memoryd.memory.backends.gateway import call_events as gateway_calls
 from memoryd.memory.backends.sqlite.salvage import readable_memories
+from memoryd.memory.export_format import record_to_memory
 from memoryd.memory.models import visible_to
 from memoryd.memory.opening import open_memory_backend
 from memoryd.memory.recall.context import DEFAULT_BUDGET, MIN_BUDGET
-from memoryd.memory.records import record_to_memory
 from memoryd.store import audit
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 
 T = TypeVar("T")
 

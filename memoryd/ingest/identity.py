@@ -23,7 +23,7 @@ import structlog
 
 from memoryd.errors import NotARegularFile
 from memoryd.ingest.discovery import Candidate, Mode
-from memoryd.store.records import FileState
+from memoryd.store.batches import FileState
 
 log = structlog.get_logger("memoryd.ingest")
 

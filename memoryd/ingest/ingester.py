@@ -31,9 +31,9 @@ from memoryd.ingest.discovery import (
 )
 from memoryd.ingest.identity import SETTLE_NS, Resolver, Tracked
 from memoryd.ingest.tailer import Prepared, Tailer, TurnOutcome, TurnResult
+from memoryd.store.batches import CommitResult, FileState
 from memoryd.store.connection import database_file, disable_autocheckpoint
 from memoryd.store.offsets import discard_outcome, load_states, mark_missing, move_state
-from memoryd.store.records import CommitResult, FileState
 from memoryd.store.wal import Checkpointer
 
 log = structlog.get_logger("memoryd.ingest")

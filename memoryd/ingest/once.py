@@ -11,7 +11,7 @@ from memoryd.clock import Clock
 from memoryd.config import Settings, SourceKind
 from memoryd.ingest.ingester import Ingester, PassStats
 from memoryd.lock import hold_lock
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 
 
 async def ingest_once(

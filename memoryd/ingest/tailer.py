@@ -35,11 +35,11 @@ from memoryd.ingest.identity import (
     rewrite_reason,
 )
 from memoryd.ingest.parsers import RecordParser, parse_document, record_parser_for
-from memoryd.ingest.parsers.base import ParsedMessage
+from memoryd.ingest.parsers.common import ParsedMessage
 from memoryd.private import mask_private, mask_private_line, may_hold_private
 from memoryd.repository import gemini_project, project_root, working_tree
+from memoryd.store.batches import Batch, CommitResult, FileState, MessageRow, NewSession
 from memoryd.store.offsets import submit_batch
-from memoryd.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 from memoryd.store.wal import Checkpointer
 
 log = structlog.get_logger("memoryd.ingest")

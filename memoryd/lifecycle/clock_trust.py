@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 import aiosqlite
 
 from memoryd.clock import BootReading, Clock, utc_text
-from memoryd.memory.records import from_utc_text
+from memoryd.memory.export_format import from_utc_text
 from memoryd.store.connection import transaction
 
 #: The mark deletions by age share.

@@ -38,7 +38,7 @@ from memoryd.memory.backends.sqlite.salvage import move_aside, readable_memories
 from memoryd.memory.opening import open_memory_backend
 from memoryd.memory.protocol import MemoryBackend, MemoryBrowse
 from memoryd.store import upgrades
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 from memoryd.store.sessions import reset_memory_progress
 
 log = structlog.get_logger(__name__)

@@ -66,9 +66,9 @@ from memoryd.names import is_compaction_agent
 from memoryd.store import queries
 from memoryd.store import sessions as store
 from memoryd.store.audit import AuditEvent
+from memoryd.store.database import open_store
 from memoryd.store.distill_queue import Queued
 from memoryd.store.forgotten import summary_forgotten
-from memoryd.store.opening import open_store
 from memoryd.store.sessions import SessionSyncState
 
 log = structlog.get_logger("memoryd.recovery")

@@ -42,7 +42,7 @@ from memoryd.clock import Clock
 from memoryd.config import RetentionSettings
 from memoryd.lifecycle.clock_trust import clock_ahead, say
 from memoryd.memory import Capability, MemoryBackend, MemoryType
-from memoryd.memory.records import from_utc_text
+from memoryd.memory.export_format import from_utc_text
 from memoryd.store import audit
 from memoryd.store.holds import Holds, standing
 from memoryd.store.raw import expire_raw

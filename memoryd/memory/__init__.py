@@ -6,7 +6,7 @@ the backends.
     models.py     the values: Memory, ConversationSegment, RecallResult, ...
     policy.py     the forgetting rules, once (backends keep only their dialect)
     writes.py     the Memory values every backend stores: defaults, checks, masks
-    records.py    export/import records
+    export_format.py  export/import records
     chain.py      layers in order, with outbox.py holding what a layer missed
     backends/     sqlite/ (the default), postgres/, jsonl.py, gateway.py
     recall/       chunks, words, gate, fusion, ranking, rerank, sessions, spoken_time,
@@ -19,6 +19,7 @@ the backends.
 
 from typing import TYPE_CHECKING, Any
 
+from memoryd.memory.export_format import SCHEMA_VERSION, memory_to_record, record_to_memory
 from memoryd.memory.models import (
     DECAYING_TYPES,
     DEFAULT_IMPORTANCE,
@@ -40,7 +41,6 @@ from memoryd.memory.models import (
     summary_id,
 )
 from memoryd.memory.protocol import Capability, MemoryBackend, RecallOrder, require
-from memoryd.memory.records import SCHEMA_VERSION, memory_to_record, record_to_memory
 
 if TYPE_CHECKING:
     from memoryd.memory.backends.sqlite import SQLiteMemoryBackend

@@ -46,6 +46,7 @@ from memoryd.errors import (
     MemorydError,
 )
 from memoryd.memory import writes
+from memoryd.memory.export_format import from_utc_text, memory_to_record, to_utc_text
 from memoryd.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -79,10 +80,9 @@ from memoryd.memory.protocol import (
     release_memory,
     vector_queue,
 )
-from memoryd.memory.records import from_utc_text, memory_to_record, to_utc_text
 
 if TYPE_CHECKING:
-    from memoryd.memory.embeddings.base import Embedder
+    from memoryd.memory.embeddings.interface import Embedder
 
 log = structlog.get_logger("memoryd.memory.chain")
 

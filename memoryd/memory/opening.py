@@ -29,7 +29,7 @@ from memoryd.memory.backends.jsonl import JsonlMemoryBackend
 from memoryd.memory.backends.sqlite import SQLiteMemoryBackend
 from memoryd.memory.chain import ChainBackend, Layer
 from memoryd.memory.embeddings import make_embedder
-from memoryd.memory.embeddings.base import Embedder
+from memoryd.memory.embeddings.interface import Embedder
 from memoryd.memory.outbox import Outbox
 from memoryd.memory.privacy.masking import MaskedBackend
 from memoryd.memory.protocol import Capability, MemoryBackend

@@ -30,6 +30,7 @@ import structlog
 from memoryd import sqlite
 from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable
+from memoryd.memory.export_format import from_utc_text, to_utc_text
 from memoryd.memory.models import (
     ConversationSegment,
     DistilledMemory,
@@ -37,7 +38,6 @@ from memoryd.memory.models import (
     SessionSummary,
     Turn,
 )
-from memoryd.memory.records import from_utc_text, to_utc_text
 from memoryd.sqlite import shrink_memory
 
 log = structlog.get_logger("memoryd.memory.outbox")

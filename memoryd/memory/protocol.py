@@ -49,7 +49,7 @@ from memoryd.memory.models import (
 )
 
 if TYPE_CHECKING:
-    from memoryd.memory.embeddings.base import Embedder
+    from memoryd.memory.embeddings.interface import Embedder
 
 RecallOrder = Literal["score", "time", "recent"]
 

@@ -2,10 +2,10 @@
 
     connection.py     opening the state database, transactions, its errors
     migrations.py     its schema, version by version
-    opening.py        open, migrate, hand over
+    database.py       open, migrate, hand over
     offsets.py        the exactly-once commit: a batch's rows and the file's new offset
     wal.py            the checkpointer that copies the log off the writer's path
-    records.py        values between the tailer and the store
+    batches.py        values between the tailer and the store
     sessions.py       session status and `memory_sync_index`
     queries.py        read-only queries (status, sessions, show, search)
     forgotten.py      what was forgotten, by content, so copies stay forgotten

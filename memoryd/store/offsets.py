@@ -13,9 +13,9 @@ from datetime import datetime
 import aiosqlite
 
 from memoryd.clock import utc_text
+from memoryd.store.batches import Batch, CommitResult, FileState, MessageRow, NewSession
 from memoryd.store.connection import run_on_connection, transaction
 from memoryd.store.forgotten import content_key
-from memoryd.store.records import Batch, CommitResult, FileState, MessageRow, NewSession
 
 _IN_CHUNK = 500
 

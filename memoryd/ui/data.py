@@ -22,10 +22,10 @@ from memoryd.clock import Clock
 from memoryd.config import Settings
 from memoryd.errors import MemorydError
 from memoryd.lifecycle.expiry import shown_as_of
+from memoryd.memory.export_format import memory_to_record
 from memoryd.memory.models import Memory
 from memoryd.memory.privacy.redaction import readable_stored, shown
 from memoryd.memory.protocol import MemoryBrowse
-from memoryd.memory.records import memory_to_record
 from memoryd.store import audit, queries
 from memoryd.store.injections import injections_for, recent_injections
 

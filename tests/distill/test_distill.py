@@ -23,7 +23,7 @@ from memoryd.errors import ConfigError
 from memoryd.ingest.ingester import Ingester
 from memoryd.lifecycle.recovery import Recovery, recovery_policy
 from memoryd.memory import MemoryType, SQLiteMemoryBackend
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 from tests.distill.fake_model import FakeModel, items_text, serve
 
 SECRET = "ghp_" + "Z" * 36

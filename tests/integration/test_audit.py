@@ -95,7 +95,7 @@ def test_every_interface_is_recorded_and_no_content_is(daemon: Daemon) -> None:
 def test_old_events_expire_and_since_filters(daemon: Daemon) -> None:
     from memoryd.config import load_settings
     from memoryd.store import audit
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     d = daemon
     settings = load_settings(d.config)
@@ -166,7 +166,7 @@ def test_a_batch_of_events_keeps_each_ones_memory_ids(tmp_path: Path) -> None:
     from memoryd.config import load_settings
     from memoryd.store import audit
     from memoryd.store.connection import run_on_connection, transaction
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     state = load_settings(None, state_dir=str(tmp_path / "state"))
     ids = st.lists(st.sampled_from(["a", "b", "c", "ünï", '"q"', "x" * 40]), max_size=4)

@@ -92,7 +92,7 @@ async def test_answers_are_bounded(settings: object) -> None:
 async def test_search_sessions_finds_stored_conversation(settings: object, tmp_path: Path
                                                          ) -> None:
     """search_sessions reads the stored messages themselves, newest first."""
-    from memoryd.store.opening import open_store
+    from memoryd.store.database import open_store
 
     async with open_store(settings) as conn:  # type: ignore[arg-type]
         await conn.execute(

@@ -28,7 +28,7 @@ from memoryd.memory import (
     SaveResult,
     SQLiteMemoryBackend,
 )
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 
 COMPACTED = TRANSCRIPTS / "claude" / (
     "daaain+claude-code-log__test__test_data__dag_compact_after_rewind.jsonl")

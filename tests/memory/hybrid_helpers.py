@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memoryd.memory.embeddings.base import Vectors, normalise
+from memoryd.memory.embeddings.interface import Vectors, normalise
 
 # Words that mean the same share an axis: the fake "understands" paraphrases.
 CONCEPTS: list[tuple[str, ...]] = [

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from memoryd.config import load_settings
 from memoryd.store import sessions as store
-from memoryd.store.opening import open_store
+from memoryd.store.database import open_store
 
 _WORDS = st.sampled_from(["run the tests", "ok", "", "fix it", "<ide_opened_file>x"
                           "</ide_opened_file>ok"])

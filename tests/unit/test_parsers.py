@@ -12,9 +12,9 @@ import orjson
 import pytest
 from helpers import local_time_zone
 
-from memoryd.ingest.parsers.base import image_placeholder, utc_timestamp
 from memoryd.ingest.parsers.claude import ClaudeParser
 from memoryd.ingest.parsers.codex import CodexParser
+from memoryd.ingest.parsers.common import image_placeholder, utc_timestamp
 from memoryd.ingest.parsers.gemini import GeminiRecordParser, parse_document
 
 

@@ -80,7 +80,7 @@ def test_token_counts_are_not_secrets() -> None:
 def test_a_clipped_tool_output_leaves_no_prefix_of_a_key() -> None:
     """Clipping cuts at a whitespace: the start of a key is never left behind, too short
     for a mask to recognise."""
-    from memoryd.ingest.parsers.base import clip
+    from memoryd.ingest.parsers.common import clip
 
     for pad in range(0, 40):
         text = "x " * (1990 - pad) + "key sk-ant-api03-" + "A" * 200

@@ -1,6 +1,6 @@
 """One parser per agent's transcript format.
 
-    base.py     what every parser returns (`ParsedMessage`, `RecordOutcome`), the
+    common.py   what every parser returns (`ParsedMessage`, `RecordOutcome`), the
                 `RecordParser` protocol, and the helpers they share
     claude.py   Claude Code: `~/.claude/projects/<project>/<session>.jsonl`
     codex.py    Codex CLI rollouts: `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`
@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 from memoryd.config import SourceKind
-from memoryd.ingest.parsers.base import ParsedMessage, RecordOutcome, RecordParser
 from memoryd.ingest.parsers.claude import ClaudeParser
 from memoryd.ingest.parsers.codex import CodexParser
+from memoryd.ingest.parsers.common import ParsedMessage, RecordOutcome, RecordParser
 from memoryd.ingest.parsers.gemini import GeminiRecordParser, parse_document
 
 __all__ = [

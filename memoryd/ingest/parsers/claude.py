@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryd.ingest.parsers.base import (
+from memoryd.ingest.parsers.common import (
     ParsedMessage,
     RecordOutcome,
     as_str,

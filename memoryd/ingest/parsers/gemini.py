@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from memoryd.ingest.parsers.base import (
+from memoryd.ingest.parsers.common import (
     ParsedMessage,
     RecordOutcome,
     as_str,

@@ -61,6 +61,7 @@ from memoryd.errors import (
     GatewayUnavailable,
     GatewayUnknown,
 )
+from memoryd.memory.export_format import to_utc_text
 from memoryd.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -75,7 +76,6 @@ from memoryd.memory.models import (
 )
 from memoryd.memory.protocol import Capability, RecallOrder
 from memoryd.memory.recall import sessions
-from memoryd.memory.records import to_utc_text
 
 log = structlog.get_logger("memoryd.memory.gateway")
 

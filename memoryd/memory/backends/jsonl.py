@@ -5,7 +5,7 @@ by default; `_no_project.jsonl` for memories without one, `_scopes.jsonl` for
 forgotten sessions and projects). Each line is one event, human-readable and
 diffable:
 
-    {"op": "add", "record": {...}}                      an export record (records.py)
+    {"op": "add", "record": {...}}                      an export record (export_format.py)
     {"op": "supersede", "id": ..., "by": ..., "at": ...}   a correction or a longer tail
     {"op": "forget", "id": ..., "mode": "soft", ...}     a tombstone (never content)
     {"op": "use", "id": ..., "at": ...}                   opened by id (`record_use`)
@@ -45,6 +45,12 @@ from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
 from memoryd.files import atomic_write, make_dirs
 from memoryd.memory import writes
+from memoryd.memory.export_format import (
+    from_utc_text,
+    memory_to_record,
+    record_to_memory,
+    to_utc_text,
+)
 from memoryd.memory.models import (
     ConversationSegment,
     DeletionMode,
@@ -65,7 +71,6 @@ from memoryd.memory.policy import ForgetScope, is_forgotten
 from memoryd.memory.protocol import Capability, RecallOrder
 from memoryd.memory.recall import gate, ranking, sessions
 from memoryd.memory.recall.words import terms
-from memoryd.memory.records import from_utc_text, memory_to_record, record_to_memory, to_utc_text
 
 log = structlog.get_logger("memoryd.memory.jsonl")
 

@@ -10,7 +10,7 @@ unless fetching the weights is turned off and they are not installed), else `non
 Vectors are computed off the save path: the SQLite backend's `embed_pending`
 drains chunks that have no vector yet, in the background.
 
-    base.py       the embedder interface: text in, L2-normalised float32 vectors out
+    interface.py  the embedder interface: text in, L2-normalised float32 vectors out
     local.py      the `local` provider: tokenizer, encoder, pooling, batches
     bert.py       the BERT encoder written out in NumPy (the reference forward pass)
     bert_onnx.py  the same encoder as an ONNX graph, run by ONNX Runtime
@@ -31,7 +31,7 @@ import structlog
 from memoryd.config import EmbeddingSettings
 from memoryd.errors import EmbeddingError, EmbeddingLoading, EmbeddingUnavailable
 from memoryd.memory.embeddings import local, weights
-from memoryd.memory.embeddings.base import (
+from memoryd.memory.embeddings.interface import (
     Embedder,
     Vectors,
     normalise,

@@ -34,7 +34,7 @@ import structlog
 
 from memoryd.errors import EmbeddingError, EmbeddingUnavailable
 from memoryd.memory.embeddings import weights
-from memoryd.memory.embeddings.base import (
+from memoryd.memory.embeddings.interface import (
     Vectors,
     normalise,
 )

@@ -27,7 +27,7 @@ from tenacity import (
 )
 
 from memoryd.errors import EmbeddingError, EmbeddingUnavailable
-from memoryd.memory.embeddings.base import (
+from memoryd.memory.embeddings.interface import (
     Vectors,
     normalise,
 )

@@ -49,6 +49,7 @@ from memoryd.memory.backends.postgres.schema import (
     translate,
     vector_literal,
 )
+from memoryd.memory.export_format import memory_to_record, record_to_memory
 from memoryd.memory.models import (
     DECAYING_TYPES,
     ConversationSegment,
@@ -71,13 +72,12 @@ from memoryd.memory.recall import hybrid, ranking
 from memoryd.memory.recall.chunks import chunk_memory
 from memoryd.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
 from memoryd.memory.recall.words import terms
-from memoryd.memory.records import memory_to_record, record_to_memory
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
-    from memoryd.memory.embeddings.base import Embedder
+    from memoryd.memory.embeddings.interface import Embedder
 
 log = structlog.get_logger("memoryd.memory.postgres")
 

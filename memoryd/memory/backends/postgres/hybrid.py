@@ -23,7 +23,7 @@ from memoryd.memory.recall import sessions
 from memoryd.memory.recall.hybrid import DUPLICATE_COSINE, Match, Row, Weight
 
 if TYPE_CHECKING:
-    from memoryd.memory.embeddings.base import Embedder
+    from memoryd.memory.embeddings.interface import Embedder
 
 # ts_rank of one matching word in a short text is about 0.06; scaled so that an ordinary
 # match lands where BM25's does in the embedded backend (relevance ~0.4-0.9).

@@ -73,6 +73,12 @@ from memoryd.memory.backends.sqlite.schema import (
     migrate,
     translate,
 )
+from memoryd.memory.export_format import (
+    from_utc_text,
+    memory_to_record,
+    record_to_memory,
+    to_utc_text,
+)
 from memoryd.memory.models import (
     ConversationSegment,
     DeletionMode,
@@ -92,17 +98,11 @@ from memoryd.memory.protocol import Capability, RecallOrder, Relabelled
 from memoryd.memory.recall import hybrid, ranking
 from memoryd.memory.recall.chunks import chunk_memory
 from memoryd.memory.recall.fusion import PARAPHRASE_VECTOR_WEIGHT, VECTOR_WEIGHT, Fusion
-from memoryd.memory.records import (
-    from_utc_text,
-    memory_to_record,
-    record_to_memory,
-    to_utc_text,
-)
 from memoryd.sqlite import call_on_connection, immediate_transaction, shrink_memory
 
 if TYPE_CHECKING:  # NumPy is needed only with an embedder: keyword recall runs without it
     from memoryd.memory.backends.sqlite.vector_index import Floats, VectorIndex
-    from memoryd.memory.embeddings.base import Embedder
+    from memoryd.memory.embeddings.interface import Embedder
 
 log = structlog.get_logger("memoryd.memory.sqlite")
 

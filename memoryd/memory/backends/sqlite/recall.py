@@ -18,10 +18,10 @@ from typing import Any
 
 from memoryd.memory import policy
 from memoryd.memory.backends.sqlite import fts
+from memoryd.memory.export_format import to_utc_text
 from memoryd.memory.models import MemoryType
 from memoryd.memory.protocol import RecallOrder
 from memoryd.memory.recall import ranking
-from memoryd.memory.records import to_utc_text
 
 SCORE_FUNCTION = "memoryd_score"
 IN_PROJECT = "(m.project = :project OR m.project IS NULL)"

@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
+from memoryd.memory.export_format import from_utc_text, opt_from_utc_text, opt_utc_text, to_utc_text
 from memoryd.memory.models import Memory, MemoryType, Provenance, chain_order
-from memoryd.memory.records import from_utc_text, opt_from_utc_text, opt_utc_text, to_utc_text
 
 COLUMNS = (
     "id", "type", "content", "importance", "project", "tags", "tags_text",

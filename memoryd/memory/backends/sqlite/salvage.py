@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from memoryd.memory.backends.sqlite.rows import row_memory
-from memoryd.memory.records import memory_to_record
+from memoryd.memory.export_format import memory_to_record
 from memoryd.sqlite import Kind, kind_of
 
 log = structlog.get_logger(__name__)

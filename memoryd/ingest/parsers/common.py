@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import orjson
 
 # What a parser returns is the value the store keeps (defined there: store is the lower room).
-from memoryd.store.records import ParsedMessage as ParsedMessage
+from memoryd.store.batches import ParsedMessage as ParsedMessage
 
 #: How much of a tool's input or output goes into a message's readable `content`.
 CONTENT_TOOL_LIMIT = 4000
