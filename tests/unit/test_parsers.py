@@ -473,3 +473,13 @@ def test_image_placeholder_sizes() -> None:
     assert image_placeholder("image/png", "A" * (84 * 1024 * 4 // 3)) == "[image/png 84 KB]"
     assert image_placeholder("image/png", "A" * (3 << 20)) == "[image/png 2.2 MB]"
     assert image_placeholder(None, None) == "[image]"
+
+
+def test_gemini_summary_set_later_is_the_session_summary() -> None:
+    """Gemini CLI writes a session's summary as a patch of its header once it is made
+    (`{"$set": {"summary": ...}}`); other patches say nothing."""
+    parser = GeminiRecordParser()
+    assert parser.parse({"$set": {"summary": "Fix the flaky login test"}}).summary == (
+        "summary", "Fix the flaky login test")
+    assert parser.parse({"$set": {"lastUpdated": "2026-11-29T03:00:00.000Z"}}).summary is None
+    assert parser.parse({"$set": {"messages": []}}).message is None

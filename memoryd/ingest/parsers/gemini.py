@@ -108,13 +108,18 @@ def _is_header(record: dict[str, Any]) -> bool:
 
 
 class GeminiRecordParser:
-    """The JSONL form: a header line, message lines, and `{"$set": ...}` patch lines."""
+    """The JSONL form: a header line, message lines, `{"$set": ...}` patch lines, and
+    `{"$rewindTo": id}` lines (not read yet: the messages a rewind discards stay counted)."""
 
     replaces_by_id = True
 
     def parse(self, record: dict[str, Any]) -> RecordOutcome:
         if "$set" in record:
-            return RecordOutcome()
+            # A patch of the header: the session's summary is written so, once it is made
+            # (`lastUpdated`, `directories` and checkpoints of `messages` say nothing new).
+            patch = record["$set"]
+            summary = as_str(patch.get("summary")) if isinstance(patch, dict) else None
+            return RecordOutcome(summary=("summary", summary) if summary else None)
         if _is_header(record):
             hints = {"external_id": record["sessionId"]} if as_str(record.get("sessionId")) else {}
             summary = as_str(record.get("summary"))
