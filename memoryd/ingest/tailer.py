@@ -344,6 +344,8 @@ class Tailer:
                 batch.hints.setdefault(key, value)
             if outcome.summary is not None:
                 batch.summaries.append((*outcome.summary, line.offset))
+            if outcome.rewind_to is not None:
+                batch.rewinds.append((outcome.rewind_to, line.offset))
             message = outcome.message
             if message is None:
                 batch.lines_skipped += 1

@@ -69,6 +69,7 @@ class Batch:
     new_session: NewSession | None = None
     messages: list[MessageRow] = field(default_factory=list)
     summaries: list[tuple[str, str, int]] = field(default_factory=list)  # kind, text, offset
+    rewinds: list[tuple[str, int]] = field(default_factory=list)  # message uuid, line offset
     rejected: list[tuple[int, bytes, str]] = field(default_factory=list)  # offset, raw, reason
     hints: dict[str, str] = field(default_factory=dict)
     lines_read: int = 0

@@ -319,6 +319,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        16,
+        "rewinds: where an agent's transcript went back to an earlier message (Gemini CLI's"
+        " /rewind), so the messages it discarded are left out of memory and digests",
+        """
+        CREATE TABLE session_rewinds (
+            session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            first_index INTEGER NOT NULL,
+            byte_offset INTEGER NOT NULL,
+            recorded_at TEXT NOT NULL,
+            PRIMARY KEY (session_id, byte_offset)
+        );
+        """,
+    ),
 ]
 
 

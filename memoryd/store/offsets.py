@@ -11,11 +11,14 @@ from contextlib import suppress
 from datetime import datetime
 
 import aiosqlite
+import structlog
 
 from memoryd.clock import utc_text
 from memoryd.store.batches import Batch, CommitResult, FileState, MessageRow, NewSession
 from memoryd.store.connection import run_on_connection, transaction
 from memoryd.store.forgotten import content_key
+
+log = structlog.get_logger("memoryd.store")
 
 _IN_CHUNK = 500
 
@@ -149,6 +152,27 @@ def _write(conn: sqlite3.Connection, batch: Batch, now_text: str,
         raise
 
 
+def _record_rewinds(conn: sqlite3.Connection, session_id: int,
+                    rewinds: list[tuple[str, int]], now_text: str) -> None:
+    """Each rewind as the first message it discards and the line it was read at: a message
+    from there on whose stored line comes before the rewind's is discarded (one written
+    again after it lives again, as the agent reads its own file). A rewind to a message
+    never stored (one only a checkpoint named) discards nothing here. The session's digest
+    is built again when it had read past the rewind's message."""
+    for uuid, offset in rewinds:
+        found = conn.execute(
+            "SELECT MIN(message_index) FROM session_messages WHERE session_id = ?"
+            " AND dedupe_key = ?", (session_id, uuid)).fetchone()
+        if found is None or found[0] is None:
+            log.info("rewind_target_unknown", session_id=session_id, byte_offset=offset)
+            continue
+        conn.execute(
+            "INSERT OR IGNORE INTO session_rewinds (session_id, first_index, byte_offset,"
+            " recorded_at) VALUES (?, ?, ?, ?)", (session_id, int(found[0]), offset, now_text))
+        conn.execute("UPDATE sessions SET digest_index = 0 WHERE id = ? AND digest_index > ?",
+                     (session_id, int(found[0])))
+
+
 def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> CommitResult:
     state = batch.state
     if batch.new_session is not None:
@@ -226,6 +250,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             session_id,
         ),
     )
+    if batch.rewinds:
+        _record_rewinds(conn, session_id, batch.rewinds, now_text)
     if batch.summaries:
         conn.executemany(
             "INSERT OR IGNORE INTO session_summaries (session_id, kind, content, byte_offset,"

@@ -56,6 +56,14 @@ class SessionSyncState:
 # Not frozen: a backfill makes a million of these, and a frozen dataclass's __init__
 # (object.__setattr__ a field) costs three times a plain one. Treated as immutable all
 # the same; hashed by value as a frozen one is.
+#: For a message row `m`: 1 when a rewind of its session discarded it (`offsets`: from the
+#: rewind's first message on, written before the rewind's line).
+MESSAGE_REWOUND = (
+    "EXISTS (SELECT 1 FROM session_rewinds r WHERE r.session_id = m.session_id"
+    " AND m.message_index >= r.first_index AND m.byte_offset < r.byte_offset)"
+)
+
+
 @dataclass(slots=True, unsafe_hash=True)
 class StoredMessage:
     index: int
@@ -67,7 +75,8 @@ class StoredMessage:
     timestamp: datetime | None
     #: Claude Code: written inside a subagent's conversation (the model prompting it).
     is_sidechain: bool = False
-    #: Its content was forgotten (a copy of a forgotten transcript): never saved to memory.
+    #: Its content was forgotten (a copy of a forgotten transcript), or a rewind of its
+    #: session discarded it: never saved to memory.
     forgotten: bool = False
     #: A tool call's input (JSON text) and the transcript line itself, read only where
     #: a session's digest needs them (`digest_messages`): calls' ids, exit statuses.
@@ -418,7 +427,8 @@ async def messages_from(
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
-        f" {MESSAGE_FORGOTTEN}, tool_input, {_DIGEST_RAW if raw else 'NULL'}, dedupe_key"
+        f" {MESSAGE_FORGOTTEN} OR {MESSAGE_REWOUND}, tool_input,"
+        f" {_DIGEST_RAW if raw else 'NULL'}, dedupe_key"
         " FROM session_messages m WHERE session_id = ?"
         " AND message_index >= ? ORDER BY message_index LIMIT ?",
         (session_id, start, limit), None if copies is None else (session_id, start, copies))
@@ -450,7 +460,8 @@ def _read_messages(conn: sqlite3.Connection, sql: str, params: tuple[object, ...
 async def visible_messages(conn: aiosqlite.Connection, session_id: int, first: int,
                            last: int, *, copies: Copies | None = None) -> list[StoredMessage]:
     """Messages `first`..`last` of a session that an agent or a model may be shown: none
-    of a forgotten session or project, nor any whose content was forgotten; with `copies`
+    of a forgotten session or project, nor any whose content was forgotten or a rewind
+    discarded; with `copies`
     (a new state), none that repeats an earlier message (`Copies`: a resumed or forked
     conversation written again)."""
     messages = await call_on_connection(
@@ -459,6 +470,7 @@ async def visible_messages(conn: aiosqlite.Connection, session_id: int, first: i
         " m.is_sidechain, 0, m.tool_input, NULL, m.dedupe_key FROM session_messages m"
         " JOIN sessions s ON s.id = m.session_id"
         f" WHERE m.session_id = ? AND m.message_index BETWEEN ? AND ? AND {VISIBLE}"
+        f" AND NOT {MESSAGE_REWOUND}"
         " ORDER BY m.message_index", (session_id, first, last),
         None if copies is None else (session_id, first, copies))
     return [m for m in messages if not m.is_copy]
@@ -526,13 +538,14 @@ async def digest_messages(conn: aiosqlite.Connection, session_id: int, end: int,
                           copies: Copies | None = None) -> list[StoredMessage]:
     """A session's messages before `end`, in order, with what a digest reads: a tool
     row's input and line, and the first lines' (where an agent writes the branch). Its
-    forgotten messages are left out; with `copies` (a new one), its copies are marked."""
+    forgotten messages, and those a rewind discarded, are left out; with `copies` (a new
+    one), its copies are marked."""
     return await call_on_connection(
         conn, _read_messages,
         "SELECT message_index, role, kind, content, tool_name, uuid, timestamp, is_sidechain,"
         f" 0, tool_input, {_DIGEST_RAW}, dedupe_key"
         f" FROM session_messages m WHERE session_id = ? AND message_index < ?"
-        f" AND NOT {MESSAGE_FORGOTTEN} ORDER BY message_index",
+        f" AND NOT {MESSAGE_FORGOTTEN} AND NOT {MESSAGE_REWOUND} ORDER BY message_index",
         (session_id, end), None if copies is None else (session_id, 0, copies))
 
 

@@ -1244,6 +1244,7 @@ async def test_a_store_from_before_api_errors_were_told_gets_its_digests_again(
         db.execute("DELETE FROM schema_migrations WHERE version >= 13")
         db.execute("ALTER TABLE session_messages DROP COLUMN content_key")  # v14
         db.execute("DROP TABLE clock_marks")  # v15
+        db.execute("DROP TABLE session_rewinds")  # v16
         # Most such records do not say "API Error" (a sample of public transcripts: 143 of
         # 177 said "You've hit your session limit ..."): the record's flag tells them.
         db.execute("UPDATE session_messages SET content = 'You''ve hit your session limit'"
@@ -1402,3 +1403,70 @@ async def test_a_gemini_subagents_chat_is_its_parents_work(
     assert linked == [("tl63m8", parent_id)]
     assert [d["provenance"]["session_external_id"] for d in live] == [parent_id]
     assert "DOCKET.md" in live[0]["content"]
+
+
+def _gemini_line(record: dict[str, Any]) -> str:
+    return json.dumps(record) + "\n"
+
+
+def _gemini_message(uid: str, kind: str, text: str, minute: int) -> str:
+    content: object = [{"text": text}] if kind == "user" else text
+    return _gemini_line({"id": uid, "timestamp": f"2026-11-20T10:{minute:02d}:00.000Z",
+                         "type": kind, "content": content})
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_what_a_gemini_rewind_discards_is_not_what_the_session_said(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, late: bool) -> None:
+    """Gemini CLI's `/rewind` goes back to an earlier prompt, which the person edits and
+    sends again: the file keeps every line and adds `{"$rewindTo": <that prompt's id>}`
+    (chatRecordingService: the named message and every one after it are no longer the
+    conversation). The archive keeps them all; the digest and what is saved to memory
+    after the rewind leave them out; a message written again after the rewind lives
+    again. Read in one pass, or (`late`) after the digest was built: it is built again."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    project = tmp_path / "gemini" / "shop"
+    chats = project / "chats"
+    chats.mkdir(parents=True)
+    (project / ".project_root").write_text("/home/user/shop")
+    chat = chats / "session-2026-11-20T10-00-7a1c.jsonl"
+    before = (_gemini_line({"sessionId": "7a1c", "projectHash": "f1",
+                            "startTime": "2026-11-20T10:00:00.000Z"})
+              + _gemini_message("m1", "user", "set up the release checklist", 0)
+              + _gemini_message("m2", "gemini", "Done: RELEASE.md lists the steps.", 1)
+              + _gemini_message("m3", "user", "Decision: we ship on Fridays", 2)
+              + _gemini_message("m4", "gemini", "Noted: releases go out on Fridays.", 3))
+    after = (_gemini_line({"$rewindTo": "m3"})
+             + _gemini_message("m5", "user", "Decision: we ship on Mondays", 4)
+             + _gemini_message("m6", "gemini", "Noted: releases go out on Mondays.", 5)
+             + _gemini_message("m2", "gemini", "Done: RELEASE.md lists the steps.", 6))
+    settings = load_settings(None, state_dir=str(tmp_path / "state"),
+                             sources=[{"kind": "gemini", "root": str(tmp_path / "gemini")}])
+    world = World(settings, FakeClock(), chats)
+    async with await SQLiteMemoryBackend.open(settings.memory_path,
+                                              clock=FakeClock()) as backend:
+        if late:
+            chat.write_text(before)
+            await ingest(world)
+            await recover(world, backend, force=True)
+            first = [d for d in await _digests(backend) if d["superseded_by"] is None]
+            assert "Fridays" in first[0]["content"]
+            chat.write_text(before + after)
+        else:
+            chat.write_text(before + after)
+        await ingest(world)
+        await recover(world, backend, force=True)
+        live = [d for d in await _digests(backend) if d["superseded_by"] is None]
+        saved = [r["content"] async for r in backend.export()
+                 if r["type"] == MemoryType.CONVERSATION.value]
+    with world.db() as conn:
+        stored = [row[0] for row in conn.execute(
+            "SELECT content FROM session_messages ORDER BY message_index")]
+    assert len(stored) == 6 and any("Fridays" in text for text in stored)
+    assert len(live) == 1
+    assert "we ship on Mondays" in live[0]["content"]
+    assert "Fridays" not in live[0]["content"]
+    assert "set up the release checklist" in live[0]["content"]
+    if not late:  # saved before the rewind was read, it stays saved (see docs/agents.md)
+        assert not any("Fridays" in text for text in saved)
+        assert any("Mondays" in text for text in saved)

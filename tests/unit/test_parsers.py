@@ -483,3 +483,11 @@ def test_gemini_summary_set_later_is_the_session_summary() -> None:
         "summary", "Fix the flaky login test")
     assert parser.parse({"$set": {"lastUpdated": "2026-11-29T03:00:00.000Z"}}).summary is None
     assert parser.parse({"$set": {"messages": []}}).message is None
+
+
+def test_gemini_rewind_names_the_message_it_goes_back_to() -> None:
+    """`{"$rewindTo": id}` (Gemini CLI's `/rewind`) is no message: it names the first
+    message the rewind discards."""
+    outcome = GeminiRecordParser().parse({"$rewindTo": "m3"})
+    assert outcome.message is None and outcome.rewind_to == "m3"
+    assert GeminiRecordParser().parse({"$rewindTo": 7}).rewind_to is None

@@ -24,6 +24,9 @@ class RecordOutcome:
     message: ParsedMessage | None = None
     summary: tuple[str, str] | None = None  # (kind, text)
     hints: dict[str, str] = field(default_factory=dict)  # external_id, project, parent_external_id
+    #: The message a rewind goes back to (Gemini's `$rewindTo`): it and every message
+    #: written before this line after it are discarded.
+    rewind_to: str | None = None
 
     @property
     def skipped(self) -> bool:

@@ -109,7 +109,7 @@ def _is_header(record: dict[str, Any]) -> bool:
 
 class GeminiRecordParser:
     """The JSONL form: a header line, message lines, `{"$set": ...}` patch lines, and
-    `{"$rewindTo": id}` lines (not read yet: the messages a rewind discards stay counted)."""
+    `{"$rewindTo": id}` lines."""
 
     replaces_by_id = True
 
@@ -120,6 +120,10 @@ class GeminiRecordParser:
             patch = record["$set"]
             summary = as_str(patch.get("summary")) if isinstance(patch, dict) else None
             return RecordOutcome(summary=("summary", summary) if summary else None)
+        if "$rewindTo" in record:
+            # `/rewind` (an earlier prompt edited and sent again): that prompt and what came
+            # after it are no longer the conversation (chatRecordingService's loader).
+            return RecordOutcome(rewind_to=as_str(record["$rewindTo"]))
         if _is_header(record):
             hints = {"external_id": record["sessionId"]} if as_str(record.get("sessionId")) else {}
             summary = as_str(record.get("summary"))
