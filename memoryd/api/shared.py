@@ -18,7 +18,7 @@ from memoryd.errors import ApiError, MemorydError
 from memoryd.lifecycle.recovery import SyncReport
 from memoryd.memory import Capability, MemoryBackend, MemoryType, RecallOrder, RecallResult
 from memoryd.memory.models import Memory, visible_to
-from memoryd.memory.recall import sessions
+from memoryd.memory.recall import per_session
 from memoryd.memory.recall.gate import above_floor
 from memoryd.memory.recall.rerank import HttpReranker, RerankOptions, reorder
 from memoryd.memory.recall.spoken_time import (
@@ -131,7 +131,7 @@ class OpsBase:
         if not ranked:
             return results[:limit]
         # Backends answer one memory per session already; a chain's layers merged may not.
-        results = sessions.one_per_session(results, limit)
+        results = per_session.one_per_session(results, limit)
         if only_time:
             return results
         floor = self.settings.memory.embeddings.min_similarity

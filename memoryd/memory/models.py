@@ -401,7 +401,7 @@ class RecallResult:
     #: The agent this memory is private to (see `Memory.private_to`).
     private_to: str | None = None
     #: How many of the memories ranked for this query came from the same session as this
-    #: one, which stands for them all (`recall/sessions.py`); 1 for a memory on its own.
+    #: one, which stands for them all (`recall/per_session.py`); 1 for a memory on its own.
     session_matches: int = 1
     #: How close in meaning the memory is to the query: its chunks' best cosine
     #: similarity (0 when none was among the vector channel's candidates); None when

@@ -75,7 +75,7 @@ from memoryd.memory.models import (
     SessionSummary,
 )
 from memoryd.memory.protocol import Capability, RecallOrder
-from memoryd.memory.recall import sessions
+from memoryd.memory.recall import per_session
 
 log = structlog.get_logger("memoryd.memory.gateway")
 
@@ -325,7 +325,7 @@ class GatewayMemoryBackend:
                 created_at=now, tags=tuple(t for t in (reduced["source_scope"],
                                                        reduced["resource_uri"]) if t),
                 layer=BACKEND_NAME))
-        return sessions.one_per_session(results, limit)
+        return per_session.one_per_session(results, limit)
 
     async def save_conversation_segment(self, segment: ConversationSegment) -> SaveResult:
         # memoryd's own session: agents reuse their ids (forks, resumed histories), and a
@@ -427,35 +427,39 @@ async def call_events(ledger: Path, *, since: datetime | None = None,
         sql += " WHERE at >= ?"
         params.append(to_utc_text(since))
     sql += " ORDER BY id DESC LIMIT ?"
+    def read() -> list[dict[str, Any]]:
+        with sqlite.opened(ledger, readonly=True) as conn:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(sql, (*params, limit))]
+
     try:
-        async with aiosqlite.connect(f"file:{ledger}?mode=ro", uri=True) as conn:
-            conn.row_factory = aiosqlite.Row
-            async with conn.execute(sql, (*params, limit)) as cur:
-                rows = list(await cur.fetchall())
+        rows = await asyncio.to_thread(read)
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
             return []  # a ledger from before gateway calls were recorded
         raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
     except (OSError, sqlite3.Error) as exc:
         raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
-    return [dict(r) for r in reversed(rows)]
+    return list(reversed(rows))
 
 
 async def expire_calls(ledger: Path, before: datetime) -> int:
     """Delete recorded gateway calls older than `before` (the audit retention); how many."""
     if not await asyncio.to_thread(ledger.exists):
         return 0
-    try:
-        async with aiosqlite.connect(ledger, isolation_level=None) as conn:
-            await conn.execute("PRAGMA busy_timeout = 5000")
+    def delete() -> int:
+        with sqlite.opened(ledger) as conn:
             try:
-                cur = await conn.execute("DELETE FROM gateway_calls WHERE at < ?",
-                                         (to_utc_text(before),))
+                cur = conn.execute("DELETE FROM gateway_calls WHERE at < ?",
+                                   (to_utc_text(before),))
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
                     return 0
                 raise
             return max(cur.rowcount, 0)
+
+    try:
+        return await asyncio.to_thread(delete)
     except (OSError, sqlite3.Error) as exc:
         raise BackendError(f"gateway ledger {ledger}: {exc}", backend=BACKEND_NAME) from exc
 

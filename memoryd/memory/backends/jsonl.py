@@ -69,7 +69,7 @@ from memoryd.memory.models import (
 )
 from memoryd.memory.policy import ForgetScope, is_forgotten
 from memoryd.memory.protocol import Capability, RecallOrder
-from memoryd.memory.recall import gate, ranking, sessions
+from memoryd.memory.recall import gate, per_session, ranking
 from memoryd.memory.recall.words import terms
 
 log = structlog.get_logger("memoryd.memory.jsonl")
@@ -328,8 +328,8 @@ class JsonlMemoryBackend:
         else:
             scored.sort(key=lambda s: (s[0], -s[1], s[2]))
         picked = [(p, 1) for p in range(min(limit, len(scored)))]
-        if words and order == "score":  # a session counts once (`recall/sessions.py`)
-            picked = sessions.first_of_each([sessions.key_of(
+        if words and order == "score":  # a session counts once (`recall/per_session.py`)
+            picked = per_session.first_of_each([per_session.key_of(
                 m.type, m.provenance.source, m.provenance.session_external_id,
                 m.provenance.session_id, m.project) for _, _, _, m, _ in scored], limit)
         return [RecallResult(

@@ -7,7 +7,7 @@
     hybrid.py       hybrid recall's ranking, written once over each backend's channels
     ranking.py      relevance weighed with importance and age
     rerank.py       an optional cross-encoder's order
-    sessions.py     a session's best evidence once, not each of its memories
+    per_session.py  a session's best evidence once, not each of its memories
     spoken_time.py  the time a query speaks of ("yesterday", "two weeks ago") as a span
     context.py      the `<memory_context>` block, with its one escaping step
 """

@@ -14,7 +14,7 @@ rest is here:
 3. Fuse each chunk's two relevances (`fusion.fuse`; `adaptive` asks whether the best
    keyword chunks hold the query's words); a memory's relevance is its best chunk's.
 4. Weigh: `ranking.blend` of relevance, importance, type and age, tier first; then one
-   memory a session, its best (`sessions.first_of_each`), whose excerpt is the session's
+   memory a session, its best (`per_session.first_of_each`), whose excerpt is the session's
    best evidence: its best chunks among its memories of that memory's type (one
    segment's tail, the next one's head).
 5. Near-duplicates out: a result whose best chunk has a cosine of DUPLICATE_COSINE or
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from memoryd.memory.recall import gate, ranking, sessions
+from memoryd.memory.recall import gate, per_session, ranking
 from memoryd.memory.recall.fusion import (
     PARAPHRASE_VECTOR_WEIGHT,
     VECTOR_WEIGHT,
@@ -74,14 +74,14 @@ class Match:
 class Weight:
     """What weighing reads of a memory before its whole row: its id (the tie-break),
     importance, type, age in days, whether someone opened it, and its session's key
-    (`sessions.key_of`)."""
+    (`per_session.key_of`)."""
 
     id: str
     importance: float
     type: str
     age: float
     used: bool
-    session: sessions.SessionKey | None
+    session: per_session.SessionKey | None
 
 
 @dataclass(slots=True)
@@ -185,7 +185,7 @@ async def rank(channels: Channels, query: str, *, limit: int, fusion: Fusion = "
     best = fuse(candidates.values(), fusion, vectors_on=vectors_on, vector_weight=vector_weight,
                 paraphrase_vector_weight=paraphrase_vector_weight, found=covered)
     # A session counts once: enough memories to hold `limit` sessions are weighed.
-    keep = worth_weighting(best, sessions.pool(limit))
+    keep = worth_weighting(best, per_session.pool(limit))
     weights = await channels.weights(list(keep))
     by_score = sorted(
         (tiers.get(memory, 0),
@@ -193,7 +193,7 @@ async def rank(channels: Channels, query: str, *, limit: int, fusion: Fusion = "
          w.id, memory)
         for memory, w in weights.items())
     keys = [weights[memory].session for *_, memory in by_score]
-    firsts = sessions.first_of_each(keys, len(by_score))
+    firsts = per_session.first_of_each(keys, len(by_score))
     ranked = [by_score[position] for position, _ in firsts]
     matches = {by_score[position][3]: count for position, count in firsts}
     evidence: dict[int, list[Candidate]] = {}

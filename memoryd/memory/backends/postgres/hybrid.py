@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memoryd.memory.backends.postgres.schema import vector_literal
-from memoryd.memory.recall import sessions
+from memoryd.memory.recall import per_session
 from memoryd.memory.recall.hybrid import DUPLICATE_COSINE, Match, Row, Weight
 
 if TYPE_CHECKING:
@@ -137,8 +137,9 @@ class PostgresChannels:
             {"now": self._filters.params["now"], "seqs": list(memories)})
         return {r["seq"]: Weight(r["id"], float(r["importance"]), r["type"], float(r["age"]),
                                  bool(r["used"]),
-                                 sessions.key_of(r["type"], r["source"], r["session_external_id"],
-                                                 r["session_id"], r["project"]))
+                                 per_session.key_of(r["type"], r["source"],
+                                                    r["session_external_id"], r["session_id"],
+                                                    r["project"]))
                 for r in rows}
 
     async def rows(self, memories: Sequence[int]) -> dict[int, Row]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from memoryd.memory.backends.sqlite import fts
 from memoryd.memory.backends.sqlite.recall import AGE_DAYS, IN_PROJECT, USED, RecallPlan
-from memoryd.memory.recall import ranking, sessions
+from memoryd.memory.recall import per_session, ranking
 from memoryd.memory.recall.hybrid import DUPLICATE_COSINE, Match, Row, Weight
 
 if TYPE_CHECKING:  # NumPy is imported only when there are vectors
@@ -108,7 +108,7 @@ class SQLiteChannels:
             f" FROM memories m WHERE m.seq IN ({_seq_list(memories)})",
             {"now": self._filters.params["now"]})
         return {w["seq"]: Weight(w["id"], w["importance"], w["type"], w["age"], bool(w["used"]),
-                                 sessions.key_of(w["type"], w["source"], w["external_id"],
+                                 per_session.key_of(w["type"], w["source"], w["external_id"],
                                                  w["session_id"], w["project"]))
                 for w in rows}
 

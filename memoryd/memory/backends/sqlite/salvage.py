@@ -21,7 +21,7 @@ import structlog
 
 from memoryd.memory.backends.sqlite.rows import row_memory
 from memoryd.memory.export_format import memory_to_record
-from memoryd.sqlite import Kind, kind_of
+from memoryd.sqlite import Kind, kind_of, opened
 
 log = structlog.get_logger(__name__)
 
@@ -98,24 +98,22 @@ def readable_memories(path: Path) -> Salvage:
     if not path.exists() or path.stat().st_size == 0:
         return salvage
     log.info("memory_salvage_started", path=str(path))
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        for row in _rows(conn, salvage):
-            try:
-                memory = row_memory(row)
-            except (ValueError, KeyError, TypeError):
-                salvage.unreadable += 1  # a row whose fields were damaged
-                continue
-            if memory.deleted_at is None and memory.superseded_by is None:
-                salvage.records.append(memory_to_record(memory))
-    except sqlite3.DatabaseError as exc:
-        if not _damaged(exc):
-            raise
-        # Not even the table's root reads ("file is not a database"): nothing to save.
-        salvage.unreadable += 1
-    finally:
-        conn.close()
+    with opened(path, readonly=True) as conn:
+        conn.row_factory = sqlite3.Row
+        try:
+            for row in _rows(conn, salvage):
+                try:
+                    memory = row_memory(row)
+                except (ValueError, KeyError, TypeError):
+                    salvage.unreadable += 1  # a row whose fields were damaged
+                    continue
+                if memory.deleted_at is None and memory.superseded_by is None:
+                    salvage.records.append(memory_to_record(memory))
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            # Not even the table's root reads ("file is not a database"): nothing to save.
+            salvage.unreadable += 1
     salvage.records.sort(key=lambda r: str(r["id"]))
     log.info("memory_salvage_finished", path=str(path), memories=len(salvage.records),
              unreadable=salvage.unreadable)
