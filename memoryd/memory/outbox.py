@@ -21,7 +21,6 @@ import json
 import sqlite3
 from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +100,14 @@ def decode(op: str, payload: dict[str, Any]) -> Saved:
     return kind(**args)
 
 
+def _unavailable(message: str) -> BackendError:
+    return BackendUnavailable(message, backend="outbox")
+
+
+def _failed(message: str) -> BackendError:
+    return BackendError(message, backend="outbox")
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     seq: int
@@ -137,9 +144,9 @@ class Outbox:
     @classmethod
     async def open(cls, path: Path, *, clock: Clock) -> Outbox:
         conn = await sqlite.open_durable(
-            path, what=f"outbox {path}", schema=[_SCHEMA],
-            transient=partial(BackendUnavailable, backend="outbox"),
-            other=partial(BackendError, backend="outbox"))
+            path, schema=[_SCHEMA], unavailable=_unavailable,
+            translate=sqlite.translating(f"outbox {path}", transient=_unavailable,
+                                         other=_failed))
         return cls(conn, path, clock)
 
     @property
