@@ -145,21 +145,23 @@ def translating(what: str, *, transient: Callable[[str], MemorydError],
 DURABLE = ("journal_mode = WAL", "synchronous = FULL", "busy_timeout = 5000")
 
 
-async def open_durable(path: Path, *, translate: Translate, schema: Sequence[str],
-                       unavailable: Callable[[str], MemorydError]) -> aiosqlite.Connection:
+async def open_durable(path: Path, *, what: str, schema: Sequence[str],
+                       transient: Callable[[str], MemorydError],
+                       other: Callable[[str], MemorydError]) -> aiosqlite.Connection:
     """`path` opened as a DURABLE database (its directory and the file created 0600 first),
-    `schema`'s statements run on it; a directory or file that cannot be made raises
-    `unavailable`."""
+    `schema`'s statements run on it. Errors are `translating(what, ...)`'s; a directory
+    or file that cannot be made is `transient`."""
     try:
         await asyncio.to_thread(_made_private, path)
     except OSError as exc:
-        raise unavailable(f"{path}: {exc}") from exc
+        raise transient(f"{what}: {exc}") from exc
 
     async def create(conn: aiosqlite.Connection) -> None:
         for statement in schema:
             await conn.execute(statement)
 
-    return await connect(path, translate=translate, pragmas=DURABLE, then=create)
+    return await connect(path, translate=translating(what, transient=transient, other=other),
+                         pragmas=DURABLE, then=create)
 
 
 def _made_private(path: Path) -> None:

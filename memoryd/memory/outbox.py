@@ -21,6 +21,7 @@ import json
 import sqlite3
 from dataclasses import dataclass, fields
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,14 +101,6 @@ def decode(op: str, payload: dict[str, Any]) -> Saved:
     return kind(**args)
 
 
-def _unavailable(message: str) -> BackendError:
-    return BackendUnavailable(message, backend="outbox")
-
-
-def _failed(message: str) -> BackendError:
-    return BackendError(message, backend="outbox")
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     seq: int
@@ -144,9 +137,9 @@ class Outbox:
     @classmethod
     async def open(cls, path: Path, *, clock: Clock) -> Outbox:
         conn = await sqlite.open_durable(
-            path, schema=[_SCHEMA], unavailable=_unavailable,
-            translate=sqlite.translating(f"outbox {path}", transient=_unavailable,
-                                         other=_failed))
+            path, what=f"outbox {path}", schema=[_SCHEMA],
+            transient=partial(BackendUnavailable, backend="outbox"),
+            other=partial(BackendError, backend="outbox"))
         return cls(conn, path, clock)
 
     @property

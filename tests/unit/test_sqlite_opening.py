@@ -19,9 +19,9 @@ from memoryd.memory.outbox import Outbox
 async def test_a_durable_database_is_private_and_durable(tmp_path: Path) -> None:
     path = tmp_path / "new" / "dir" / "side.db"
     conn = await sqlite.open_durable(
-        path, schema=["CREATE TABLE t (x)"], unavailable=partial(BackendUnavailable, backend="t"),
-        translate=sqlite.translating("side", transient=partial(BackendUnavailable, backend="t"),
-                                     other=partial(BackendError, backend="t")))
+        path, what="side", schema=["CREATE TABLE t (x)"],
+        transient=partial(BackendUnavailable, backend="t"),
+        other=partial(BackendError, backend="t"))
     try:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert [tuple(r) for r in await conn.execute_fetchall("PRAGMA journal_mode")] == [("wal",)]

@@ -44,6 +44,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -127,14 +128,6 @@ class GatewayConfig:
                 " user_key='***')")
 
 
-def _unavailable(message: str) -> BackendError:
-    return BackendUnavailable(message, backend=BACKEND_NAME)
-
-
-def _failed(message: str) -> BackendError:
-    return BackendError(message, backend=BACKEND_NAME)
-
-
 class GatewayMemoryBackend:
     """Open with `await GatewayMemoryBackend.open(config, ledger=path, clock=c)`."""
 
@@ -158,9 +151,9 @@ class GatewayMemoryBackend:
                                " unset environment variable)", backend=BACKEND_NAME)
         # Durable and waiting for a writer: the CLI may resolve an entry meanwhile.
         conn = await sqlite.open_durable(
-            ledger, schema=[_LEDGER, _CALLS, _CALLS_BY_TIME], unavailable=_unavailable,
-            translate=sqlite.translating(f"ledger {ledger}", transient=_unavailable,
-                                         other=_failed))
+            ledger, what=f"ledger {ledger}", schema=[_LEDGER, _CALLS, _CALLS_BY_TIME],
+            transient=partial(BackendUnavailable, backend=BACKEND_NAME),
+            other=partial(BackendError, backend=BACKEND_NAME))
         client = httpx.AsyncClient(base_url=config.base_url.rstrip("/"),
                                    timeout=config.timeout, transport=transport,
                                    headers={"content-type": "application/json"})
