@@ -90,7 +90,7 @@ def _moment(text: str | None) -> datetime | None:
 
 
 def block_ids(prompt: str, results: list[dict[str, Any]], threshold: float) -> list[str]:
-    """The memory ids the hook's block would hold at `threshold` (events._prompt_context:
+    """The memory ids the hook's block would hold at `threshold` (domain.blocks.Blocks.prompt:
     a memory of the time the prompt speaks of answers for its time words, and a prompt
     that is only a time is for memories of then)."""
     spoken = spoken_time(prompt, datetime.now(UTC))

@@ -7,6 +7,7 @@ top of the import order down: a name comes before what it imports.
     hooks/            agent hooks: the fast hook, its fallback, the settings installers
     ui/               the local web viewer (`memoryd ui`)
     api/              the local API: every operation once, on the socket or in-process
+    domain/           what memoryd does when asked: recall, the agents' blocks, governance
     briefing/         what a new session in a project is told, from the sessions' digests
     distill/          optional distillation: a model keeps facts and decisions it reads
     lifecycle/        sessions after they are stored: expiry, recovery, digests, retention

@@ -25,7 +25,14 @@
     │   ├── DistillUnavailable  429, 5xx, timeout, refused: transient, retried later
     │   ├── DistillRefused      this request refused (400, 413, 422): counted against it
     │   └── DistillAnswerError  the model's answer is not the items asked for
-    ├── ApiError             a request the local API refuses (carries its HTTP status)
+    ├── Refused              a request memoryd will not carry out (the domain's; the API
+    │   │                    gives each its HTTP status)
+    │   ├── BadRequest       an argument is missing, empty or wrong
+    │   ├── NotFound         what the request names does not exist
+    │   ├── Conflict         a legal hold, or a memory no longer live, stands in the way
+    │   ├── NotPermitted     not for this caller (another user, an agent's tools)
+    │   └── NotSupported     the memory backend cannot do this
+    ├── ApiError             an answer of the local API's that is an error (its HTTP status)
     ├── DaemonUnreachable    no daemon answers on the socket (clients fall back)
     └── SettingsFileError    an agent's settings file memoryd will not touch
 
@@ -231,6 +238,30 @@ class DistillRefused(DistillError):
 
 class DistillAnswerError(DistillRefused):
     """The answer is not JSON of the schema asked for (retried once, then skipped)."""
+
+
+class Refused(MemorydError):
+    """A request memoryd will not carry out: the message is the one line that says why."""
+
+
+class BadRequest(Refused):
+    """An argument is missing, empty or not what the operation takes."""
+
+
+class NotFound(Refused):
+    """The memory, session, hold or link the request names does not exist."""
+
+
+class Conflict(Refused):
+    """Something stands in the way: a legal hold, a memory no longer live."""
+
+
+class NotPermitted(Refused):
+    """Not for this caller: another user's memories, forgetting everything from a tool."""
+
+
+class NotSupported(Refused):
+    """The memory backend cannot do what is asked (see its capabilities)."""
 
 
 class ApiError(MemorydError):

@@ -30,7 +30,7 @@ from memoryd.clock import Clock, utc_text
 from memoryd.config import Settings, SourceKind
 from memoryd.distill.worker import Distiller
 from memoryd.errors import (
-    ApiError,
+    BackendUnavailable,
     ConfigError,
     EmbeddingError,
     MemorydError,
@@ -378,11 +378,14 @@ class Service:
             assert self._jobs_conn is not None and self._api_conn is not None
             await self._recovery_for(self._jobs_conn)
             if self._backend is None:
-                raise ApiError(503, "the memory backend cannot be opened right now"
-                               " (see `memoryd status`)")
+                raise self._backend_unavailable()
             self._ops = MemoryOps(self.settings, self.clock, self._api_conn, self._backend,
                                   self)
         return self._ops
+
+    def _backend_unavailable(self) -> BackendUnavailable:
+        return BackendUnavailable("cannot be opened right now (see `memoryd status`)",
+                                  backend="+".join(self.settings.memory.backends))
 
     async def open_ui(self) -> str:
         """Start the web viewer on first use (and again after it stopped, idle)."""
@@ -437,7 +440,7 @@ class Service:
         assert self._jobs_conn is not None
         recovery = await self._recovery_for(self._jobs_conn)
         if recovery is None:
-            raise ApiError(503, "the memory backend cannot be opened right now")
+            raise self._backend_unavailable()
         async with self._sync_lock:
             return await recovery.run(force=True, session_id=session_id,
                                       settle_questions=settle_questions)

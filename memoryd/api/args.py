@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from memoryd.clock import utc_text
+from memoryd.domain.core import CONFIRM_EVERYTHING
 from memoryd.errors import ApiError, WhenError
 from memoryd.memory import MemoryType
 from memoryd.names import agent_name
@@ -96,17 +97,6 @@ def iso(moment: datetime) -> str:
     return utc_text(moment, "auto", zulu=False)
 
 
-#: The word a request that forgets everything must carry, as `--yes` on the command line:
-#: a process of the person's (an agent's shell among them) cannot wipe memory by accident.
-CONFIRM_EVERYTHING = "forget everything"
-
-
-def confirmed_everything(args: Mapping[str, Any], what: str) -> None:
-    """Refuse a request that forgets everything unless it says so in words, and always
-    from MCP (a model never forgets everything)."""
-    if opt_text(args, "interface") == "mcp":
-        raise ApiError(403, f"{what} is not for an agent's tools: the person runs"
-                            " `memoryd forget --all --yes`")
-    if args.get("confirm") != CONFIRM_EVERYTHING:
-        raise ApiError(400, f"{what} deletes every memory: send \"confirm\":"
-                            f" \"{CONFIRM_EVERYTHING}\" (the command line's --yes)")
+def confirmed_everything(args: Mapping[str, Any]) -> bool:
+    """Whether a request that forgets everything says so in words (`CONFIRM_EVERYTHING`)."""
+    return args.get("confirm") == CONFIRM_EVERYTHING

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import click
 
-from memoryd.api.args import CONFIRM_EVERYTHING
 from memoryd.cli import render
 from memoryd.cli.common import (
     EX_CANTCREAT,
@@ -41,6 +40,7 @@ from memoryd.cli.common import (
 from memoryd.client import MemoryClient
 from memoryd.clock import SystemClock, utc_text
 from memoryd.config import Settings
+from memoryd.domain.core import CONFIRM_EVERYTHING
 from memoryd.errors import ApiError, BackendDamaged
 from memoryd.files import atomic_writer
 from memoryd.memory import Capability, MemoryBackend, MemoryType, require

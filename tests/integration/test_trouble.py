@@ -195,8 +195,8 @@ async def test_the_start_block_is_given_when_saving_before_it_fails(tmp_path: Pa
     async with direct_ops(settings, SystemClock(), vectors=False) as ops:
         await ops.run("remember", {"content": "invoices are numbered by the ledger",
                                    "project": project})
-        ops._runtime.follow = full  # type: ignore[method-assign]
-        ops._runtime.sync = full  # type: ignore[method-assign]
+        ops.domain.core.runtime.follow = full  # type: ignore[method-assign]
+        ops.domain.core.runtime.sync = full  # type: ignore[method-assign]
         with capture_logs() as logs:
             answer = await ops.run("session_event", {
                 "agent": "claude", "event": "start", "session_id": "s1", "cwd": project,
