@@ -69,40 +69,55 @@ def _line(result: dict[str, Any]) -> str:
             f" score {result.get('score', 0):.3f}] {text}")
 
 
-def build_server(settings: Settings | Callable[[], Settings], project_dir: str | None = None,
-                 agent: str | None = None) -> Server:
-    """The server with its tools; `project_dir` defaults to the current directory.
+class _Call:
+    """One API operation for a tool, in the server's agent's name (loaded on first use)."""
 
-    Every call names the server's `agent` (or "unknown"): another agent's private
-    memories are never recalled, shown, corrected or forgotten through it."""
-    here = project_dir or os.getcwd()
-    caller = agent or "unknown"
-    server = Server("memoryd", __version__, INSTRUCTIONS)
-    clients: list[MemoryClient] = []
+    def __init__(self, server: Server, settings: Settings | Callable[[], Settings],
+                 here: str, agent: str) -> None:
+        self.server, self.settings, self.here, self.agent = server, settings, here, agent
+        self.clients: list[MemoryClient] = []
 
-    async def call(operation: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def __call__(self, operation: str, args: dict[str, Any]) -> dict[str, Any]:
         # Loaded on the first call, not at start: the handshake must be quick.
         from memoryd.client import MemoryClient
         from memoryd.clock import SystemClock
         from memoryd.errors import ApiError, MemorydError
 
-        if not clients:
+        if not self.clients:
             try:
-                resolved = settings() if callable(settings) else settings
+                resolved = self.settings() if callable(self.settings) else self.settings
             except MemorydError as exc:
                 raise ToolError(f"memoryd's settings: {exc}") from None
-            clients.append(MemoryClient(resolved, SystemClock(), interface="mcp"))
-            server.on_close.append(clients[0].close)
+            self.clients.append(MemoryClient(resolved, SystemClock(), interface="mcp"))
+            self.server.on_close.append(self.clients[0].close)
         try:
-            return await clients[0].call(operation, {"agent": caller, **{
+            return await self.clients[0].call(operation, {"agent": self.agent, **{
                 k: v for k, v in args.items() if v is not None}})
         except ApiError as exc:
             raise ToolError(str(exc)) from None
         except MemorydError as exc:
             raise ToolError(f"memory is unavailable right now: {exc}") from None
 
-    def scope(project: str | None, all_projects: bool) -> dict[str, Any]:
-        return {"project": project or here, "all_projects": all_projects}
+    def scope(self, project: str | None, all_projects: bool) -> dict[str, Any]:
+        return {"project": project or self.here, "all_projects": all_projects}
+
+
+def build_server(settings: Settings | Callable[[], Settings], project_dir: str | None = None,
+                 agent: str | None = None) -> Server:
+    """The server with its tools; `project_dir` defaults to the current directory.
+
+    Every call names the server's `agent` (or "unknown"): another agent's private
+    memories are never recalled, shown, corrected or forgotten through it."""
+    server = Server("memoryd", __version__, INSTRUCTIONS)
+    call = _Call(server, settings, project_dir or os.getcwd(), agent or "unknown")
+    _recall_tools(server, call)
+    _writing_tools(server, call)
+    _reading_tools(server, call)
+    return server
+
+
+def _recall_tools(server: Server, call: _Call) -> None:
+    """Recall, by words and by time."""
 
     @server.tool(annotations=READ_ONLY, description=(
         "Search long-term memory for what earlier sessions learned: decisions, facts, "
@@ -115,7 +130,7 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
                      all_projects: bool = False) -> str:
         found = await call("recall", {"query": query, "limit": limit, "since": since,
                                       "until": until, "record": True, "interface": "mcp",
-                                      **scope(project, all_projects)})
+                                      **call.scope(project, all_projects)})
         results = found["results"]
         if not results:
             return "Nothing in memory is relevant to this query."
@@ -129,9 +144,13 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
                               all_projects: bool = False) -> str:
         found = await call("recall_temporal", {"since": since, "until": until,
                                                "query": query, "limit": limit,
-                                               **scope(project, all_projects)})
+                                               **call.scope(project, all_projects)})
         results = found["results"]
         return _clip("\n".join(_line(r) for r in results)) if results else "Nothing then."
+
+
+def _writing_tools(server: Server, call: _Call) -> None:
+    """Remember, correct, forget."""
 
     @server.tool(annotations=WRITES, description=(
         "Store a durable fact or decision the user stated, in one self-contained sentence "
@@ -145,7 +164,7 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
         args: dict[str, Any] = {"content": content, "tags": tags or [],
                                 "importance": importance, "type": type, "private": private}
         if not global_memory:
-            args["project"] = project or here
+            args["project"] = project or call.here
         memory = (await call("remember", args))["memory"]
         return f"Remembered as {memory['id']}."
 
@@ -166,6 +185,10 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
         found = await call("forget", {"memory_id": memory_id, "hard": hard})
         return "Forgotten." if found["forgotten"] else f"No live memory {memory_id}."
 
+
+def _reading_tools(server: Server, call: _Call) -> None:
+    """One memory, a context block, the stored conversations."""
+
     @server.tool(annotations=READ_ONLY, description=(
         "One memory in full, with its provenance: the session, message range, message "
         "uuids and time span it came from, and its correction history."))
@@ -180,7 +203,7 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
                              budget: int = 1500) -> str:
         found = await call("context", {"query": query, "budget": budget, "record": True,
                                        "interface": "mcp",
-                                       **scope(project, False)})
+                                       **call.scope(project, False)})
         return _clip(found["text"])
 
     @server.tool(annotations=READ_ONLY, description=(
@@ -193,7 +216,7 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
         args: dict[str, Any] = {"query": query, "since": since, "until": until,
                                 "limit": limit}
         if not all_projects:
-            args["project"] = project or here
+            args["project"] = project or call.here
         rows = (await call("search_sessions", args))["messages"]
         if not rows:
             return "No stored message holds all those words."
@@ -208,8 +231,6 @@ def build_server(settings: Settings | Callable[[], Settings], project_dir: str |
                          f" session {session} #{row['message_index']} {row['role']}{tool}"
                          f": {text}")
         return _clip("\n".join(lines))
-
-    return server
 
 
 def serve(settings: Settings | Callable[[], Settings], agent: str | None = None) -> None:

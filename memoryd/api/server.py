@@ -72,21 +72,21 @@ def _error(status: int, message: str) -> web.Response:
     return _answer(status, {"ok": False, "error": message})
 
 
-def make_app(ops: OpsProvider, status: StatusProvider,
-             on_request: Callable[[], None] | None = None,
-             log_location: str = "its log",
-             on_damage: Callable[[MemorydError], None] | None = None) -> web.Application:
-    """The API as an aiohttp application (served on the socket by `ApiServer`);
-    `on_request` is told of every operation asked for (the daemon's background work
-    gives way to its clients); `log_location` is named to a client when a request fails
-    inside the daemon; `on_damage` is told of a damaged database a request found."""
+class _Routes:
+    """The API's routes over the daemon's operations and status."""
 
-    async def perform(name: str, args: dict[str, Any]) -> dict[str, Any] | web.Response:
+    def __init__(self, ops: OpsProvider, status: StatusProvider,
+                 on_request: Callable[[], None] | None, log_location: str,
+                 on_damage: Callable[[MemorydError], None] | None) -> None:
+        self.ops, self.status, self.on_request = ops, status, on_request
+        self.log_location, self.on_damage = log_location, on_damage
+
+    async def perform(self, name: str, args: dict[str, Any]) -> dict[str, Any] | web.Response:
         """The operation's result, or the error response that says why there is none."""
         try:
             async with asyncio.timeout(TIMEOUTS.get(name, DEFAULT_TIMEOUT)):
                 # Shielded: a client that gives up must not cancel a save half-way.
-                return await asyncio.shield(_call(name, ops, args))
+                return await asyncio.shield(_call(name, self.ops, args))
         except ApiError as exc:
             return _error(exc.status, str(exc))
         except TimeoutError:
@@ -96,8 +96,8 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             if exc.damaged:
                 # Found by a request: the daemon stops writing as if it had found it itself
                 # (`run` exits 74), and the client says so with the same status.
-                if on_damage is not None:
-                    on_damage(exc)
+                if self.on_damage is not None:
+                    self.on_damage(exc)
                 return _answer(500, {"ok": False, "error": str(exc), "damaged": True})
             return _error(503 if exc.transient else 500, str(exc))
         except ValueError as exc:
@@ -106,32 +106,32 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             # The package was replaced under the running daemon (`pip install` again):
             # code it had not loaded yet is gone or newer. Only a restart mends that.
             log.exception("api_operation_crashed", operation=name)
-            return _error(500, f"{name} failed: {FILES_REPLACED}; details in {log_location}")
+            return _error(500, f"{name} failed: {FILES_REPLACED}; details in {self.log_location}")
         except Exception:
             log.exception("api_operation_crashed", operation=name)
-            return _error(500, f"{name} failed inside memoryd (see {log_location})")
+            return _error(500, f"{name} failed inside memoryd (see {self.log_location})")
 
-    async def run_operation(request: web.Request) -> web.Response:
+    async def run_operation(self, request: web.Request) -> web.Response:
         name = request.match_info["operation"]
-        if on_request is not None:
-            on_request()
+        if self.on_request is not None:
+            self.on_request()
         operation = OPERATIONS.get(name)
         if operation is None:
             return _error(404, f"no operation {name!r}")
         args = await _json_object(request)
         if isinstance(args, web.Response):
             return args
-        result = await perform(name, args)
+        result = await self.perform(name, args)
         if isinstance(result, web.Response):
             return result
         return _answer(200, {"ok": True, **result})
 
-    async def run_hook(request: web.Request) -> web.Response:
+    async def run_hook(self, request: web.Request) -> web.Response:
         """An agent's hook payload as the agent wrote it (the shell hook client's way in):
         answers the agent's own hook JSON, or 204 when the agent is to be told nothing."""
         agent, agent_event = request.match_info["agent"], request.match_info["event"]
-        if on_request is not None:
-            on_request()
+        if self.on_request is not None:
+            self.on_request()
         if agent not in AGENT_HOME_ENV:
             return _error(404, f"no agent {agent!r}")
         event = memoryd_event(agent, agent_event)
@@ -151,7 +151,7 @@ def make_app(ops: OpsProvider, status: StatusProvider,
         # no time: the shell cannot tell one finer than a second).
         args["still_waiting"] = lambda: (request.transport is not None
                                          and not request.transport.is_closing())
-        result = await perform("session_event", args)
+        result = await self.perform("session_event", args)
         if isinstance(result, web.Response):
             return result
         output = agent_output(agent_event, result.get("context"))
@@ -159,21 +159,31 @@ def make_app(ops: OpsProvider, status: StatusProvider,
             return web.Response(status=204)
         return web.Response(status=200, content_type="application/json", text=output)
 
-    async def get_status(_request: web.Request) -> web.Response:
+    async def get_status(self, _request: web.Request) -> web.Response:
         try:
-            return _answer(200, {"ok": True, "status": await status()})
+            return _answer(200, {"ok": True, "status": await self.status()})
         except MemorydError as exc:
             return _error(503, str(exc))
 
-    async def hello(_request: web.Request) -> web.Response:
+    async def hello(self, _request: web.Request) -> web.Response:
         return _answer(200, {"ok": True, "service": "memoryd", "api": API_VERSION,
                              "pid": os.getpid()})
 
+
+def make_app(ops: OpsProvider, status: StatusProvider,
+             on_request: Callable[[], None] | None = None,
+             log_location: str = "its log",
+             on_damage: Callable[[MemorydError], None] | None = None) -> web.Application:
+    """The API as an aiohttp application (served on the socket by `ApiServer`);
+    `on_request` is told of every operation asked for (the daemon's background work
+    gives way to its clients); `log_location` is named to a client when a request fails
+    inside the daemon; `on_damage` is told of a damaged database a request found."""
+    routes = _Routes(ops, status, on_request, log_location, on_damage)
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-    app.router.add_get("/v1", hello)
-    app.router.add_get("/v1/status", get_status)
-    app.router.add_post("/v1/{operation}", run_operation)
-    app.router.add_post("/v1/hook/{agent}/{event}", run_hook)
+    app.router.add_get("/v1", routes.hello)
+    app.router.add_get("/v1/status", routes.get_status)
+    app.router.add_post("/v1/{operation}", routes.run_operation)
+    app.router.add_post("/v1/hook/{agent}/{event}", routes.run_hook)
     return app
 
 

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import structlog
@@ -25,13 +25,16 @@ from memoryd.cli.common import (
     settings_for,
 )
 from memoryd.clock import SystemClock
-from memoryd.config import load_settings, resolve_config_path
+from memoryd.config import Settings, load_settings, resolve_config_path
 from memoryd.errors import EX_CONFIG, ConfigError
 from memoryd.ingest.once import ingest_once
 from memoryd.lifecycle.expiry import shown_as_of
 from memoryd.names import AGENTS
 from memoryd.store import queries
 from memoryd.store.connection import connect
+
+if TYPE_CHECKING:
+    from memoryd.memory.privacy.redaction import ExtraMasks
 
 # Each command imports what it alone needs: a command's start-up is part of its time
 # (`ingest` should not load the memory backends, the embedders or the scheduler).
@@ -183,53 +186,13 @@ VIEWS = ("person", "model", "export", "raw")
 def show(ctx: click.Context, session: str, limit: int | None, offset: int, view: str,
          as_json: bool) -> None:
     """One session and its messages. SESSION is its id, the agent's session id, or a prefix."""
-    from memoryd.lifecycle.segments import render_message
-    from memoryd.memory.privacy.redaction import readable_stored, shown
-    from memoryd.store.injections import injections_for
-    from memoryd.store.sessions import StoredMessage
-
     settings = settings_for(ctx)
-    masks = settings.extra_masks()
-
-    def masked(text: str) -> str:
-        return text if view == "raw" else shown(text, masks)
-
-    async def _load() -> dict[str, Any] | None:
-        if not settings.database_path.exists():
-            return None
-        conn = await connect(settings.database_path, readonly=True)
-        try:
-            found = await queries.find_session(conn, session, shown_as_of(
-                SystemClock().now(), settings.stale_session_timeout))
-            if found is None:
-                return None
-            found["subagents"] = [
-                {k: row[k] for k in ("id", "external_id", "status", "message_count")}
-                for row in await queries.subagent_sessions(conn, found["id"], shown_as_of(
-                    SystemClock().now(), settings.stale_session_timeout))]
-            found["messages"] = await queries.session_messages(
-                conn, found["id"], limit=limit, offset=offset)
-            found["summaries"] = await queries.session_summaries(conn, found["id"])
-            found["given"] = await injections_for(conn, [found["external_id"]])
-            return found
-        finally:
-            await conn.close()
-
-    found = run_async(_load())
+    found = run_async(_load_session(settings, session, limit, offset))
     if found is None:
         fail(f"no session matches {session[:80]!r} (see `memoryd sessions`)", EX_NOT_FOUND)
         return
-    for message in found["messages"]:
-        if view != "raw":
-            message["content"] = masked(readable_stored(message["content"], message["kind"]))
-            if message.get("tool_input") is not None:
-                message["tool_input"] = masked(readable_stored(message["tool_input"],
-                                                               "tool_input"))
-    for summary in found["summaries"]:
-        if isinstance(summary.get("content"), str):
-            summary["content"] = masked(summary["content"])
-    if found.get("summary_markdown"):
-        found["summary_markdown"] = masked(found["summary_markdown"])
+    if view != "raw":
+        _mask_session(found, settings.extra_masks())
     if as_json:
         print_json(found)
         return
@@ -240,16 +203,72 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
                 ensure_ascii=False, sort_keys=True))
         return
     width = render.terminal_width(sys.stdout, os.environ)
-    if view == "model":
-        for m in found["messages"]:
-            line = render_message(StoredMessage(
-                index=m["message_index"], role=m["role"], kind=m["kind"],
-                content=m["content"], tool_name=m["tool_name"], uuid=m["uuid"],
-                timestamp=None, tool_input=m.get("tool_input")), found.get("project"))
-            if line:  # one line per message, as documented: a prompt's own lines joined
-                click.echo(render.fit(" ⏎ ".join(part for part in line.splitlines()
-                                                  if part.strip()), width))
-        return
+    lines = _model_lines(found) if view == "model" else _session_lines(found)
+    for line in lines:
+        click.echo(render.fit(line, width))
+
+
+async def _load_session(settings: Settings, session: str, limit: int | None,
+                        offset: int) -> dict[str, Any] | None:
+    """The session `memoryd show` names, with its subagents, messages, summaries and the
+    blocks it was given; None when there is none."""
+    from memoryd.store.injections import injections_for
+
+    if not settings.database_path.exists():
+        return None
+    conn = await connect(settings.database_path, readonly=True)
+    try:
+        as_of = shown_as_of(SystemClock().now(), settings.stale_session_timeout)
+        found = await queries.find_session(conn, session, as_of)
+        if found is None:
+            return None
+        found["subagents"] = [
+            {k: row[k] for k in ("id", "external_id", "status", "message_count")}
+            for row in await queries.subagent_sessions(conn, found["id"], as_of)]
+        found["messages"] = await queries.session_messages(
+            conn, found["id"], limit=limit, offset=offset)
+        found["summaries"] = await queries.session_summaries(conn, found["id"])
+        found["given"] = await injections_for(conn, [found["external_id"]])
+        return found
+    finally:
+        await conn.close()
+
+
+def _mask_session(found: dict[str, Any], masks: ExtraMasks) -> None:
+    """Secrets, personal data and extra patterns masked in what `show` prints."""
+    from memoryd.memory.privacy.redaction import readable_stored, shown
+
+    for message in found["messages"]:
+        message["content"] = shown(readable_stored(message["content"], message["kind"]),
+                                   masks)
+        if message.get("tool_input") is not None:
+            message["tool_input"] = shown(readable_stored(message["tool_input"],
+                                                          "tool_input"), masks)
+    for summary in found["summaries"]:
+        if isinstance(summary.get("content"), str):
+            summary["content"] = shown(summary["content"], masks)
+    if found.get("summary_markdown"):
+        found["summary_markdown"] = shown(found["summary_markdown"], masks)
+
+
+def _model_lines(found: dict[str, Any]) -> list[str]:
+    """One line a message, as memory would hold it (`--view model`)."""
+    from memoryd.lifecycle.segments import render_message
+    from memoryd.store.sessions import StoredMessage
+
+    lines = []
+    for m in found["messages"]:
+        line = render_message(StoredMessage(
+            index=m["message_index"], role=m["role"], kind=m["kind"],
+            content=m["content"], tool_name=m["tool_name"], uuid=m["uuid"],
+            timestamp=None, tool_input=m.get("tool_input")), found.get("project"))
+        if line:  # one line per message, as documented: a prompt's own lines joined
+            lines.append(" ⏎ ".join(part for part in line.splitlines() if part.strip()))
+    return lines
+
+
+def _session_lines(found: dict[str, Any]) -> list[str]:
+    """The session as a person reads it: its header, messages and the blocks given."""
     out = [f"session {found['id']} ({found['source']} {found['external_id'] or ''}) "
            f"{found['status']}"]
     title = _title(found.get("summary_markdown"))
@@ -260,9 +279,8 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
     if found["subagents"]:
         out.append(f"subagents:  {len(found['subagents'])} (" + ", ".join(
             str(sub["id"]) for sub in found["subagents"]) + "; `memoryd show ID`)")
-    out += [
-            f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet in"
-            " memory)"]
+    out.append(f"messages:   {found['message_count']} ({found['unsynced_messages']} not yet"
+               " in memory)")
     for m in found["messages"]:
         text = " ".join(m["content"].split())
         if len(text) > 200:
@@ -276,8 +294,7 @@ def show(ctx: click.Context, session: str, limit: int | None, offset: int, view:
                    f"{len(g['memory_ids'])} memories, {g['chars']} chars"
                    + (f" ({', '.join(g['memory_ids'][:5])}"
                       f"{', …' if len(g['memory_ids']) > 5 else ''})" if g["memory_ids"] else ""))
-    for line in out:
-        click.echo(render.fit(line, width))
+    return out
 
 
 @main.command()

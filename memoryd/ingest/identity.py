@@ -213,17 +213,28 @@ class Resolver:
         nothing: it sees the files as they are. `now` is a monotonic time.
         """
         out = Resolution()
-        tracked = out.tracked
-        # Several saved states can share an inode (a file emptied and rewritten, then
-        # moved): the one whose first line matches is the file that moved.
-        by_inode: dict[tuple[int, int], list[FileState]] = {}
-        for known_state in states.values():
-            if known_state.head_hash != DOCUMENT:
-                by_inode.setdefault((known_state.device, known_state.inode), []).append(
-                    known_state)
         claimed: set[str] = set()
+        self._same_path(found, states, previous, out, claimed)
+        self._renamed(found, states, previous, out, claimed)
+        self._copied(found, states, previous, out, claimed)
+        self._replaced_or_new(found, states, previous, out, claimed, hold_copies=hold_copies,
+                              now=now)
+        # What was stored but is no longer on disk keeps its session and messages.
+        for path, state in states.items():
+            if path not in claimed and not state.missing:
+                state.missing = True
+                out.missing.append(state)
+            if path not in claimed:
+                out.unclaimed.append(state)
+        return out
 
-        # 1. Same path, same file.
+    def _same_path(
+        self, found: Mapping[str, tuple[Candidate, os.stat_result]],
+        states: dict[str, FileState], previous: Mapping[str, Tracked], out: Resolution,
+        claimed: set[str],
+    ) -> None:
+        """1. Same path, same file."""
+        tracked = out.tracked
         for path, (candidate, st) in found.items():
             known = states.get(path)
             if known is not None and (known.device, known.inode) == (st.st_dev, st.st_ino):
@@ -232,7 +243,21 @@ class Resolver:
                 tracked[path] = (current if current is not None and current.state is known
                                  else Tracked(candidate, known))
                 claimed.add(path)
-        # 2. A known file at a new path: renamed or moved, it continues where it was.
+
+    def _renamed(
+        self, found: Mapping[str, tuple[Candidate, os.stat_result]],
+        states: dict[str, FileState], previous: Mapping[str, Tracked], out: Resolution,
+        claimed: set[str],
+    ) -> None:
+        """2. A known file at a new path: renamed or moved, it continues where it was."""
+        tracked = out.tracked
+        # Several saved states can share an inode (a file emptied and rewritten, then
+        # moved): the one whose first line matches is the file that moved.
+        by_inode: dict[tuple[int, int], list[FileState]] = {}
+        for known_state in states.values():
+            if known_state.head_hash != DOCUMENT:
+                by_inode.setdefault((known_state.device, known_state.inode), []).append(
+                    known_state)
         for path, (candidate, st) in found.items():
             if path in tracked or candidate.mode is Mode.DOCUMENT:
                 continue
@@ -249,8 +274,15 @@ class Resolver:
             claimed.update((moved.path, path))
             moved.path = path
             tracked[path] = Tracked(candidate, moved)
-        # 2b. Moved by copy (across file systems: copied, then the original deleted): a new
-        # path whose content begins as a known file's that is gone continues its session.
+
+    def _copied(
+        self, found: Mapping[str, tuple[Candidate, os.stat_result]],
+        states: dict[str, FileState], previous: Mapping[str, Tracked], out: Resolution,
+        claimed: set[str],
+    ) -> None:
+        """2b. Moved by copy (across file systems: copied, then the original deleted): a new
+        path whose content begins as a known file's that is gone continues its session."""
+        tracked = out.tracked
         # (While the original is still there, a file beginning like it is a new session:
         # agents replay a history into a new file when a session is resumed.)
         by_head: dict[str, list[FileState]] = {}
@@ -279,8 +311,15 @@ class Resolver:
                 # replaced in place): a copy adds only what came after, and a file that
                 # merely begins alike loses nothing.
                 tracked[path] = Tracked(candidate, gone, verify=True)
-        # 3. A known path that now names another file: replaced, checked before reading.
-        # 4. Anything else is new, unless it may be the copy half of a move (held back).
+
+    def _replaced_or_new(
+        self, found: Mapping[str, tuple[Candidate, os.stat_result]],
+        states: dict[str, FileState], previous: Mapping[str, Tracked], out: Resolution,
+        claimed: set[str], *, hold_copies: bool, now: float,
+    ) -> None:
+        """3. A known path that now names another file: replaced, checked before reading.
+        4. Anything else is new, unless it may be the copy half of a move (held back)."""
+        tracked = out.tracked
         live_names = {os.path.basename(p): p for p, s in states.items()
                       if p in found and s.head_hash != DOCUMENT}
         held, self._held = self._held, {}
@@ -302,14 +341,6 @@ class Resolver:
                 tracked[path] = previous.get(path) or Tracked(candidate)
                 if tracked[path].state is not None:  # its state was taken by a rename
                     tracked[path] = Tracked(candidate)
-        # What was stored but is no longer on disk keeps its session and messages.
-        for path, state in states.items():
-            if path not in claimed and not state.missing:
-                state.missing = True
-                out.missing.append(state)
-            if path not in claimed:
-                out.unclaimed.append(state)
-        return out
 
     def _hold(self, path: str, st: os.stat_result, held: tuple[Shape, float] | None,
               twin: str, now: float) -> bool:

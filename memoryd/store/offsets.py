@@ -184,23 +184,10 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
     next_index = int(found[0]) if found else 0
 
     rows = batch.messages
-    updated = duplicates = 0
     updates: list[tuple[object, ...]] = []
+    duplicates = 0
     if rows and (state.dedupe or batch.replaces_by_id):
-        if batch.replaces_by_id:
-            rows = _last_copies(rows)
-        existing = _existing_keys(conn, session_id, [r.dedupe_key for r in rows])
-        fresh: list[MessageRow] = []
-        for row in rows:
-            if row.dedupe_key not in existing:
-                fresh.append(row)
-                continue
-            index, stored_raw = existing[row.dedupe_key]
-            if batch.replaces_by_id and _raw_value(row.raw) != stored_raw:
-                updates.append((*_row(session_id, index, row)[2:], session_id, index))
-            else:
-                duplicates += 1
-        rows = fresh
+        rows, updates, duplicates = _new_and_changed(conn, session_id, batch)
     inserts = [_row(session_id, next_index + i, row) for i, row in enumerate(rows)]
     if inserts:
         conn.executemany(
@@ -209,8 +196,8 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             " dedupe_key, content_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             inserts,
         )
+    updated = len(updates)
     if updates:
-        updated = len(updates)
         conn.executemany(
             "UPDATE session_messages SET role = ?, kind = ?, content = ?, tool_name = ?,"
             " tool_input = ?, uuid = ?, timestamp = ?, is_sidechain = ?, raw = ?,"
@@ -219,6 +206,39 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             updates,
         )
     count = next_index + len(inserts)
+    _update_session(conn, session_id, batch, rows, count=count, inserted=len(inserts),
+                    updated=updated, now_text=now_text)
+    _record_beside(conn, session_id, batch, now_text)
+    state.last_message_index = count - 1
+    _save_state(conn, state, now_text, batch)
+    return CommitResult(session_id, len(inserts), updated, duplicates)
+
+
+def _new_and_changed(conn: sqlite3.Connection, session_id: int, batch: Batch,
+                     ) -> tuple[list[MessageRow], list[tuple[object, ...]], int]:
+    """The batch's rows not stored yet; the updates of stored ones a rewritten file
+    changed (`replaces_by_id`); and how many were stored already as they are."""
+    rows = _last_copies(batch.messages) if batch.replaces_by_id else batch.messages
+    existing = _existing_keys(conn, session_id, [r.dedupe_key for r in rows])
+    fresh: list[MessageRow] = []
+    updates: list[tuple[object, ...]] = []
+    duplicates = 0
+    for row in rows:
+        if row.dedupe_key not in existing:
+            fresh.append(row)
+            continue
+        index, stored_raw = existing[row.dedupe_key]
+        if batch.replaces_by_id and _raw_value(row.raw) != stored_raw:
+            updates.append((*_row(session_id, index, row)[2:], session_id, index))
+        else:
+            duplicates += 1
+    return fresh, updates, duplicates
+
+
+def _update_session(conn: sqlite3.Connection, session_id: int, batch: Batch,
+                    rows: list[MessageRow], *, count: int, inserted: int, updated: int,
+                    now_text: str) -> None:
+    """The session's counts, times, status and what the batch's headers say of it."""
     timestamps = [r.message.timestamp for r in rows if r.message.timestamp]
     conn.execute(
         "UPDATE sessions SET message_count = ?,"
@@ -237,11 +257,11 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         " WHERE id = ?",
         (
             count,
-            min(timestamps) if timestamps else None, len(inserts), now_text,
+            min(timestamps) if timestamps else None, inserted, now_text,
             max(timestamps) if timestamps else None,
             max(timestamps) if timestamps else None, max(timestamps) if timestamps else None,
             now_text,
-            len(inserts) + updated,
+            inserted + updated,
             batch.hints.get("project"),
             batch.hints.get("git_branch"),
             batch.hints.get("worktree"),
@@ -250,6 +270,11 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
             session_id,
         ),
     )
+
+
+def _record_beside(conn: sqlite3.Connection, session_id: int, batch: Batch,
+                   now_text: str) -> None:
+    """What the batch read beside its messages: rewinds, summaries, rejected lines."""
     if batch.rewinds:
         _record_rewinds(conn, session_id, batch.rewinds, now_text)
     if batch.summaries:
@@ -267,12 +292,9 @@ def _write_rows(conn: sqlite3.Connection, batch: Batch, now_text: str) -> Commit
         conn.executemany(
             "INSERT OR IGNORE INTO rejected_lines (path, session_id, byte_offset, raw, reason,"
             " rejected_at) VALUES (?, ?, ?, ?, ?, ?)",
-            [(state.path, session_id, off, raw, why, now_text)
+            [(batch.state.path, session_id, off, raw, why, now_text)
              for off, raw, why in batch.rejected],
         )
-    state.last_message_index = count - 1
-    _save_state(conn, state, now_text, batch)
-    return CommitResult(session_id, len(inserts), updated, duplicates)
 
 
 def _save_state(

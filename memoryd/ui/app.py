@@ -139,75 +139,85 @@ class Guard(BaseHTTPMiddleware):
         return None
 
 
-def make_app(data: ViewerData, secret: str) -> Starlette:
-    """The viewer over `data`, guarded by `secret` (the token `memoryd ui` hands out)."""
-    logins = Sessions()
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.globals.update(memory_types=[t.value for t in MemoryType],
-                                 about=about_date, stored_apart=stored_apart)
+class _Static(StaticFiles):
+    """The viewer's assets; a page that says to restart when they were replaced."""
 
-    told = False
+    def __init__(self, replaced: Callable[[], Response], **options: Any) -> None:
+        super().__init__(**options)
+        self._replaced = replaced
 
-    def replaced() -> Response:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not (HERE / "static").is_dir():
+            await self._replaced()(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+class _Viewer:
+    """The viewer's pages over `data`, guarded by `secret`."""
+
+    def __init__(self, data: ViewerData, secret: str) -> None:
+        self.data, self.secret = data, secret
+        self.logins = Sessions()
+        self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self.templates.env.globals.update(memory_types=[t.value for t in MemoryType],
+                                          about=about_date, stored_apart=stored_apart)
+        self._told = False
+
+    def replaced(self) -> Response:
         # Said once in the log; every page says it until the daemon is restarted.
-        nonlocal told
-        if not told:
-            told = True
+        if not self._told:
+            self._told = True
             log.warning("ui_files_replaced", directory=str(HERE))
         return PlainTextResponse(f"memoryd viewer: {FILES_REPLACED}", status_code=503)
 
-    def page(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    def page(self, request: Request, name: str, status: int = 200,
+             **context: Any) -> Response:
         try:
-            context = {"csrf": logins.csrf(_session_of(request)), **context}
-            return templates.TemplateResponse(request, name, context, status_code=status)
+            context = {"csrf": self.logins.csrf(_session_of(request)), **context}
+            return self.templates.TemplateResponse(request, name, context, status_code=status)
         except TemplateNotFound:
-            return replaced()
+            return self.replaced()
 
-    class Static(StaticFiles):
-        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            if not (HERE / "static").is_dir():
-                await replaced()(scope, receive, send)
-                return
-            await super().__call__(scope, receive, send)
-
-    def guarded(handler: Callable[[Request], Awaitable[Response]]
+    def guarded(self, handler: Callable[[Request], Awaitable[Response]]
                 ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
             try:
                 return await handler(request)
             except ApiError as exc:
-                return page(request, "error.html", status=exc.status, message=str(exc))
+                return self.page(request, "error.html", status=exc.status, message=str(exc))
             except MemorydError as exc:
                 log.warning("ui_request_failed", path=request.url.path, error=str(exc))
-                return page(request, "error.html", status=503, message=str(exc))
+                return self.page(request, "error.html", status=503, message=str(exc))
         return run
 
-    async def login(request: Request) -> Response:
+    async def login(self, request: Request) -> Response:
         token = request.query_params.get("token", "")
-        if not hmac.compare_digest(token.encode(), secret.encode()):
+        if not hmac.compare_digest(token.encode(), self.secret.encode()):
             return PlainTextResponse("memoryd viewer: open it with `memoryd ui`",
                                      status_code=403)
         response = RedirectResponse("/", status_code=303)
         port = request.scope.get("server", (None, None))[1]
-        response.set_cookie(cookie_name(port), logins.open(), httponly=True,
+        response.set_cookie(cookie_name(port), self.logins.open(), httponly=True,
                             samesite="strict", path="/")
         return response
 
-    async def overview(request: Request) -> Response:
-        return page(request, "overview.html", status_report=await data.overview(),
+    async def overview(self, request: Request) -> Response:
+        return self.page(request, "overview.html", status_report=await self.data.overview(),
                     nav="overview", chart_days=CHART_DAYS)
 
-    async def sessions(request: Request) -> Response:
-        return page(request, "sessions.html", projects=await data.sessions(), nav="sessions")
+    async def sessions(self, request: Request) -> Response:
+        return self.page(request, "sessions.html", projects=await self.data.sessions(),
+                         nav="sessions")
 
-    async def session(request: Request) -> Response:
+    async def session(self, request: Request) -> Response:
         offset = _int(request.query_params.get("offset"), 0)
-        found = await data.session(request.path_params["ref"], offset)
+        found = await self.data.session(request.path_params["ref"], offset)
         if found is None:
             raise ApiError(404, f"no session {request.path_params['ref'][:80]!r}")
-        return page(request, "session.html", s=found, nav="sessions")
+        return self.page(request, "session.html", s=found, nav="sessions")
 
-    async def memories(request: Request) -> Response:
+    async def memories(self, request: Request) -> Response:
         params = request.query_params
         query = params.get("q", "")
         args: dict[str, Any] = {"query": query, "limit": _int(params.get("limit"), 20, 1, 200)}
@@ -220,74 +230,79 @@ def make_app(data: ViewerData, secret: str) -> Starlette:
             args["all_projects"] = True
         searched = bool(query or params.get("project") or params.get("type")
                         or params.get("since"))
-        results = await data.search(args) if searched else []
-        return page(request, "memories.html", results=results, searched=searched,
+        results = await self.data.search(args) if searched else []
+        return self.page(request, "memories.html", results=results, searched=searched,
                     params=params, nav="memories", notice=params.get("notice"))
 
-    async def memory(request: Request) -> Response:
-        found = await data.memory(request.path_params["memory_id"])
-        return page(request, "memory.html", m=found["memory"], history=found["history"],
-                    events=await data.memory_events(found["memory"]["id"]), nav="memories",
+    async def memory(self, request: Request) -> Response:
+        found = await self.data.memory(request.path_params["memory_id"])
+        return self.page(request, "memory.html", m=found["memory"], history=found["history"],
+                    events=await self.data.memory_events(found["memory"]["id"]), nav="memories",
                     notice=request.query_params.get("notice"))
 
-    async def remember(request: Request) -> Response:
+    async def remember(self, request: Request) -> Response:
         form = await request.form()
         args = {"content": _field(form, "content"), "type": _field(form, "type") or "fact"}
         if _field(form, "project"):
             args["project"] = _field(form, "project")
-        made = (await data.call("remember", args))["memory"]
+        made = (await self.data.call("remember", args))["memory"]
         return _see(f"/memories/{made['id']}", notice="remembered")
 
-    async def correct(request: Request) -> Response:
+    async def correct(self, request: Request) -> Response:
         form = await request.form()
-        done = await data.call("correct", {"memory_id": request.path_params["memory_id"],
+        done = await self.data.call("correct", {"memory_id": request.path_params["memory_id"],
                                            "content": _field(form, "content"),
                                            "reason": _field(form, "reason") or None})
         return _see(f"/memories/{done['memory']['id']}", notice="corrected")
 
-    async def confirm_forget(request: Request) -> Response:
-        found = await data.memory(request.path_params["memory_id"])
+    async def confirm_forget(self, request: Request) -> Response:
+        found = await self.data.memory(request.path_params["memory_id"])
         hard = request.query_params.get("hard") == "1"
-        return page(request, "forget.html", m=found["memory"], history=found["history"],
+        return self.page(request, "forget.html", m=found["memory"], history=found["history"],
                     hard=hard, nav="memories")
 
-    async def forget(request: Request) -> Response:
+    async def forget(self, request: Request) -> Response:
         form = await request.form()
         hard = _field(form, "hard") == "1"
         memory_id = request.path_params["memory_id"]
-        done = await data.call("forget", {"memory_id": memory_id, "hard": hard})
+        done = await self.data.call("forget", {"memory_id": memory_id, "hard": hard})
         notice = (f"forgot {memory_id}" + (" for good" if hard else "")
                   if done["forgotten"] else f"{memory_id} was not live")
         return _see("/memories", notice=notice)
 
-    async def activity(request: Request) -> Response:
-        return page(request, "activity.html", activity=await data.activity(), nav="activity")
+    async def activity(self, request: Request) -> Response:
+        return self.page(request, "activity.html", activity=await self.data.activity(),
+                         nav="activity")
 
-    async def chart(request: Request) -> Response:
+    async def chart(self, request: Request) -> Response:
         what = request.query_params.get("what", "messages")
-        drawn = await data.chart()
+        drawn = await self.data.chart()
         svg = chart_svg(drawn, drawn.memories if what == "memories" else drawn.messages,
                         what)
         return Response(svg, media_type="image/svg+xml",
                         headers={"Cache-Control": "private, max-age=60"})
 
+
+def make_app(data: ViewerData, secret: str) -> Starlette:
+    """The viewer over `data`, guarded by `secret` (the token `memoryd ui` hands out)."""
+    v = _Viewer(data, secret)
     routes = [
-        Route("/login", login),
-        Route("/", guarded(overview)),
-        Route("/sessions", guarded(sessions)),
-        Route("/sessions/{ref}", guarded(session)),
-        Route("/memories", guarded(memories)),
-        Route("/memories", guarded(remember), methods=["POST"]),
-        Route("/memories/{memory_id}", guarded(memory)),
-        Route("/memories/{memory_id}/correct", guarded(correct), methods=["POST"]),
-        Route("/memories/{memory_id}/forget", guarded(confirm_forget)),
-        Route("/memories/{memory_id}/forget", guarded(forget), methods=["POST"]),
-        Route("/activity", guarded(activity)),
-        Route("/chart.svg", guarded(chart)),
-        Mount("/static", Static(directory=str(HERE / "static"), check_dir=False),
+        Route("/login", v.login),
+        Route("/", v.guarded(v.overview)),
+        Route("/sessions", v.guarded(v.sessions)),
+        Route("/sessions/{ref}", v.guarded(v.session)),
+        Route("/memories", v.guarded(v.memories)),
+        Route("/memories", v.guarded(v.remember), methods=["POST"]),
+        Route("/memories/{memory_id}", v.guarded(v.memory)),
+        Route("/memories/{memory_id}/correct", v.guarded(v.correct), methods=["POST"]),
+        Route("/memories/{memory_id}/forget", v.guarded(v.confirm_forget)),
+        Route("/memories/{memory_id}/forget", v.guarded(v.forget), methods=["POST"]),
+        Route("/activity", v.guarded(v.activity)),
+        Route("/chart.svg", v.guarded(v.chart)),
+        Mount("/static", _Static(v.replaced, directory=str(HERE / "static"), check_dir=False),
               name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, sessions=logins)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, sessions=v.logins)])
 
 
 def _see(path: str, **query: str) -> RedirectResponse:

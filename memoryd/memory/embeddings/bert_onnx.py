@@ -74,75 +74,147 @@ def build_model(weights: Weights, config: BertConfig, graph: Graph = "plain",
     The word embeddings are quantised per row (47 -> 12 MB); a query reads only
     its own few rows of them, so this saves memory rather than time.
     """
-    from onnx import TensorProto, helper, numpy_helper
+    return _Graph(weights, config, graph).build()
 
-    int8, fused = graph == "int8", graph == "fused"
 
-    initializers: list[Any] = []
-    nodes: list[Any] = []
-    external: dict[str, npt.NDArray[Any]] = {}
-    elem_type = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int8): TensorProto.INT8}
-    quantised_inputs: dict[str, list[str]] = {}
+class _Graph:
+    """One graph under construction: its nodes, its small constants, and the weight
+    arrays it names as external data."""
 
-    def const(name: str, array: np.ndarray[Any, Any]) -> str:
-        initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+    def __init__(self, weights: Weights, config: BertConfig, graph: Graph) -> None:
+        from onnx import TensorProto, helper, numpy_helper
+
+        self.proto, self.helper, self.numpy_helper = TensorProto, helper, numpy_helper
+        self.weights, self.config = weights, config
+        self.int8, self.fused = graph == "int8", graph == "fused"
+        self.initializers: list[Any] = []
+        self.nodes: list[Any] = []
+        self.external: dict[str, npt.NDArray[Any]] = {}
+        self.elem_type = {np.dtype(np.float32): TensorProto.FLOAT,
+                          np.dtype(np.int8): TensorProto.INT8}
+        self.quantised_inputs: dict[str, list[str]] = {}
+
+    def build(self) -> tuple[bytes, dict[str, npt.NDArray[Any]]]:
+        proto, helper, config = self.proto, self.helper, self.config
+        self._constants()
+        x = self.node("Add", [self.word_vectors(), self.node("Gather", ["position",
+                                                                        "position_ids"])])
+        x = self.layer_norm(self.node("Add", [x, "token_type"]), "embeddings.LayerNorm")
+        for i in range(config.layers):
+            prefix = f"encoder.layer.{i}."
+            x = self.fused_layer(x, prefix) if self.fused else self.plain_layer(x, prefix)
+        self.nodes.append(helper.make_node("Identity", [x], ["hidden"]))
+        mask = (helper.make_tensor_value_info("mask_index", proto.INT32, ["batch", "seq"])
+                if self.fused else
+                helper.make_tensor_value_info("mask_bias", proto.FLOAT,
+                                              ["batch", 1, 1, "seq"]))
+        graph = helper.make_graph(
+            self.nodes, "bert",
+            [helper.make_tensor_value_info("input_ids", proto.INT64, ["batch", "seq"]),
+             helper.make_tensor_value_info("position_ids", proto.INT64, [1, "seq"]), mask],
+            [helper.make_tensor_value_info("hidden", proto.FLOAT,
+                                           ["batch", "seq", config.hidden])],
+            self.initializers)
+        opsets = [helper.make_opsetid("", OPSET)] + (
+            [helper.make_opsetid("com.microsoft", 1)] if self.fused else [])
+        model = helper.make_model(graph, opset_imports=opsets)
+        model.ir_version = 8  # the oldest IR that opset 17 allows, so older runtimes load it
+        serialised: bytes = model.SerializeToString()
+        return serialised, self.external
+
+    def _constants(self) -> None:
+        config, const = self.config, self.const
+        width = config.hidden // config.heads
+        if self.int8:
+            const("tiny", np.array(1e-12, dtype=np.float32))
+            const("levels", np.array(127.0, dtype=np.float32))
+            const("u8_zero", np.array(128, dtype=np.uint8))
+            const("s8_zero", np.array(0, dtype=np.int8))
+            const("flat", np.array([-1], dtype=np.int64))
+            const("minus_one", np.array([-1], dtype=np.int64))
+            # (batch, seq, -1): a product's rows back into its tokens' shape.
+            self.nodes.append(self.helper.make_node(
+                "Concat", [self.node("Shape", ["input_ids"]), "minus_one"], ["tokens_shape"],
+                axis=0))
+        self.big("position", f32(self.weights["embeddings.position_embeddings.weight"]))
+        self.big("token_type", f32(self.weights["embeddings.token_type_embeddings.weight"][0]))
+        if not self.fused:
+            const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
+            const("hidden_shape", np.array([0, 0, config.hidden], dtype=np.int64))
+            const("scale", np.array(1.0 / math.sqrt(width), dtype=np.float32))
+            const("half", np.array(0.5, dtype=np.float32))
+            const("one", np.array(1.0, dtype=np.float32))
+            const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
+
+    def const(self, name: str, array: np.ndarray[Any, Any]) -> str:
+        self.initializers.append(self.numpy_helper.from_array(np.ascontiguousarray(array),
+                                                              name))
         return name
 
-    def big(name: str, array: npt.NDArray[Any]) -> str:
+    def big(self, name: str, array: npt.NDArray[Any]) -> str:
         # Weights stay out of the protobuf: serialising 90 MB into it, and ONNX Runtime
         # parsing it back, would hold two more copies of the model in memory.
-        external[name] = np.ascontiguousarray(array)
-        placeholder = TensorProto(name=name, data_type=elem_type[array.dtype], dims=array.shape,
-                                  data_location=TensorProto.EXTERNAL)
+        self.external[name] = np.ascontiguousarray(array)
+        placeholder = self.proto(name=name, data_type=self.elem_type[array.dtype],
+                                 dims=array.shape, data_location=self.proto.EXTERNAL)
         # A reference the session resolves from `add_external_initializers`, never a file.
         placeholder.external_data.add(key="location", value="session-options")
-        initializers.append(placeholder)
+        self.initializers.append(placeholder)
         return name
 
-    def node(op: str, inputs: list[str], **attributes: Any) -> str:
-        output = f"{op.lower()}_{len(nodes)}"
-        nodes.append(helper.make_node(op, inputs, [output], **attributes))
+    def node(self, op: str, inputs: list[str], **attributes: Any) -> str:
+        output = f"{op.lower()}_{len(self.nodes)}"
+        self.nodes.append(self.helper.make_node(op, inputs, [output], **attributes))
         return output
 
-    def weight(name: str, transpose: bool = False) -> str:
-        array = f32(weights[name])
-        return big(name, array.T if transpose else array)
+    def ms_node(self, op: str, inputs: list[str], **attributes: Any) -> str:
+        output = f"{op.lower()}_{len(self.nodes)}"
+        self.nodes.append(self.helper.make_node(op, inputs, [output], domain="com.microsoft",
+                                                **attributes))
+        return output
 
-    def layer_norm(x: str, prefix: str) -> str:
-        return node("LayerNormalization", [x, weight(prefix + ".weight"), weight(prefix + ".bias")],
-                    axis=-1, epsilon=config.eps)
+    def weight(self, name: str, transpose: bool = False) -> str:
+        array = f32(self.weights[name])
+        return self.big(name, array.T if transpose else array)
 
-    def linear(x: str, prefix: str) -> str:
-        if int8:
-            return linear_int8(x, prefix)
+    def layer_norm(self, x: str, prefix: str) -> str:
+        return self.node("LayerNormalization",
+                         [x, self.weight(prefix + ".weight"), self.weight(prefix + ".bias")],
+                         axis=-1, epsilon=self.config.eps)
+
+    def linear(self, x: str, prefix: str) -> str:
+        if self.int8:
+            return self.linear_int8(x, prefix)
         # Stored as (out, in) like torch.nn.Linear; MatMul wants (in, out).
-        product = node("MatMul", [x, weight(prefix + ".weight", transpose=True)])
-        return node("Add", [product, weight(prefix + ".bias")])
+        product = self.node("MatMul", [x, self.weight(prefix + ".weight", transpose=True)])
+        return self.node("Add", [product, self.weight(prefix + ".bias")])
 
-    def linear_int8(x: str, prefix: str) -> str:
-        w = f32(weights[prefix + ".weight"]).T
+    def linear_int8(self, x: str, prefix: str) -> str:
+        node = self.node
+        w = f32(self.weights[prefix + ".weight"]).T
         scale = np.maximum(np.abs(w).max(axis=0), 1e-12) / np.float32(127.0)
         quantised = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
-        if x not in quantised_inputs:  # Q, K and V read the same input: quantise it once
-            quantised_inputs[x] = quantise_tokens(x)
-        x_q, x_step = quantised_inputs[x]
+        if x not in self.quantised_inputs:  # Q, K and V read the same input: quantise once
+            self.quantised_inputs[x] = self.quantise_tokens(x)
+        x_q, x_step = self.quantised_inputs[x]
         # (tokens, out) in int32, then the weights' scales, then back to (batch, seq, out)
         # and the tokens' scales: ONNX Runtime fuses the product, the cast and the first
         # scale into one kernel, which takes a per-column scale but not a per-token one
         # (multiplied in there, vectors came out at a cosine of 0.2-0.5).
-        product = node("MatMulInteger", [x_q, big(prefix + ".weight_q", quantised), "u8_zero",
-                                         "s8_zero"])
-        product = node("Mul", [node("Cast", [product], to=TensorProto.FLOAT),
-                               big(prefix + ".weight_scale", scale.astype(np.float32))])
+        product = node("MatMulInteger", [x_q, self.big(prefix + ".weight_q", quantised),
+                                         "u8_zero", "s8_zero"])
+        product = node("Mul", [node("Cast", [product], to=self.proto.FLOAT),
+                               self.big(prefix + ".weight_scale", scale.astype(np.float32))])
         product = node("Reshape", [product, "tokens_shape"])
-        return node("Add", [node("Mul", [product, x_step]), weight(prefix + ".bias")])
+        return node("Add", [node("Mul", [product, x_step]), self.weight(prefix + ".bias")])
 
-    def quantise_tokens(x: str) -> list[str]:
+    def quantise_tokens(self, x: str) -> list[str]:
         # Each token's activations on a scale of their own (symmetric, max |x| / 127), as
         # uint8 about 128, one row a token: a text's vector does not depend on the texts
         # batched with it (DynamicQuantizeLinear's one scale for the whole batch made it
         # so), it stays nearer float32's, and ONNX Runtime's fast kernels multiply uint8
         # by int8. QuantizeLinear does the division, rounding and cast in one pass.
+        node = self.node
         peak = node("ReduceMax", [node("Abs", [x])], axes=[-1], keepdims=1)
         step = node("Div", [node("Max", [peak, "tiny"]), "levels"])
         rows = node("Reshape", [step, "flat"])
@@ -150,100 +222,56 @@ def build_model(weights: Weights, config: BertConfig, graph: Graph = "plain",
         return [node("QuantizeLinear", [node("Flatten", [x], axis=2), rows, zeros], axis=0),
                 step]
 
-    def heads(projection: str, perm: list[int]) -> str:
-        # (batch, seq, hidden) -> (batch, heads, seq, width), or (batch, heads, width, seq) for K.
-        return node("Transpose", [node("Reshape", [projection, "heads_shape"])], perm=perm)
+    def heads(self, projection: str, perm: list[int]) -> str:
+        # (batch, seq, hidden) -> (batch, heads, seq, width), or (batch, heads, width, seq)
+        # for K.
+        return self.node("Transpose", [self.node("Reshape", [projection, "heads_shape"])],
+                         perm=perm)
 
-    def word_vectors() -> str:
-        table = weights["embeddings.word_embeddings.weight"]
-        if not int8:
-            return node("Gather", [big("word", f32(table)), "input_ids"])
+    def word_vectors(self) -> str:
+        table = self.weights["embeddings.word_embeddings.weight"]
+        if not self.int8:
+            return self.node("Gather", [self.big("word", f32(table)), "input_ids"])
         quantised, scale = _quantise_rows(table)
-        rows = node("Cast", [node("Gather", [big("word_q", quantised), "input_ids"])],
-                    to=TensorProto.FLOAT)
-        return node("Mul", [rows, node("Gather", [big("word_scale", scale), "input_ids"])])
+        rows = self.node("Cast", [self.node("Gather", [self.big("word_q", quantised),
+                                                       "input_ids"])], to=self.proto.FLOAT)
+        return self.node("Mul", [rows, self.node("Gather", [self.big("word_scale", scale),
+                                                             "input_ids"])])
 
-    def fused_layer(x: str, p: str) -> str:
-        # ONNX Runtime's own BERT kernels (com.microsoft Attention, BiasGelu): one GEMM
-        # for Q, K and V, attention over the real tokens, GELU in the bias add.
-        names = [p + f"attention.self.{n}" for n in ("query", "key", "value")]
-        qkv = big(p + "qkv.weight", np.concatenate([f32(weights[n + ".weight"]).T
-                                                    for n in names], axis=1))
-        qkv_bias = big(p + "qkv.bias", np.concatenate([f32(weights[n + ".bias"])
-                                                       for n in names]))
-        context = ms_node("Attention", [x, qkv, qkv_bias, "mask_index"], num_heads=config.heads)
-        x = layer_norm(node("Add", [linear(context, p + "attention.output.dense"), x]),
-                       p + "attention.output.LayerNorm")
-        up = node("MatMul", [x, weight(p + "intermediate.dense.weight", transpose=True)])
-        gelu = ms_node("BiasGelu", [up, weight(p + "intermediate.dense.bias")])
-        return layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]),
-                          p + "output.LayerNorm")
-
-    def ms_node(op: str, inputs: list[str], **attributes: Any) -> str:
-        output = f"{op.lower()}_{len(nodes)}"
-        nodes.append(helper.make_node(op, inputs, [output], domain="com.microsoft",
-                                      **attributes))
-        return output
-
-    width = config.hidden // config.heads
-    if int8:
-        const("tiny", np.array(1e-12, dtype=np.float32))
-        const("levels", np.array(127.0, dtype=np.float32))
-        const("u8_zero", np.array(128, dtype=np.uint8))
-        const("s8_zero", np.array(0, dtype=np.int8))
-        const("flat", np.array([-1], dtype=np.int64))
-        const("minus_one", np.array([-1], dtype=np.int64))
-        # (batch, seq, -1): a product's rows back into its tokens' shape.
-        nodes.append(helper.make_node("Concat", [node("Shape", ["input_ids"]), "minus_one"],
-                                      ["tokens_shape"], axis=0))
-    big("position", f32(weights["embeddings.position_embeddings.weight"]))
-    big("token_type", f32(weights["embeddings.token_type_embeddings.weight"][0]))
-    if not fused:
-        const("heads_shape", np.array([0, 0, config.heads, width], dtype=np.int64))
-        const("hidden_shape", np.array([0, 0, config.hidden], dtype=np.int64))
-        const("scale", np.array(1.0 / math.sqrt(width), dtype=np.float32))
-        const("half", np.array(0.5, dtype=np.float32))
-        const("one", np.array(1.0, dtype=np.float32))
-        const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), dtype=np.float32))
-
-    x = node("Add", [word_vectors(), node("Gather", ["position", "position_ids"])])
-    x = layer_norm(node("Add", [x, "token_type"]), "embeddings.LayerNorm")
-    for i in range(config.layers):
-        p = f"encoder.layer.{i}."
-        if fused:
-            x = fused_layer(x, p)
-            continue
-
+    def plain_layer(self, x: str, p: str) -> str:
+        node, linear, heads = self.node, self.linear, self.heads
         q = heads(linear(x, p + "attention.self.query"), [0, 2, 1, 3])
         k_t = heads(linear(x, p + "attention.self.key"), [0, 2, 3, 1])
         v = heads(linear(x, p + "attention.self.value"), [0, 2, 1, 3])
         scores = node("Add", [node("Mul", [node("MatMul", [q, k_t]), "scale"]), "mask_bias"])
         context = node("MatMul", [node("Softmax", [scores], axis=-1), v])
-        context = node("Reshape", [node("Transpose", [context], perm=[0, 2, 1, 3]), "hidden_shape"])
-        x = layer_norm(node("Add", [linear(context, p + "attention.output.dense"), x]),
-                       p + "attention.output.LayerNorm")
+        context = node("Reshape", [node("Transpose", [context], perm=[0, 2, 1, 3]),
+                                   "hidden_shape"])
+        x = self.layer_norm(node("Add", [linear(context, p + "attention.output.dense"), x]),
+                            p + "attention.output.LayerNorm")
         up = linear(x, p + "intermediate.dense")
         gelu = node("Mul", [node("Mul", [up, "half"]),
                             node("Add", ["one", node("Erf", [node("Mul", [up, "inv_sqrt2"])])])])
-        x = layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]), p + "output.LayerNorm")
-    nodes.append(helper.make_node("Identity", [x], ["hidden"]))
+        return self.layer_norm(node("Add", [linear(gelu, p + "output.dense"), x]),
+                               p + "output.LayerNorm")
 
-    mask = (helper.make_tensor_value_info("mask_index", TensorProto.INT32, ["batch", "seq"])
-            if fused else
-            helper.make_tensor_value_info("mask_bias", TensorProto.FLOAT, ["batch", 1, 1, "seq"]))
-    graph = helper.make_graph(
-        nodes, "bert",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "seq"]), mask],
-        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT,
-                                       ["batch", "seq", config.hidden])],
-        initializers)
-    opsets = [helper.make_opsetid("", OPSET)] + (
-        [helper.make_opsetid("com.microsoft", 1)] if fused else [])
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 8  # the oldest IR that opset 17 allows, so older runtimes load it too
-    serialised: bytes = model.SerializeToString()
-    return serialised, external
+    def fused_layer(self, x: str, p: str) -> str:
+        # ONNX Runtime's own BERT kernels (com.microsoft Attention, BiasGelu): one GEMM
+        # for Q, K and V, attention over the real tokens, GELU in the bias add.
+        weights, node = self.weights, self.node
+        names = [p + f"attention.self.{n}" for n in ("query", "key", "value")]
+        qkv = self.big(p + "qkv.weight", np.concatenate([f32(weights[n + ".weight"]).T
+                                                         for n in names], axis=1))
+        qkv_bias = self.big(p + "qkv.bias", np.concatenate([f32(weights[n + ".bias"])
+                                                            for n in names]))
+        context = self.ms_node("Attention", [x, qkv, qkv_bias, "mask_index"],
+                               num_heads=self.config.heads)
+        x = self.layer_norm(node("Add", [self.linear(context, p + "attention.output.dense"),
+                                         x]), p + "attention.output.LayerNorm")
+        up = node("MatMul", [x, self.weight(p + "intermediate.dense.weight", transpose=True)])
+        gelu = self.ms_node("BiasGelu", [up, self.weight(p + "intermediate.dense.bias")])
+        return self.layer_norm(node("Add", [self.linear(gelu, p + "output.dense"), x]),
+                               p + "output.LayerNorm")
 
 
 class OnnxEncoder:
