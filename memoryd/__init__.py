@@ -18,6 +18,7 @@ top of the import order down: a name comes before what it imports.
     __main__.py       `python -m memoryd`
     entry.py          the `memoryd` executable: the hook and the quick path load first
     service.py        the daemon as one object: lock, store, ingester, jobs, API, stop
+    service_jobs.py   the daemon's periodic jobs (expiry, recovery, embedding, audit...)
     doctor.py         `memoryd doctor`: checks of the installation, each with a fix
     mcp_server.py     `memoryd mcp`: memory as MCP tools on stdio
     client.py         how a client reaches memory: the daemon's API, else the stores
@@ -26,6 +27,8 @@ top of the import order down: a name comes before what it imports.
     service_units.py  installing memoryd as a systemd or launchd user service
     lock.py           one daemon per state directory: an flock on `memoryd.lock`
     config.py         settings: a YAML file plus MEMORYD_* environment variables
+    config_memory.py  the `memory:` settings: layers, embeddings, rerank, distillation model
+    config_values.py  what settings are made of: durations (`30m`), paths (`~`, `$VAR`)
     sqlite.py         what both SQLite databases share: open, pragmas, errors, migrations
     files.py          files replaced whole or not at all; private directories
     mcp_protocol.py   the part of MCP a tools-only server speaks (JSON-RPC on stdio)

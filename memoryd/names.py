@@ -1,7 +1,7 @@
 """Names memoryd takes from people and agents: the agents it knows, an agent's, a project's.
 
 The one list of agents and their hook events: adding an agent starts here (its
-parser in `ingest/parsers/`, its hook file format in `hooks/install.py`).
+parser in `ingest/parsers/`, its settings files in `hooks/install.py`).
 Standard library only: the hook (`hooks.fast`) and the quick command path
 (`cli.quick`) import it.
 """

@@ -18,7 +18,6 @@ import signal
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,44 +27,28 @@ import structlog
 from memoryd.api.registry import MemoryOps
 from memoryd.clock import Clock, utc_text
 from memoryd.config import Settings, SourceKind
-from memoryd.distill.worker import Distiller
-from memoryd.errors import (
-    BackendUnavailable,
-    ConfigError,
-    EmbeddingError,
-    MemorydError,
-    StoreDamaged,
-    StoreError,
-)
+from memoryd.errors import BackendUnavailable, ConfigError, MemorydError, StoreError
 from memoryd.files import atomic_write
 from memoryd.hooks.script import refresh_client, stable_client
 from memoryd.ingest.ingester import Ingester
 from memoryd.ingest.watcher import watch_roots
-from memoryd.lifecycle.clock_trust import clock_ahead
 from memoryd.lifecycle.coverage import check_memory
-from memoryd.lifecycle.expiry import expire_stale_sessions
 from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
-from memoryd.lifecycle.repositories import relabel_by_repository
-from memoryd.lifecycle.rerender import rerender_step, skip_if_fresh
-from memoryd.lifecycle.retention import Retention
-from memoryd.lifecycle.scheduling import LifecycleScheduler, PeriodicJob
-from memoryd.lifecycle.throughput import Throughput
+from memoryd.lifecycle.rerender import skip_if_fresh
+from memoryd.lifecycle.scheduling import LifecycleScheduler
 from memoryd.lock import hold_lock
 from memoryd.memory import MemoryBackend
-from memoryd.memory.chain import DRAIN_BATCH, ChainBackend
 from memoryd.memory.embeddings import LazyLocalEmbedder
 from memoryd.memory.opening import open_memory_backend
 from memoryd.memory.privacy.redaction import prepare as prepare_masking
 from memoryd.memory.privacy.redaction import scanner_summary
-from memoryd.memory.protocol import release_memory, vector_queue
+from memoryd.memory.protocol import vector_queue
 from memoryd.notify import Notifier
-from memoryd.process import return_freed_memory, tune_threads
-from memoryd.sqlite import shrink_memory
+from memoryd.process import tune_threads
+from memoryd.service_jobs import DaemonJobs
 from memoryd.status import status_path
-from memoryd.store import audit
-from memoryd.store.connection import integrity_problems, translate
+from memoryd.store.connection import translate
 from memoryd.store.database import open_store
-from memoryd.store.distill_queue import distill_counts
 
 if TYPE_CHECKING:
     from memoryd.ui.server import UiServer
@@ -77,30 +60,8 @@ STATUS_INTERVAL = 1.0
 #: Background embedding waits until the ingester and the API's clients have been quiet
 #: this long.
 FOREGROUND_QUIET = 1.0
-#: The embedding job: every EMBED_INTERVAL s, batches of EMBED_BATCH chunks (sorted by
-#: length within a batch, so the more the less padding; ~1.5 s of the local model on 2
-#: cores, which bounds how long a stop waits), until the backlog is done or, for an
-#: embedder that does not yield its cores, for at most EMBED_SLICE s.
-EMBED_INTERVAL, EMBED_BATCH, EMBED_SLICE = 5.0, 32, 2.0
-#: The chain's outbox is replayed to its primary this often (when it has entries).
-OUTBOX_INTERVAL = 5.0
-#: Audit events past `audit_retention` are deleted at start-up, then daily.
-AUDIT_EXPIRY_INTERVAL = 24 * 3600.0
-#: SQLite's quick_check of both databases: at start-up, then daily.
-INTEGRITY_INTERVAL = 24 * 3600.0
-#: An idle daemon drops the local model after this long without an embedding or query.
-MODEL_IDLE_RELEASE = 300.0
-#: Once recovery goes quiet after saving at least this many segments (a backfill), and
-#: once after start-up (which reads every file's state and every file), the daemon hands
-#: back SQLite's page caches and the heap it freed: an idle daemon is not the size of its
-#: busiest hour. "Quiet": a pass saved nothing and no file stored a line for RELEASE_QUIET s.
-TRIM_AFTER_SEGMENTS = 1000
-RELEASE_QUIET = 5.0
 #: How often WATCHDOG=1 is sent while one pass is busy with many turns.
 WATCHDOG_PING_INTERVAL = 1.0
-#: The distillation queue is looked at this often (when a model is configured); how many
-#: segments a pass sends is bounded by `memory.llm.per_minute`.
-DISTILL_INTERVAL = 5.0
 #: Back-off bounds after a transient store error (locked database, full disk).
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
 
@@ -129,22 +90,6 @@ def _write_atomically(path: Path, payload: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(payload), durable=False)
 
 
-@dataclass(slots=True)
-class _ReleaseDue:
-    """When a quiet recovery pass hands memory back (see TRIM_AFTER_SEGMENTS)."""
-
-    saved: int = 0  # segments recovery saved since memory was last handed back
-    after: int = 0  # ... that make the next quiet pass hand it back (0: start-up's)
-
-    def due(self, saved_now: int, *, quiet: bool) -> bool:
-        """Count a pass's saved segments; whether memory is to be handed back now."""
-        self.saved += saved_now
-        if saved_now or not quiet or self.saved < self.after:
-            return False
-        self.saved, self.after = 0, TRIM_AFTER_SEGMENTS
-        return True
-
-
 class Service:
     """`memoryd run`: follows every transcript until stopped."""
 
@@ -162,13 +107,10 @@ class Service:
         self._ingester: Ingester | None = None
         self._masking: asyncio.Task[None] | None = None
         self._scheduler_: LifecycleScheduler | None = None
-        self._relabelled = self._upgraded = False
-        self._embedding_error: str | None = None
         self._recovery: Recovery | None = None
         self._backend: MemoryBackend | None = None
         self._open_lock = asyncio.Lock()
         self._sync_lock = asyncio.Lock()
-        self._embedding = Throughput()
         self._client_asked_at = float("-inf")
         self._ops: MemoryOps | None = None
         self._ui: UiServer | None = None
@@ -177,8 +119,6 @@ class Service:
         self._jobs_conn: aiosqlite.Connection | None = None
         self._distill_conn: aiosqlite.Connection | None = None
         self._store_conns: list[aiosqlite.Connection] = []
-        self._release = _ReleaseDue()
-        self._distiller: Distiller | None = None
         self._later: dict[int, asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._damaged: MemorydError | None = None
@@ -241,83 +181,110 @@ class Service:
                 # An upgrade's client reaches the installed hooks at the daemon's start.
                 refresh_client(client)
             async with contextlib.AsyncExitStack() as stack:
-                conn = await stack.enter_async_context(open_store(settings))
-                # Lifecycle jobs get their own connection: transactions on one
-                # connection would interleave with the ingester's.
-                jobs_conn = self._jobs_conn = await stack.enter_async_context(
-                    open_store(settings))
-                # The API's writes (injection records, `ended`) get a third one.
-                self._api_conn = await stack.enter_async_context(open_store(settings))
-                if settings.memory.llm.enabled:
-                    # Distillation waits on a model for seconds: its transactions on a
-                    # connection of their own never hold up the jobs' or the API's.
-                    self._distill_conn = await stack.enter_async_context(
-                        open_store(settings))
-                    stack.push_async_callback(self._close_distiller)
+                conn, jobs_conn = await self._open_stores(stack)
+                jobs = self._jobs(jobs_conn)
+                # The distiller's model client, then the memory backend (opened on first use).
+                stack.push_async_callback(jobs.close_distiller)
                 stack.push_async_callback(self._close_backend)
-                self._store_conns = [c for c in (conn, jobs_conn, self._api_conn,
-                                                 self._distill_conn) if c is not None]
-                scheduler = self._scheduler(jobs_conn)
-                # Masking's scanner takes a few tenths of a second to build: in a worker
-                # thread, while what is masked meanwhile goes through the rules alone.
-                self._masking = asyncio.create_task(asyncio.to_thread(_prepare_masking),
-                                                    name="masking")
-                ingester = self._ingester = Ingester(conn, settings, clock)
-                await ingester.load()
-                await skip_if_fresh(conn, clock.now())
-                tasks = [
-                    asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
-                    asyncio.create_task(
-                        watch_roots(
-                            lambda: [s.root for s in ingester.sources],
-                            ingester.notify,
-                            self.stop_event,
-                            lambda: self.settings.poll_interval,
-                            ingester.watching,
-                        ),
-                        name="watch",
-                    ),
-                ]
+                scheduler = self._scheduler(jobs)
+                ingester, tasks = await self._start_following(conn)
                 scheduler.start()
-                # aiohttp is the daemon's alone: commands that import this module skip it.
-                from memoryd.api.server import ApiServer, make_app
-                from memoryd.service_units import log_location
-
-                where = log_location(dict(os.environ), Path.home(), os.getpid())
-                api = ApiServer(settings.socket_path, make_app(
-                    self._api_ops, self._api_status, self._client_asked, where,
-                    on_damage=lambda exc: self._record_error(exc, "api")))
-                try:
-                    await api.start()
-                except (OSError, MemorydError) as exc:
-                    # Ingestion and recovery matter more than the API: hooks and tools
-                    # fall back to the stores.
-                    log.error("api_unavailable", socket=str(settings.socket_path),
-                              error=str(exc))
-                    self._record_error(exc, "api")
-                else:
-                    stack.push_async_callback(api.stop)
+                await self._start_api(stack)
                 stack.push_async_callback(self._stop_ui)
                 stack.callback(self._cancel_later)
-                self.ready.set()
-                self._write_status(force=True)
-                self.notifier.ready(self._status_line())
-                log.info("started", state_dir=str(settings.state_dir),
-                         memory=",".join(settings.memory.backends),
-                         sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
-                try:
-                    await self._supervise(tasks)
-                except Exception as exc:
-                    if self._damaged is not None:
-                        # What failed on the way out is the damage's doing: exit 74.
-                        raise self._damaged from exc
-                    raise
-                finally:
-                    self.notifier.stopping()
-                    await scheduler.stop(settings.shutdown_grace)
+                await self._serve(ingester, tasks, scheduler)
         log.info("stopped")
         if self._damaged is not None:
             raise self._damaged
+
+    async def _open_stores(self, stack: contextlib.AsyncExitStack,
+                           ) -> tuple[aiosqlite.Connection, aiosqlite.Connection]:
+        """The store's connections (the ingester's, the jobs', the API's, distillation's),
+        closed by `stack`; the ingester's and the jobs'."""
+        settings = self.settings
+        conn = await stack.enter_async_context(open_store(settings))
+        # Lifecycle jobs get their own connection: transactions on one
+        # connection would interleave with the ingester's.
+        jobs_conn = self._jobs_conn = await stack.enter_async_context(
+            open_store(settings))
+        # The API's writes (injection records, `ended`) get a third one.
+        self._api_conn = await stack.enter_async_context(open_store(settings))
+        if settings.memory.llm.enabled:
+            # Distillation waits on a model for seconds: its transactions on a
+            # connection of their own never hold up the jobs' or the API's.
+            self._distill_conn = await stack.enter_async_context(
+                open_store(settings))
+        self._store_conns = [c for c in (conn, jobs_conn, self._api_conn,
+                                         self._distill_conn) if c is not None]
+        return conn, jobs_conn
+
+    async def _start_following(self, conn: aiosqlite.Connection,
+                               ) -> tuple[Ingester, list[asyncio.Task[None]]]:
+        """The ingester, its saved state loaded, and the tasks that follow the transcripts."""
+        # Masking's scanner takes a few tenths of a second to build: in a worker
+        # thread, while what is masked meanwhile goes through the rules alone.
+        self._masking = asyncio.create_task(asyncio.to_thread(_prepare_masking),
+                                            name="masking")
+        ingester = self._ingester = Ingester(conn, self.settings, self.clock)
+        await ingester.load()
+        await skip_if_fresh(conn, self.clock.now())
+        return ingester, [
+            asyncio.create_task(self._ingest_loop(ingester), name="ingest"),
+            asyncio.create_task(
+                watch_roots(
+                    lambda: [s.root for s in ingester.sources],
+                    ingester.notify,
+                    self.stop_event,
+                    lambda: self.settings.poll_interval,
+                    ingester.watching,
+                ),
+                name="watch",
+            ),
+        ]
+
+    async def _start_api(self, stack: contextlib.AsyncExitStack) -> None:
+        """The local API on the socket, stopped by `stack`; a socket it cannot serve is
+        recorded, and the daemon goes on without it."""
+        settings = self.settings
+        # aiohttp is the daemon's alone: commands that import this module skip it.
+        from memoryd.api.server import ApiServer, make_app
+        from memoryd.service_units import log_location
+
+        where = log_location(dict(os.environ), Path.home(), os.getpid())
+        api = ApiServer(settings.socket_path, make_app(
+            self._api_ops, self._api_status, self._client_asked, where,
+            on_damage=lambda exc: self._record_error(exc, "api")))
+        try:
+            await api.start()
+        except (OSError, MemorydError) as exc:
+            # Ingestion and recovery matter more than the API: hooks and tools
+            # fall back to the stores.
+            log.error("api_unavailable", socket=str(settings.socket_path),
+                      error=str(exc))
+            self._record_error(exc, "api")
+        else:
+            stack.push_async_callback(api.stop)
+
+    async def _serve(self, ingester: Ingester, tasks: list[asyncio.Task[None]],
+                     scheduler: LifecycleScheduler) -> None:
+        """Ready: said to systemd and the log; then until stopped, and the jobs stopped."""
+        settings = self.settings
+        self.ready.set()
+        self._write_status(force=True)
+        self.notifier.ready(self._status_line())
+        log.info("started", state_dir=str(settings.state_dir),
+                 memory=",".join(settings.memory.backends),
+                 sources=[f"{s.kind}:{s.root}" for s in ingester.sources])
+        try:
+            await self._supervise(tasks)
+        except Exception as exc:
+            if self._damaged is not None:
+                # What failed on the way out is the damage's doing: exit 74.
+                raise self._damaged from exc
+            raise
+        finally:
+            self.notifier.stopping()
+            await scheduler.stop(settings.shutdown_grace)
 
     async def _recovery_for(self, conn: aiosqlite.Connection) -> Recovery | None:
         """The recovery worker, opening the memory backend on first use.
@@ -352,16 +319,6 @@ class Service:
         return self._recovery
 
     # -- the local API (`memoryd.api`) -------------------------------------------------
-
-    async def _upgrade_step(self, conn: aiosqlite.Connection) -> None:
-        """What is already stored, brought up to how memory is written now: projects named
-        by their repository (once), then old segments' text, a step each pass."""
-        if self._upgraded or self._backend is None:
-            return
-        if not self._relabelled:
-            await relabel_by_repository(conn, self._backend, self.clock)
-            self._relabelled = True
-        self._upgraded = (await rerender_step(conn, self._backend, self.clock)).done
 
     def _client_asked(self) -> None:
         self._client_asked_at = self.clock.monotonic()
@@ -475,175 +432,29 @@ class Service:
         for task in self._background:
             task.cancel()
 
-    async def _release_memory(self) -> None:
-        """Once quiet after start-up or a backfill: SQLite's page caches and the freed heap
-        back to the system (see TRIM_AFTER_SEGMENTS)."""
-        for conn in self._store_conns:
-            await shrink_memory(conn)
-        await release_memory(self._backend)
-        return_freed_memory()
-        log.info("memory_released")
-
     async def _close_backend(self) -> None:
         if self._backend is not None:
             await self._backend.close()
             self._backend = None
             self._recovery = None
 
-    def _scheduler(self, conn: aiosqlite.Connection) -> LifecycleScheduler:
-        settings, clock = self.settings, self.clock
+    def _jobs(self, conn: aiosqlite.Connection) -> DaemonJobs:
+        """The periodic jobs, over `conn`, given what they need of the daemon."""
+        return DaemonJobs(
+            conn, lambda: self.settings, self.clock, stop_event=self.stop_event,
+            sync_lock=self._sync_lock, store_conns=self._store_conns,
+            status=self.status.extra, write_status=self._write_status,
+            record_error=self._record_error, recovery_for=self._recovery_for,
+            backend=lambda: self._backend, ingester=lambda: self._ingester,
+            distill_conn=self._distill_conn, foreground_busy=self._foreground_busy)
 
-        async def recover() -> None:
-            recovery = await self._recovery_for(conn)
-            if recovery is not None:
-                async with self._sync_lock:
-                    report = await recovery.run()
-                    ingester = self._ingester
-                    if self._release.due(report.segments_saved, quiet=(
-                            ingester is not None and ingester.passes_done > 0
-                            and not ingester.busy(RELEASE_QUIET))):
-                        await self._release_memory()
-                    if not self.stop_event.is_set():
-                        await self._upgrade_step(conn)
-
-        async def embed() -> None:
-            # Vectors are computed here, off the ingest and save paths; a slow or
-            # absent model only delays hybrid recall of the newest memories. An
-            # embedder whose threads take only idle cores (the local model under ONNX
-            # Runtime) works through the backlog without pause; any other gets a
-            # slice of every interval, so that it never crowds out ingest and recall.
-            await self._recovery_for(conn)
-            backend = vector_queue(self._backend)
-            if backend is None:
-                return
-            unpaused = bool(getattr(backend.embedder, "yields_cores", False))
-            if isinstance(backend.embedder, LazyLocalEmbedder):
-                # Ingest and clients first: the background threads wait while either is
-                # busy (`_foreground_busy`).
-                backend.embedder.defer_to = self._foreground_busy
-            deadline = clock.monotonic() + EMBED_SLICE
-            while not self.stop_event.is_set() and (unpaused or clock.monotonic() < deadline):
-                began = clock.monotonic()
-                try:
-                    stored = await backend.embed_pending(limit=EMBED_BATCH)
-                except EmbeddingError as exc:
-                    # Once when it begins (offline, say), not at every try: the backlog
-                    # waits, keyword recall works meanwhile.
-                    if self._embedding_error is None:
-                        log.warning("embedding_failed", error=str(exc),
-                                    transient=exc.transient, retrying_every=EMBED_INTERVAL)
-                    self._embedding_error = str(exc)
-                    return
-                if self._embedding_error is not None:
-                    log.info("embedding_resumed", failed_with=self._embedding_error)
-                    self._embedding_error = None
-                if stored == 0:
-                    self._embedding.idle()
-                    if isinstance(backend.embedder, LazyLocalEmbedder):
-                        backend.embedder.release_if_idle(MODEL_IDLE_RELEASE)
-                    return
-                self._embedding.add(stored, clock.monotonic() - began, clock.monotonic())
-                self.status.extra["embedding"] = self._embedding.snapshot()
-                self._write_status()
-
-        async def drain_outbox() -> None:
-            # What the primary layer missed while it was down, in order, same ids.
-            await self._recovery_for(conn)
-            backend = self._backend
-            if isinstance(backend, ChainBackend):
-                while not self.stop_event.is_set() and await backend.drain() == DRAIN_BATCH:
-                    pass
-
-        async def distill() -> None:
-            # Segments saved since, sent to the configured model at a bounded rate; a
-            # model that is slow or down delays only this job.
-            distiller = await self._distiller_for()
-            if distiller is not None:
-                await distiller.run()
-                self.status.extra["distill"] = await distill_counts(
-                    distiller.conn, clock.now())
-                self._write_status()
-
-        async def check_integrity() -> None:
-            # A damaged page goes unnoticed until something reads it; writing on into a
-            # damaged file can make it worse. Found: stop, say so, exit 74.
-            for name, path in (("daemon database", settings.database_path),
-                               ("memory database", settings.memory_path)):
-                if not path.exists():
-                    continue
-                problems = await asyncio.to_thread(integrity_problems, path)
-                if problems:
-                    self._record_error(StoreDamaged(
-                        f"{name} {path} is damaged: {'; '.join(problems[:3])}"
-                        " (see `memoryd doctor` and docs/operations.md)"))
-                    return
-
-        async def expire_audit() -> None:
-            if await clock_ahead(conn, clock, mark=False) is not None:
-                return  # a clock set a year ahead must not empty the trail (`clock_trust`)
-            before = clock.now() - timedelta(seconds=settings.audit_retention)
-            async with self._sync_lock:
-                removed = await audit.expire(conn, before)
-            if await asyncio.to_thread(settings.gateway_ledger_path.exists):
-                # Only where a gateway was used: its module brings httpx (12 MB).
-                from memoryd.memory.backends.gateway import expire_calls
-
-                removed += await expire_calls(settings.gateway_ledger_path, before)
-            if removed:
-                log.info("audit_expired", events=removed, before=before.isoformat())
-
-        async def retention() -> None:
-            # Daily (retention.schedule): expired memories, old raw text, never a held scope.
-            await self._recovery_for(conn)
-            if self._backend is None:
-                return
-            async with self._sync_lock:
-                await Retention(conn, self._backend, clock, self.settings.retention).run()
-
-        async def expire() -> None:
-            stale_after = timedelta(seconds=self.settings.stale_session_timeout)
-            # The jobs' connection is shared with syncs the API asks for: one at a time.
-            async with self._sync_lock:
-                await expire_stale_sessions(conn, clock, stale_after)
-
+    def _scheduler(self, jobs: DaemonJobs) -> LifecycleScheduler:
         self._scheduler_ = LifecycleScheduler(
-            [PeriodicJob("expire_stale_sessions", settings.lifecycle_check_interval, expire),
-             PeriodicJob("recover_unsynced", settings.sync_check_interval, recover),
-             PeriodicJob("embed_pending", EMBED_INTERVAL, embed, exclusive=False),
-             PeriodicJob("outbox_drain", OUTBOX_INTERVAL, drain_outbox, exclusive=False),
-             PeriodicJob("integrity_check", INTEGRITY_INTERVAL, check_integrity,
-                         exclusive=False),
-             *([PeriodicJob("distill", DISTILL_INTERVAL, distill, exclusive=False,
-                           interruptible=True)]
-               if self._distill_conn is not None else []),
-             PeriodicJob("expire_audit", AUDIT_EXPIRY_INTERVAL, expire_audit),
-             PeriodicJob("retention", AUDIT_EXPIRY_INTERVAL, retention,
-                         cron=settings.retention.schedule)],
-            now=clock.now,
+            jobs.periodic(), now=self.clock.now,
             on_error=lambda job, exc: self._record_error(exc, job),
             on_success=self._clear_error,
         )
         return self._scheduler_
-
-    async def _distiller_for(self) -> Distiller | None:
-        """The distillation worker, made once the memory backend is open."""
-        if self._distiller is None and self._distill_conn is not None:
-            assert self._jobs_conn is not None
-            await self._recovery_for(self._jobs_conn)
-            if self._backend is None:
-                return None
-            from memoryd.distill.providers import make_provider
-
-            provider = make_provider(self.settings.memory.llm, self.settings.distill_dir)
-            self._distiller = Distiller(self._distill_conn, self._backend, self.clock,
-                                        self.settings, provider,
-                                        stopping=self.stop_event.is_set)
-        return self._distiller
-
-    async def _close_distiller(self) -> None:
-        if self._distiller is not None:
-            await self._distiller.close()
-            self._distiller = None
 
     async def _supervise(self, tasks: list[asyncio.Task[None]]) -> None:
         stop_waiter = asyncio.create_task(self.stop_event.wait())

@@ -23,7 +23,8 @@ from memoryd.cli.common import (
 )
 from memoryd.config import Settings
 from memoryd.errors import SettingsFileError
-from memoryd.hooks.install import Change, Installer, Scope, codex_hooks_feature, installer_for
+from memoryd.hooks.codex import codex_hooks_feature
+from memoryd.hooks.install import Change, Installer, Scope, installer_for
 from memoryd.names import AGENTS, Agent
 
 F = TypeVar("F", bound=Callable[..., Any])

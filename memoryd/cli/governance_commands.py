@@ -23,7 +23,7 @@ from memoryd.cli.common import (
     settings_for,
 )
 from memoryd.cli.memory_commands import call
-from memoryd.config import parse_duration
+from memoryd.config_values import parse_duration
 from memoryd.lifecycle.clock_trust import say
 
 

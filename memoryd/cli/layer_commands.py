@@ -15,7 +15,8 @@ import click
 
 from memoryd.cli.common import config_option, fail, main, print_json, run_async, settings_for
 from memoryd.clock import SystemClock
-from memoryd.config import BackendKind, Settings
+from memoryd.config import Settings
+from memoryd.config_memory import BackendKind
 from memoryd.errors import BackendError
 from memoryd.memory.chain import ChainBackend, describe_depth
 from memoryd.memory.models import DeletionRecord, ForgottenScope

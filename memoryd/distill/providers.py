@@ -43,7 +43,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from memoryd.config import LlmSettings
+from memoryd.config_memory import LlmSettings
 from memoryd.errors import DistillError, DistillRefused, DistillUnavailable
 
 log = structlog.get_logger("memoryd.distill")

@@ -12,11 +12,6 @@ Rules, for every agent and file:
 - Atomic, with a backup: the old file is copied to `<file>.memoryd-backup`,
   the new one written to a temporary file and renamed over it.
 - A file that does not parse is refused with one clear line, never rewritten.
-
-memoryd's hook entries are recognised by their command: `/bin/sh` running the
-shell hook client (`memoryd-hook.sh`, which hands anything it cannot do to the
-Python hook) with the memoryd executable and `hook --agent ...`; or, as earlier
-installs wrote them, the memoryd executable followed by `hook --agent`.
 """
 
 from __future__ import annotations
@@ -25,14 +20,36 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from memoryd.config import Settings
 from memoryd.errors import SettingsFileError
 from memoryd.files import atomic_write, make_dirs
+from memoryd.hooks.codex import (
+    CODEX_FEATURES,
+    codex_note,
+    codex_server,
+    codex_untrusted,
+    parse_toml,
+    same_toml,
+)
+from memoryd.hooks.entries import (
+    FILE,
+    SERVER_NAME,
+    Record,
+    dump_json,
+    load_json,
+    merge_allow,
+    merge_hooks,
+    merge_server,
+    note_created,
+    same_json,
+    unmerge_allow,
+    unmerge_hooks,
+    unmerge_server,
+)
 from memoryd.hooks.script import (
     hook_command,
     parse_command,
@@ -43,22 +60,10 @@ from memoryd.hooks.script import (
 from memoryd.names import AGENT_EVENTS, AGENTS, Agent
 
 Scope = Literal["user", "project"]
-SERVER_NAME = "memoryd"
-#: The record's name for "install created this file".
-FILE = "<file>"
-
-#: The agent's hook events memoryd installs, with each one's timeout (the agent's unit).
-#: The `[features]` keys that have turned Codex's hooks on: the current one, then the
-#: name Codex builds before it used (newer ones warn that it is deprecated).
-CODEX_FEATURES = ("hooks", "codex_hooks")
-LEGACY_CODEX_FEATURE = "codex_hooks"
 
 
 HOOK_EVENTS: dict[Agent, tuple[str, ...]] = {agent: tuple(AGENT_EVENTS[agent])
                                              for agent in AGENTS}
-#: The agent's own bound on a hook; memoryd's hook caps itself well below it.
-AGENT_TIMEOUT_SECONDS = 10
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,26 +84,6 @@ class Change:
         return self.delete or (self.after is not None and self.after != self.before)
 
 
-@dataclass(slots=True)
-class Record:
-    """What install did to one file, so uninstall can undo exactly that: the containers it
-    created, and the file's text before (restored when the document is back to it)."""
-
-    created: list[list[str]] = field(default_factory=list)
-    present: bool = False  # False: no record (older install, lost state): prune what empties
-    original: str | None = None
-
-
-def hook_argv(command: object) -> list[str] | None:
-    """The `hook --agent ...` arguments of a memoryd hook's command; None for a command
-    that is not memoryd's hook."""
-    run = parse_command(command)
-    return None if run is None else run.argv
-
-
-def is_memoryd_hook(command: object) -> bool:
-    return hook_argv(command) is not None
-
 
 def settings_path(agent: Agent, what: str, scope: Scope, home: Path, project: Path) -> Path:
     """Where each agent keeps hooks and MCP servers, per scope."""
@@ -110,249 +95,6 @@ def settings_path(agent: Agent, what: str, scope: Scope, home: Path, project: Pa
     if agent == "codex":
         return base / ".codex" / ("hooks.json" if what == "hooks" else "config.toml")
     return base / ".gemini" / "settings.json"
-
-
-# -- JSON documents ---------------------------------------------------------------------
-
-def _load_json(path: Path) -> tuple[str | None, dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None, {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsFileError(f"{path}: cannot be read ({exc})") from None
-    if not text.strip():
-        return text, {}
-    try:
-        document = json.loads(text)
-    except ValueError as exc:
-        raise SettingsFileError(
-            f"{path}: not valid JSON ({exc}); fix it or add memoryd by hand,"
-            " memoryd will not rewrite a file it cannot parse") from None
-    if not isinstance(document, dict):
-        raise SettingsFileError(f"{path}: the settings must be a JSON object")
-    return text, document
-
-
-def _dump_json(document: dict[str, Any], like: str | None = None) -> str:
-    """The document as text, indented like `like` (the file's old text) where it can tell."""
-    indent: int | str = 2
-    if like:
-        for line in like.splitlines()[1:]:
-            stripped = line.lstrip(" \t")
-            if stripped and len(stripped) < len(line):
-                indent = line[:len(line) - len(stripped)]
-                indent = len(indent) if set(indent) == {" "} else indent
-                break
-    text = json.dumps(document, indent=indent, ensure_ascii=False)
-    return text + "\n" if like is None or like.endswith("\n") else text
-
-
-def _same_json(text: str, document: dict[str, Any]) -> bool:
-    try:
-        return bool(json.loads(text) == document) if text.strip() else document == {}
-    except ValueError:
-        return False
-
-
-def _hook_entry(agent: Agent, event: str, command: str) -> dict[str, Any]:
-    handler: dict[str, Any] = {"type": "command", "command": command}
-    if agent == "gemini":
-        handler = {"name": f"memoryd-{event}", **handler,
-                   "timeout": AGENT_TIMEOUT_SECONDS * 1000}
-    else:
-        handler["timeout"] = AGENT_TIMEOUT_SECONDS
-    return {"hooks": [handler]}
-
-
-def _strip_hooks(document: dict[str, Any]) -> list[str]:
-    """Remove memoryd's hook entries; the events whose lists it emptied."""
-    emptied: list[str] = []
-    hooks = document.get("hooks")
-    if not isinstance(hooks, dict):
-        return emptied
-    for event, groups in list(hooks.items()):
-        if not isinstance(groups, list):
-            continue
-        kept = []
-        removed = False
-        for group in groups:
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            if isinstance(handlers, list) and handlers and all(
-                    isinstance(h, dict) and is_memoryd_hook(h.get("command"))
-                    for h in handlers):
-                removed = True
-                continue
-            kept.append(group)
-        if removed:
-            hooks[event] = kept
-            if not kept:
-                emptied.append(event)
-    return emptied
-
-
-def merge_hooks(document: dict[str, Any], agent: Agent, commands: dict[str, str],
-                record: Record) -> dict[str, Any]:
-    """The document with memoryd's hooks (replacing any earlier ones of memoryd's)."""
-    document = json.loads(json.dumps(document))
-    _strip_hooks(document)
-    hooks = document.get("hooks")
-    if hooks is None:
-        hooks = document["hooks"] = {}
-        _note(record, ["hooks"])
-    if not isinstance(hooks, dict):
-        raise SettingsFileError("its `hooks` is not an object; memoryd will not rewrite it")
-    for event, command in commands.items():
-        groups = hooks.get(event)
-        if groups is None:
-            groups = hooks[event] = []
-            _note(record, ["hooks", event])
-        if not isinstance(groups, list):
-            raise SettingsFileError(f"its `hooks.{event}` is not a list")
-        groups.append(_hook_entry(agent, event, command))
-    return document
-
-
-def unmerge_hooks(document: dict[str, Any], record: Record) -> dict[str, Any]:
-    document = json.loads(json.dumps(document))
-    emptied = _strip_hooks(document)
-    hooks = document.get("hooks")
-    if isinstance(hooks, dict):
-        for event in emptied:
-            if ["hooks", event] in record.created or not record.present:
-                hooks.pop(event, None)
-        if not hooks and (["hooks"] in record.created or not record.present):
-            document.pop("hooks")
-    return document
-
-
-def merge_server(document: dict[str, Any], entry: dict[str, Any],
-                 record: Record) -> dict[str, Any]:
-    document = json.loads(json.dumps(document))
-    servers = document.get("mcpServers")
-    if servers is None:
-        servers = document["mcpServers"] = {}
-        _note(record, ["mcpServers"])
-    if not isinstance(servers, dict):
-        raise SettingsFileError("its `mcpServers` is not an object")
-    servers[SERVER_NAME] = entry
-    return document
-
-
-def unmerge_server(document: dict[str, Any], record: Record) -> dict[str, Any]:
-    document = json.loads(json.dumps(document))
-    servers = document.get("mcpServers")
-    if isinstance(servers, dict) and SERVER_NAME in servers:
-        servers.pop(SERVER_NAME)
-        if not servers and (["mcpServers"] in record.created or not record.present):
-            document.pop("mcpServers")
-    return document
-
-
-#: memoryd's MCP tools that only read memory: `mcp install` lets Claude Code run them without
-#: asking (its `permissions.allow`), so `claude -p` can use them at all. Those that write
-#: or forget still ask.
-READ_ONLY_TOOLS = ("recall", "recall_temporal", "get_memory", "memory_context",
-                   "search_sessions")
-ALLOW_RULES = tuple(f"mcp__{SERVER_NAME}__{tool}" for tool in READ_ONLY_TOOLS)
-
-
-def merge_allow(document: dict[str, Any], record: Record) -> dict[str, Any]:
-    """The document with an allow rule for each of memoryd's read-only tools."""
-    document = json.loads(json.dumps(document))
-    permissions = document.get("permissions")
-    if permissions is None:
-        permissions = document["permissions"] = {}
-        _note(record, ["permissions"])
-    if not isinstance(permissions, dict):
-        raise SettingsFileError("its `permissions` is not an object")
-    allow = permissions.get("allow")
-    if allow is None:
-        allow = permissions["allow"] = []
-        _note(record, ["permissions", "allow"])
-    if not isinstance(allow, list):
-        raise SettingsFileError("its `permissions.allow` is not a list")
-    for rule in ALLOW_RULES:
-        if rule not in allow:
-            allow.append(rule)
-            _note(record, ["permissions", "allow", rule])
-    return document
-
-
-def unmerge_allow(document: dict[str, Any], record: Record) -> dict[str, Any]:
-    """The document without the allow rules install added (a person's own stay)."""
-    document = json.loads(json.dumps(document))
-    permissions = document.get("permissions")
-    allow = permissions.get("allow") if isinstance(permissions, dict) else None
-    if not isinstance(allow, list):
-        return document
-    assert isinstance(permissions, dict)
-    permissions["allow"] = [rule for rule in allow if not (
-        rule in ALLOW_RULES and (["permissions", "allow", rule] in record.created
-                                 or not record.present))]
-    if not permissions["allow"] and ["permissions", "allow"] in record.created:
-        del permissions["allow"]
-    if not permissions and ["permissions"] in record.created:
-        del document["permissions"]
-    return document
-
-
-def _note(record: Record, container: list[str]) -> None:
-    if container not in record.created:
-        record.created.append(container)
-
-
-# -- TOML (Codex's config.toml) ----------------------------------------------------------
-
-def _parse_toml(text: str | None, path: Path) -> Any:
-    """Codex's config.toml as a tomlkit document (comments kept); refused if it does not parse."""
-    import tomlkit
-    from tomlkit.exceptions import TOMLKitError
-
-    try:
-        return tomlkit.parse(text or "")
-    except TOMLKitError as exc:
-        raise SettingsFileError(f"{path}: not valid TOML ({exc}); memoryd will not rewrite"
-                                " a file it cannot parse") from None
-
-
-def _codex_server(text: str | None, entry: dict[str, Any] | None, path: Path) -> str:
-    import tomlkit
-
-    document = _parse_toml(text, path)
-    servers = document.get("mcp_servers")
-    if servers is not None and not isinstance(servers, dict):
-        raise SettingsFileError(f"{path}: its mcp_servers is not a table; memoryd will not"
-                                " rewrite it")
-    if entry is None:
-        if servers is not None and SERVER_NAME in servers:
-            del servers[SERVER_NAME]
-            if not servers:
-                del document["mcp_servers"]
-        # tomlkit leaves the blank line that separated the removed table.
-        left = tomlkit.dumps(document)
-        return left.rstrip("\n") + "\n" if left.strip() else ""
-    table = tomlkit.table()
-    for key, value in entry.items():
-        table[key] = value
-    if servers is None:
-        servers = tomlkit.table(is_super_table=True)
-        document["mcp_servers"] = servers
-    elif not hasattr(servers, "append") or isinstance(servers, tomlkit.items.InlineTable):
-        raise SettingsFileError(f"{path}: its mcp_servers is an inline table; add memoryd"
-                                " by hand")
-    servers[SERVER_NAME] = table
-    return tomlkit.dumps(document)
-
-
-def _same_toml(a: str, b: str) -> bool:
-    import tomllib
-
-    try:
-        return tomllib.loads(a) == tomllib.loads(b)
-    except tomllib.TOMLDecodeError:
-        return False
-
 
 # -- files -------------------------------------------------------------------------------
 
@@ -475,7 +217,7 @@ class Installer:
 
     def hooks(self, agent: Agent, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         path = settings_path(agent, "hooks", scope, self.home, self.project)
-        before, document = _load_json(path)
+        before, document = load_json(path)
         record = self._record_for(path, "hooks")
         if install:
             if not dry_run:
@@ -490,7 +232,7 @@ class Installer:
             fresh = None
             after_doc = unmerge_hooks(document, record)
         return self._apply(agent, "hooks", path, before, document, after_doc, fresh, dry_run,
-                           _codex_note(agent) if install else "", record)
+                           codex_note(agent) if install else "", record)
 
     def codex_feature(self, scope: Scope, *, install: bool, dry_run: bool,
                       key: str | None = CODEX_FEATURES[0]) -> Change:
@@ -503,7 +245,7 @@ class Installer:
         path = settings_path("codex", "mcp", scope, self.home, self.project)
         before = path.read_text(encoding="utf-8") if path.exists() else None
         record = self._record_for(path, "feature")
-        document = _parse_toml(before, path)
+        document = parse_toml(before, path)
         features = document.get("features")
         if features is not None and not isinstance(features, dict):
             raise SettingsFileError(f"{path}: its features is not a table")
@@ -522,10 +264,10 @@ class Installer:
             if features is None:
                 features = tomlkit.table()
                 document["features"] = features
-                _note(created, ["features"])
+                note_created(created, ["features"])
             features[key] = True
             if before is None:
-                _note(created, [FILE])
+                note_created(created, [FILE])
             change = self._write(Change("codex", "feature", path, before,
                                         tomlkit.dumps(document)), dry_run)
             if change.changed and not dry_run:
@@ -542,7 +284,7 @@ class Installer:
             del document["features"]
         after = tomlkit.dumps(document)
         after = after.rstrip("\n") + "\n" if after.strip() else ""
-        if record.original is not None and _same_toml(record.original, after):
+        if record.original is not None and same_toml(record.original, after):
             after = record.original
         delete = not after.strip() and [FILE] in record.created
         change = self._write(Change("codex", "feature", path, before, after, delete=delete),
@@ -554,7 +296,7 @@ class Installer:
     def claude_allow(self, scope: Scope, *, install: bool, dry_run: bool) -> Change:
         """Claude Code's allow rules for memoryd's read-only tools, in its settings.json."""
         path = settings_path("claude", "hooks", scope, self.home, self.project)
-        before, document = _load_json(path)
+        before, document = load_json(path)
         record = self._record_for(path, "allow")
         if install:
             fresh: Record | None = self._fresh_record(path, "allow", before)
@@ -579,15 +321,15 @@ class Installer:
             entry = {**entry, "required": True}
             before = path.read_text(encoding="utf-8") if path.exists() else None
             record = self._record_for(path, "mcp")
-            after: str | None = _codex_server(before, entry if install else None, path)
+            after: str | None = codex_server(before, entry if install else None, path)
             if not install and before is None:
                 after = None
             if (not install and after is not None and record.original is not None
-                    and _same_toml(record.original, after)):
+                    and same_toml(record.original, after)):
                 after = record.original  # back to what it was: the very same text
             created = self._fresh_record(path, "mcp", before)
             if install and before is None:
-                _note(created, [FILE])
+                note_created(created, [FILE])
             delete = not install and after is not None and not after.strip() and (
                 [FILE] in record.created)
             change = self._write(Change(agent, "mcp", path, before,
@@ -596,7 +338,7 @@ class Installer:
             if change.changed and not dry_run:
                 self._save_record(path, "mcp", created if install else None)
             return change
-        before, document = _load_json(path)
+        before, document = load_json(path)
         record = self._record_for(path, "mcp")
         if agent == "claude":
             entry = {"type": "stdio", **entry, "env": {}}
@@ -623,10 +365,10 @@ class Installer:
         if after_doc == document:
             return Change(agent, what, path, before, None, note)
         if record is not None and before is None:
-            _note(record, [FILE])
+            note_created(record, [FILE])
         delete = record is None and not after_doc and [FILE] in old.created
-        after = _dump_json(after_doc, like=before)
-        if record is None and old.original is not None and _same_json(old.original, after_doc):
+        after = dump_json(after_doc, like=before)
+        if record is None and old.original is not None and same_json(old.original, after_doc):
             after = old.original  # back to what it was: the very same text
         change = Change(agent, what, path, before, after, note, delete)
         change = self._write(change, dry_run)
@@ -686,7 +428,7 @@ class Installer:
         report: dict[str, Any] = {"agent": agent, "scope": scope,
                                   "hooks_file": str(hooks_path), "mcp_file": str(mcp_path)}
         try:
-            _, document = _load_json(hooks_path)
+            _, document = load_json(hooks_path)
             hooks = document.get("hooks") if isinstance(document.get("hooks"), dict) else {}
             assert isinstance(hooks, dict)
             runs = {event: [run for g in groups if isinstance(g, dict)
@@ -701,7 +443,7 @@ class Installer:
             report["broken"] = sorted({problem for found in runs.values() for run in found
                                        for problem in problems(run, answered)})
             if agent == "codex":
-                report["untrusted"] = _codex_untrusted(hooks_path, hooks, mcp_path)
+                report["untrusted"] = codex_untrusted(hooks_path, hooks, mcp_path)
         except SettingsFileError as exc:
             report["hooks_error"] = str(exc)
         report["mcp"] = self._has_server(agent, mcp_path)
@@ -719,60 +461,8 @@ class Installer:
                 return False
             return servers is not None and SERVER_NAME in servers
         try:
-            _, document = _load_json(path)
+            _, document = load_json(path)
         except SettingsFileError:
             return False
         servers = document.get("mcpServers")
         return isinstance(servers, dict) and SERVER_NAME in servers
-
-
-def _codex_untrusted(hooks_path: Path, hooks: dict[str, Any], config: Path) -> list[str]:
-    """memoryd's Codex hooks that Codex will not run yet: no `trusted_hash` for them under
-    `[hooks.state]` in its config.toml (Codex writes one when the person approves a hook
-    in `/hooks`). Whether a recorded hash still matches only Codex can tell."""
-    import tomlkit
-
-    try:
-        document = tomlkit.parse(config.read_text(encoding="utf-8")) if config.exists() else {}
-    except Exception:
-        document = {}
-    state = document.get("hooks", {}).get("state", {}) if isinstance(
-        document.get("hooks"), dict) else {}
-    untrusted = []
-    source = os.path.abspath(hooks_path)
-    for event, groups in hooks.items():
-        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in event).lstrip("_")
-        for g, group in enumerate(groups if isinstance(groups, list) else []):
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
-                if not (isinstance(handler, dict) and is_memoryd_hook(handler.get("command"))):
-                    continue
-                entry = state.get(f"{source}:{snake}:{g}:{h}") if isinstance(
-                    state, dict) else None
-                if not (isinstance(entry, dict) and entry.get("trusted_hash")):
-                    untrusted.append(event)
-    return sorted(set(untrusted))
-
-
-def codex_hooks_feature(codex: str | None) -> str | None:
-    """The `[features]` key the installed Codex needs for hooks, from its own
-    `codex features list`: None when hooks are on by default (a key would only draw a
-    deprecation warning), the current key when Codex cannot be asked."""
-    if codex is None:
-        return CODEX_FEATURES[0]
-    try:
-        listed = subprocess.run([codex, "features", "list"], capture_output=True,
-                                text=True, timeout=20, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError):
-        return CODEX_FEATURES[0]
-    rows = {parts[0]: parts[1:] for line in listed.stdout.splitlines()
-            if (parts := line.split())}
-    if "hooks" in rows:
-        return None if rows["hooks"][-1:] == ["true"] else "hooks"
-    return LEGACY_CODEX_FEATURE if LEGACY_CODEX_FEATURE in rows else CODEX_FEATURES[0]
-
-
-def _codex_note(agent: Agent) -> str:
-    if agent != "codex":
-        return ""
-    return "Codex runs new hooks only once you approve them: open `/hooks` in Codex once"

@@ -22,7 +22,8 @@ from typing import cast
 import structlog
 
 from memoryd.clock import Clock
-from memoryd.config import BackendKind, Settings
+from memoryd.config import Settings
+from memoryd.config_memory import BackendKind
 from memoryd.errors import BackendError, EmbeddingError
 from memoryd.files import ensure_private_dir
 from memoryd.memory.backends.jsonl import JsonlMemoryBackend

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memoryd.config import EmbeddingSettings
+from memoryd.config_memory import EmbeddingSettings
 from memoryd.memory.embeddings import bert_onnx, local, make_embedder, resolve_provider, weights
 
 needs_model = pytest.mark.skipif(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memoryd.clock import FakeClock
-from memoryd.config import EmbeddingSettings
+from memoryd.config_memory import EmbeddingSettings
 from memoryd.memory import ConversationSegment, MemoryType, SQLiteMemoryBackend
 from memoryd.memory.backends.sqlite.vector_index import VectorIndex
 from memoryd.memory.models import Provenance

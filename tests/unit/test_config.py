@@ -6,13 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import (
-    DEFAULT_ROOTS,
-    SourceKind,
-    default_state_dir,
-    load_settings,
-    parse_duration,
-)
+from memoryd.config import DEFAULT_ROOTS, SourceKind, default_state_dir, load_settings
+from memoryd.config_values import parse_duration
 from memoryd.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("clean_environment")

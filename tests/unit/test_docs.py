@@ -55,7 +55,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_the_recall_floor_default_is_the_gates() -> None:
     """The setting's default is the floor the benchmarks calibrated."""
-    from memoryd.config import EmbeddingSettings
+    from memoryd.config_memory import EmbeddingSettings
     from memoryd.memory.recall.gate import MIN_SIMILARITY
 
     assert EmbeddingSettings().min_similarity == MIN_SIMILARITY

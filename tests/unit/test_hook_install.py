@@ -13,17 +13,12 @@ import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memoryd.hooks.install import (
-    AGENTS,
-    ALLOW_RULES,
-    HOOK_EVENTS,
-    Installer,
-    SettingsFileError,
-    codex_hooks_feature,
-    is_memoryd_hook,
-    settings_path,
-)
+from memoryd.errors import SettingsFileError
+from memoryd.hooks.codex import codex_hooks_feature
+from memoryd.hooks.entries import ALLOW_RULES, is_memoryd_hook
+from memoryd.hooks.install import HOOK_EVENTS, Installer, settings_path
 from memoryd.hooks.script import GUARD, PACKAGED_CLIENT
+from memoryd.names import AGENTS
 
 MEMORYD = "/opt/memoryd/bin/memoryd"
 

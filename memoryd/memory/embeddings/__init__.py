@@ -28,7 +28,7 @@ from pathlib import Path
 
 import structlog
 
-from memoryd.config import EmbeddingSettings
+from memoryd.config_memory import EmbeddingSettings
 from memoryd.errors import EmbeddingError, EmbeddingLoading, EmbeddingUnavailable
 from memoryd.memory.embeddings import local, weights
 from memoryd.memory.embeddings.interface import (
