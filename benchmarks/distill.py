@@ -138,7 +138,8 @@ async def _capture(work: Path, llm: dict[str, Any]) -> tuple[Any, float]:
     from memoryd.clock import SystemClock
     from memoryd.config import load_settings
     from memoryd.ingest.ingester import Ingester
-    from memoryd.lifecycle.recovery import Recovery, recovery_policy
+    from memoryd.lifecycle.recovery import Recovery
+    from memoryd.lifecycle.sync_policy import recovery_policy
     from memoryd.memory import SQLiteMemoryBackend
     from memoryd.store.database import open_store
 

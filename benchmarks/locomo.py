@@ -69,7 +69,7 @@ from benchmarks._common import REPO, SHARED, isolate_this_process, machine, perc
 from memoryd.clock import SystemClock
 from memoryd.config import load_settings
 from memoryd.ingest.once import ingest_once
-from memoryd.lifecycle.recovery import sync_now
+from memoryd.lifecycle.sync import sync_now
 from memoryd.memory import MemoryType, RecallResult, SQLiteMemoryBackend
 from memoryd.memory.embeddings.interface import Embedder
 from memoryd.memory.embeddings.local import LocalEmbedder

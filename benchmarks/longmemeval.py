@@ -79,7 +79,7 @@ async def build(data: list[dict[str, Any]], work: Path, keyword_only: bool = Fal
     from memoryd.clock import SystemClock
     from memoryd.config import load_settings
     from memoryd.ingest.once import ingest_once
-    from memoryd.lifecycle.recovery import sync_now
+    from memoryd.lifecycle.sync import sync_now
 
     isolate_this_process(work / "xdg")
     root = work / "claude"

@@ -246,7 +246,8 @@ class Breakdown:
 async def recover(settings: Any, breakdown: Breakdown) -> tuple[float, Any, int]:
     from memoryd.clock import SystemClock
     from memoryd.lifecycle import recovery as recovery_module
-    from memoryd.lifecycle.recovery import Recovery, recovery_policy
+    from memoryd.lifecycle.recovery import Recovery
+    from memoryd.lifecycle.sync_policy import recovery_policy
     from memoryd.memory.opening import open_memory_backend
     from memoryd.process import tune_threads
     from memoryd.store import sessions as store

@@ -23,7 +23,8 @@ from memoryd.api.registry import OPERATIONS, MemoryOps
 from memoryd.clock import Clock
 from memoryd.config import Settings, SourceKind
 from memoryd.errors import AlreadyRunningError, ApiError, DaemonUnreachable, StoreDamaged
-from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
+from memoryd.lifecycle.recovery import Recovery, SyncReport
+from memoryd.lifecycle.sync_policy import recovery_policy
 from memoryd.memory import MemoryBackend
 from memoryd.memory.opening import memory_user, open_memory_backend
 from memoryd.store.connection import connect

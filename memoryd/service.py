@@ -33,9 +33,10 @@ from memoryd.hooks.script import refresh_client, stable_client
 from memoryd.ingest.ingester import Ingester
 from memoryd.ingest.watcher import watch_roots
 from memoryd.lifecycle.coverage import check_memory
-from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
+from memoryd.lifecycle.recovery import Recovery, SyncReport
 from memoryd.lifecycle.rerender import skip_if_fresh
 from memoryd.lifecycle.scheduling import LifecycleScheduler
+from memoryd.lifecycle.sync_policy import recovery_policy
 from memoryd.lock import hold_lock
 from memoryd.memory import MemoryBackend
 from memoryd.memory.embeddings import LazyLocalEmbedder

@@ -303,7 +303,7 @@ def _session_lines(found: dict[str, Any]) -> list[str]:
 @click.pass_context
 def sync(ctx: click.Context, session: str | None) -> None:
     """Save unsynced messages to memory now (all sessions, or SESSION)."""
-    from memoryd.lifecycle.recovery import sync_now
+    from memoryd.lifecycle.sync import sync_now
     from memoryd.process import tune_threads
 
     settings = settings_for(ctx)

@@ -32,8 +32,9 @@ import structlog
 from memoryd.clock import Clock
 from memoryd.config import Settings
 from memoryd.files import atomic_writer
-from memoryd.lifecycle.recovery import Recovery, SyncReport, recovery_policy
+from memoryd.lifecycle.recovery import Recovery, SyncReport
 from memoryd.lifecycle.rerender import NAME as RERENDER
+from memoryd.lifecycle.sync_policy import recovery_policy
 from memoryd.memory.backends.sqlite.salvage import move_aside, readable_memories
 from memoryd.memory.opening import open_memory_backend
 from memoryd.memory.protocol import MemoryBackend, MemoryBrowse

@@ -23,34 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, TypeVar
 
 import aiosqlite
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from memoryd.clock import Clock
-from memoryd.config import Settings
 from memoryd.errors import BackendError
-from memoryd.lifecycle.coverage import check_memory
-from memoryd.lifecycle.digest import Digest, DigestBuilder
+from memoryd.lifecycle.digest import Digest
+from memoryd.lifecycle.digest_builder import DigestBuilder
 from memoryd.lifecycle.extraction import Request, extract_requests
-from memoryd.lifecycle.segments import (
-    SegmentPlan,
-    new_copies,
-    open_question,
-    plan_segments,
-)
+from memoryd.lifecycle.pipeline import _Candidates, _PageKey, _Pages, _Saving, _Turn
+from memoryd.lifecycle.segments import SegmentPlan, new_copies, plan_segments
+from memoryd.lifecycle.sync_policy import RecoveryPolicy, answered_up_to, retrying, tail_due
 from memoryd.memory import (
     DIGEST_KIND,
     ConversationSegment,
@@ -59,14 +46,11 @@ from memoryd.memory import (
     SaveResult,
     SessionSummary,
 )
-from memoryd.memory.opening import open_memory_backend
 from memoryd.memory.privacy.redaction import redact
 from memoryd.memory.protocol import prepare_segments, save_segments
-from memoryd.names import is_compaction_agent
-from memoryd.store import queries
 from memoryd.store import sessions as store
 from memoryd.store.audit import AuditEvent
-from memoryd.store.database import open_store
+from memoryd.store.copies import Copies
 from memoryd.store.distill_queue import Queued
 from memoryd.store.forgotten import summary_forgotten
 from memoryd.store.sessions import SessionSyncState
@@ -83,8 +67,6 @@ DIGESTS_IN_HAND = 128
 SESSIONS_PAGE = 256
 BACKOFF_MIN, BACKOFF_MAX = 2.0, 300.0
 
-Item = TypeVar("Item")
-Result = TypeVar("Result")
 #: Segments saved per memory transaction: one commit for many (a commit costs an fsync,
 #: several milliseconds, more than a segment's rows, and each commit's FTS5 flush is a
 #: new index segment to merge later: 128 a batch took a fifth less of the store thread's
@@ -93,23 +75,6 @@ Result = TypeVar("Result")
 #: p50 25 ms, p99 0.16 s, longest 0.2 s). A batch gathers a session's pages.
 BATCH_SEGMENTS = 128
 
-
-@dataclass(frozen=True, slots=True)
-class RecoveryPolicy:
-    sync_delay: timedelta = timedelta(seconds=60)
-    sync_max_lag: timedelta = timedelta(minutes=2)
-    max_chars: int = 6000
-    idle_gap: timedelta = timedelta(minutes=30)
-    retry_attempts: int = 3
-    retry_wait_max: float = 2.0
-    #: Agents whose sessions' memories are private to them (`memory.private_agents`).
-    private_agents: frozenset[str] = frozenset()
-    #: Whether a saved segment of a project is queued for the model (`Settings.distills`);
-    #: None: distillation is off.
-    distills: Callable[[str | None], bool] | None = None
-    #: Whether a session's project or working tree is memoryd's own (an agent CLI asked
-    #: as the distillation model, `Settings.is_own`): passed over, never saved to memory.
-    is_own: Callable[[str | None], bool] = lambda _path: False
 
 
 @dataclass(slots=True)
@@ -123,162 +88,6 @@ class SyncReport:
     digests_saved: int = 0
     failed_sessions: list[int] = field(default_factory=list)
 
-
-def _is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, BackendError) and exc.transient
-
-
-class _Saving:
-    """The batches being saved while recovery prepares the next.
-
-    Preparing a batch (cutting, rendering, masking) is Python on the event loop's
-    thread; saving it is SQLite on the stores' threads, mostly outside Python's lock.
-    A batch's memories are written while the next is prepared, and its index moves (on
-    the session store's thread) while the next one's memories are written. Each
-    session's batches stay in order: a batch's memories are written once the one
-    before it has written its own, and its index moves once that one's has moved."""
-
-    def __init__(self) -> None:
-        #: The batches not finished (with their session), oldest first: at most the one
-        #: moving its index and the one writing its memories.
-        self._tasks: list[tuple[asyncio.Task[bool], int]] = []
-        #: The newest batch and whether it wrote its memories, once it knows (False: it
-        #: stopped before).
-        self._newest: tuple[asyncio.Task[bool], asyncio.Future[bool]] | None = None
-        self._session: int | None = None
-        self.touched: set[int] = set()
-
-    async def start(self, session_id: int,
-                    saving: Callable[[_Turn], Coroutine[Any, Any, bool]]) -> None:
-        """Start `saving(turn)`; it sets `turn.written` once its memories are written and
-        awaits `turn.before` (the batch before it, None if none) before moving its index."""
-        turn = _Turn(asyncio.get_running_loop().create_future(),
-                     self._tasks[-1][0] if self._tasks else None, self._session == session_id)
-        task = asyncio.ensure_future(saving(turn))
-        self._session, self._newest = session_id, (task, turn.written)
-        self._tasks.append((task, session_id))
-        # Let it run up to handing its statements to the store's thread, so that they run
-        # while the caller prepares the next batch.
-        await asyncio.sleep(0)
-
-    async def hand_over(self, session_id: int) -> bool:
-        """Wait until the newest batch has written its memories and the one before it has
-        moved its index; False if either was `session_id`'s and stopped there (its later
-        batches must not be saved past a gap)."""
-        newest, self._newest = self._newest, None
-        if newest is None:
-            return True
-        task, written = newest
-        if not await written:
-            # It has stopped: its error, if it failed other than as a backend does, is
-            # the pass's (raised here, not at the end of the pass).
-            await task
-            return self._session != session_id
-        # Those before it have moved their index (two batches in flight at most), or one
-        # stopped (another sync moved its index): then so does this session.
-        for earlier, session in self._tasks[:-1]:
-            if not await earlier and session == session_id:
-                return False
-        del self._tasks[:-1]
-        return True
-
-    async def settle(self) -> None:
-        """Until every batch in flight is saved and its index moved (or has stopped its
-        session)."""
-        tasks, self._tasks, self._newest = self._tasks, [], None
-        for task, _session in tasks:
-            await task
-
-    async def abandon(self) -> None:
-        """On the way out of a failed pass: the batches in flight are not waited for
-        (their threads' work ends by itself; an unmoved index saves them again, once),
-        and their own errors, if any, are not raised over the first one."""
-        tasks, self._tasks, self._newest = self._tasks, [], None
-        for task, _session in tasks:
-            task.cancel()
-        for task, _session in tasks:
-            with suppress(asyncio.CancelledError, Exception):
-                await task
-
-
-@dataclass(slots=True)
-class _Turn:
-    """A batch's place in `_Saving`'s order."""
-
-    #: Set by the batch: True once its memories are written, False if it stopped before.
-    written: asyncio.Future[bool]
-    #: The batch before it, whose index must move first (its answer: whether it did).
-    before: asyncio.Task[bool] | None
-    #: Whether that one is of the same session (a stop there stops this one too).
-    same_session: bool
-
-    def wrote(self, ok: bool) -> None:
-        if not self.written.done():
-            self.written.set_result(ok)
-
-
-_PageKey = tuple[int, int, bool]  # session, first message index, with the digest's lines
-
-
-class _Pages:
-    """Pages of messages read on the store's thread while the event loop's thread cuts
-    and saves the page before: the next page of a session, and at a session's last page
-    the first page of the session after it (most sessions are a page or two)."""
-
-    def __init__(self, conn: aiosqlite.Connection,
-                 copies: dict[int, store.Copies] | None = None) -> None:
-        self._conn = conn
-        #: Each session's `store.Copies`, from page to page (and pass to pass).
-        self._copies = {} if copies is None else copies
-        self._ahead: dict[_PageKey, asyncio.Future[list[store.StoredMessage]]] = {}
-        #: The first page the pass will read after the current session's last, if any.
-        self.next_up: _PageKey | None = None
-
-    def read(self, session_id: int, start: int, raw: bool,
-             ) -> asyncio.Future[list[store.StoredMessage]]:
-        """The page of `session_id` from `start` on: the one read ahead, or read now."""
-        found = self._ahead.pop((session_id, start, raw), None)
-        if found is not None:
-            return found
-        copies = self._copies.setdefault(session_id, new_copies())
-        return asyncio.ensure_future(
-            store.messages_from(self._conn, session_id, start, PAGE, raw=raw, copies=copies))
-
-    def read_next_up(self) -> None:
-        """Start reading the next session's first page (it is used, or cancelled by
-        `close`)."""
-        key, self.next_up = self.next_up, None
-        if key is not None and key not in self._ahead:
-            self._ahead[key] = self.read(*key)
-
-    async def close(self) -> None:
-        ahead, self._ahead = list(self._ahead.values()), {}
-        for page in ahead:
-            page.cancel()
-            with suppress(asyncio.CancelledError, Exception):
-                await page
-
-
-class _Candidates:
-    """The sessions a pass saves, oldest first, read a page at a time, and those read
-    already that come next (where the pass looks ahead for the page to read next)."""
-
-    def __init__(self, conn: aiosqlite.Connection, session_id: int | None) -> None:
-        self._conn = conn
-        self._session_id = session_id
-        self.waiting: deque[SessionSyncState] = deque()
-        self._after = 0
-        self._more = True
-
-    async def next(self) -> SessionSyncState | None:
-        if len(self.waiting) < 2 and self._more:
-            page = await store.sessions_to_sync(self._conn, self._session_id,
-                                                after=self._after, limit=SESSIONS_PAGE)
-            self._more = self._session_id is None and len(page) == SESSIONS_PAGE
-            if page:
-                self._after = page[-1].id
-            self.waiting.extend(page)
-        return self.waiting.popleft() if self.waiting else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,9 +120,9 @@ class Recovery:
         self._built: dict[int, _Built] = {}
         # Subagents' sessions as far as this pass's digests of their parents took them.
         self._absorbed: dict[int, int] = {}
-        # Where each session's copies were looked for up to (`store.Copies`): a live
+        # Where each session's copies were looked for up to (`Copies`): a live
         # session's next pass starts where the last ended, without reading its past.
-        self._copies: dict[int, store.Copies] = {}
+        self._copies: dict[int, Copies] = {}
 
     async def run(self, *, force: bool = False, session_id: int | None = None,
                   settle_questions: bool = False) -> SyncReport:
@@ -329,9 +138,9 @@ class Recovery:
         report = SyncReport()
         self._built = {}
         self._absorbed = {}
-        candidates = _Candidates(self._conn, session_id)
+        candidates = _Candidates(self._conn, session_id, SESSIONS_PAGE)
         saving = _Saving()
-        pages = _Pages(self._conn, self._copies)
+        pages = _Pages(self._conn, self._copies, PAGE)
         try:
             while (session := await candidates.next()) is not None:
                 if self._stopping():
@@ -366,7 +175,7 @@ class Recovery:
             if self._waits(session, force=force):
                 continue
             index = session.memory_sync_index
-            if not self._own(session) and index < session.message_count:
+            if not self.policy.passes_over(session) and index < session.message_count:
                 return session.id, index, index == 0
         return None
 
@@ -375,7 +184,7 @@ class Recovery:
         settle: bool, pages: _Pages,
     ) -> None:
         index = session.memory_sync_index
-        if self._own(session):
+        if self.policy.passes_over(session):
             # What memoryd itself sent a model, or an agent's compaction of a session: never
             # the user's memory (the parent holds the summary).
             await store.advance_sync_index(self._conn, session.id, index,
@@ -425,7 +234,8 @@ class Recovery:
                     pages.read_next_up()
                 messages = kept + fresh if kept else fresh
                 if not more and settle:
-                    messages = messages[:self._answered_up_to(session, messages)]
+                    messages = messages[:answered_up_to(self.policy, self._clock, session,
+                                                        messages)]
                 if more and len(messages) < cut_at:
                     kept = messages
                     continue
@@ -438,7 +248,7 @@ class Recovery:
                     # not written yet.
                     ready, tail = plans[:-1], plans[-1]
                     cut_at = 2 * len(messages) if more and not ready else 0
-                    if not more and (force or self._tail_due(session, tail)):
+                    if not more and (force or tail_due(self.policy, self._clock, session, tail)):
                         ready.append(tail)
                     kept = list(tail.messages) if more else []
                 # Closed segments wait for a whole batch across pages (a long session's
@@ -449,29 +259,10 @@ class Recovery:
                     batch, pending = pending[:BATCH_SEGMENTS], pending[BATCH_SEGMENTS:]
                     if self._stopping():
                         return index
-                    # A run of forgotten messages or copies only is passed over.
-                    # The batch before is saved (on the memory store's thread) while this
-                    # one is prepared, down to its rows: the store's thread waits for
-                    # nothing but Python's lock once that one is written.
-                    segments = prepare_segments(self._backend, [
-                        self._segment(session, plan) for plan in batch if plan.text])
-                    requests = [extract_requests(m for m in plan.messages
-                                                 if not m.passed_over)
-                                if plan.text else [] for plan in batch]
-                    # This one starts once that one's memories are written (its index
-                    # moves meanwhile, see `_Saving`).
-                    if not await saving.hand_over(session.id):
+                    if not await self._start_batch(session, index, batch, report=report,
+                                                   saving=saving, building=building):
                         return index
-                    await saving.start(session.id, functools.partial(
-                        self._store_batch, session, index, batch, segments, requests, report,
-                        saving))
                     index = batch[-1].last_index + 1
-                    if building is not None:
-                        # While the batch is saved on the store's thread.
-                        for plan in batch:
-                            for message in plan.messages:
-                                if not message.passed_over:
-                                    building.add(message)
         finally:
             if reading is not None:
                 reading.cancel()
@@ -534,34 +325,42 @@ class Recovery:
         self._backoff.pop(session.id, None)
         return True
 
-    def _answered_up_to(self, session: SessionSyncState,
-                        messages: list[store.StoredMessage]) -> int:
-        """How many of a session's last `messages` may be saved now: all but a question
-        still waiting for its answer (see `run`)."""
-        if session.status in ("paused", "ended"):
-            return len(messages)
-        position = open_question(messages)
-        if position is None:
-            return len(messages)
-        asked = messages[position].timestamp or session.last_activity
-        if asked is None or self._clock.now() - asked >= self.policy.sync_max_lag:
-            return len(messages)
-        return position
+    async def _start_batch(
+        self, session: SessionSyncState, index: int, batch: list[SegmentPlan], *,
+        report: SyncReport, saving: _Saving, building: DigestBuilder | None,
+    ) -> bool:
+        """Prepare `batch` and start saving it (`_store_batch`) once the batch before has
+        written its memories, then feed `building` its messages; False (nothing started)
+        when that batch stopped the session."""
+        # A run of forgotten messages or copies only is passed over.
+        # The batch before is saved (on the memory store's thread) while this
+        # one is prepared, down to its rows: the store's thread waits for
+        # nothing but Python's lock once that one is written.
+        segments = prepare_segments(self._backend, [
+            self._segment(session, plan) for plan in batch if plan.text])
+        requests = [extract_requests(m for m in plan.messages
+                                     if not m.passed_over)
+                    if plan.text else [] for plan in batch]
+        # This one starts once that one's memories are written (its index
+        # moves meanwhile, see `_Saving`).
+        if not await saving.hand_over(session.id):
+            return False
+        await saving.start(session.id, functools.partial(
+            self._store_batch, session, index, batch, segments, requests, report,
+            saving))
+        if building is not None:
+            # While the batch is saved on the store's thread.
+            for plan in batch:
+                for message in plan.messages:
+                    if not message.passed_over:
+                        building.add(message)
+        return True
 
-    def _tail_due(self, session: SessionSyncState, tail: SegmentPlan) -> bool:
-        if session.status in ("paused", "ended"):
-            return True
-        now = self._clock.now()
-        first_written = tail.messages[0].timestamp
-        if first_written is not None and now - first_written >= self.policy.sync_max_lag:
-            return True
-        last = session.last_activity
-        return last is None or now - last >= self.policy.sync_delay
 
     async def _save(self, segments: Sequence[ConversationSegment],
                     report: SyncReport) -> list[SaveResult]:
-        results = await self._retrying(
-            lambda batch: save_segments(self._backend, batch), segments)
+        results = await retrying(
+            self.policy, lambda batch: save_segments(self._backend, batch), segments)
         for result in results:
             if result.created:
                 report.segments_saved += 1
@@ -584,7 +383,7 @@ class Recovery:
             started_at=min(timestamps) if timestamps else None,
             ended_at=max(timestamps) if timestamps else None,
             turns=plan.turns,
-            private_to=self._private_to(session.source),
+            private_to=self.policy.private_to(session.source),
         )
 
     async def _save_requests(self, session: SessionSyncState, requests: list[Request],
@@ -598,36 +397,15 @@ class Recovery:
                 session_external_id=session.external_id, project=session.project,
                 message_index=request.message.index, content=request.text,
                 message_uuid=request.message.uuid, said_at=request.message.timestamp,
-                private_to=self._private_to(session.source),
+                private_to=self.policy.private_to(session.source),
             )
-            result = await self._retrying(self._backend.save_requested_memory, requested)
+            result = await retrying(self.policy, self._backend.save_requested_memory, requested)
             if result.created:
                 stored.append(result.id)
                 report.requests_saved += 1
                 log.info("requested_memory_saved", session_id=session.id,
                          message_index=request.message.index, memory_id=result.id)
         return stored
-
-    def _own(self, session: SessionSyncState) -> bool:
-        """Whether memory passes the session over: memoryd's own (a model it asked), or an
-        agent's compaction of another session (its parent holds the same)."""
-        return (self.policy.is_own(session.project) or self.policy.is_own(session.worktree)
-                or is_compaction_agent(session.source, session.external_id))
-
-    def _private_to(self, source: str) -> str | None:
-        return source if source in self.policy.private_agents else None
-
-    async def _retrying(self, save: Callable[[Item], Awaitable[Result]],
-                        item: Item) -> Result:
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_is_transient),
-            stop=stop_after_attempt(self.policy.retry_attempts),
-            wait=wait_exponential(multiplier=0.1, max=self.policy.retry_wait_max),
-            reraise=True,
-        ):
-            with attempt:
-                return await save(item)
-        raise AssertionError("tenacity re-raises the last failure")  # pragma: no cover
 
     async def _sync_summaries(self, session_id: int | None, report: SyncReport) -> None:
         for summary in await store.unsynced_summaries(self._conn, session_id):
@@ -646,7 +424,7 @@ class Recovery:
                     session_external_id=session.external_id, project=session.project,
                     kind=summary.kind, content=redact(summary.content),
                     started_at=summary.started_at, ended_at=summary.ended_at,
-                    private_to=self._private_to(session.source),
+                    private_to=self.policy.private_to(session.source),
                 ))
             except BackendError as exc:
                 log.warning("summary_sync_failed", session_id=session.id, error=str(exc))
@@ -690,7 +468,7 @@ class Recovery:
         if due.parent_id is not None:
             # Its work is its parent's (a compaction agent's is nobody's): the parent's
             # digest is built again unless it took this subagent as far already.
-            if not self._own(session) and self._absorbed.get(session.id) != end:
+            if not self.policy.passes_over(session) and self._absorbed.get(session.id) != end:
                 await store.digest_again(self._conn, due.parent_id)
                 woken.add(due.parent_id)
             await store.mark_digested(self._conn, session.id, end)
@@ -698,15 +476,15 @@ class Recovery:
         digest = await self._digest_of(due)
         if digest is not None and digest.first_index is not None and digest.says_something:
             try:
-                result = await self._retrying(self._backend.save_session_summary,
-                                              SessionSummary(
+                result = await retrying(self.policy, self._backend.save_session_summary,
+                                        SessionSummary(
                     source=session.source, session_id=session.id,
                     session_external_id=session.external_id, project=session.project,
                     kind=DIGEST_KIND, content=redact(digest.render()),
                     first_index=digest.first_index, last_index=digest.last_index,
                     message_uuids=(), started_at=digest.started_at,
                     ended_at=digest.ended_at,
-                    private_to=self._private_to(session.source)))
+                    private_to=self.policy.private_to(session.source)))
             except BackendError as exc:
                 log.warning("digest_sync_failed", session_id=session.id, error=str(exc))
                 return False
@@ -720,7 +498,7 @@ class Recovery:
         while saving them, when it saved them all, else built from the store."""
         session = due.state
         end = session.memory_sync_index
-        if self._own(session):
+        if self.policy.passes_over(session):
             return None
         built = self._built.pop(session.id, None)
         if built is not None and built.end == end:
@@ -732,7 +510,7 @@ class Recovery:
                 return None
             digest = _digest_builder(session).build(messages)
         for sub in await store.subagent_states(self._conn, session.id):
-            if self._own(sub) or sub.memory_sync_index == 0:
+            if self.policy.passes_over(sub) or sub.memory_sync_index == 0:
                 continue
             self._absorbed[sub.id] = sub.memory_sync_index
             # Built while this pass saved it, if it did (a subagent has no digest of its
@@ -763,37 +541,3 @@ class Recovery:
         self._backoff[session_id] = (self._clock.monotonic() + delay, delay)
         return delay
 
-
-def recovery_policy(settings: Settings) -> RecoveryPolicy:
-    """The policy the settings ask for (the daemon's job, `memoryd sync`, a client)."""
-    return RecoveryPolicy(
-        sync_delay=timedelta(seconds=settings.sync_delay),
-        sync_max_lag=timedelta(seconds=settings.sync_max_lag),
-        max_chars=settings.segment_max_chars,
-        idle_gap=timedelta(seconds=settings.segment_idle_gap),
-        private_agents=frozenset(settings.memory.private_agents),
-        distills=settings.distills if settings.memory.llm.enabled else None,
-        is_own=settings.is_own,
-    )
-
-
-async def sync_now(settings: Settings, clock: Clock, session: str | None) -> SyncReport | None:
-    """`memoryd sync`: save every unsynced message (of one session, if named) now.
-
-    None when `session` matches no session. Safe beside a running daemon: both
-    save segments by deterministic id and advance the index by compare-and-set.
-    """
-    async with open_store(settings) as conn:
-        session_id = None
-        if session is not None:
-            found = await queries.find_session(conn, session)
-            if found is None:
-                return None
-            session_id = int(found["id"])
-        await check_memory(conn, settings)
-        backend = await open_memory_backend(settings, clock)
-        try:
-            recovery = Recovery(conn, backend, clock, recovery_policy(settings))
-            return await recovery.run(force=True, session_id=session_id)
-        finally:
-            await backend.close()

@@ -27,7 +27,8 @@ from memoryd.lifecycle.markup import api_error_text, without_injected
 from memoryd.memory.models import Turn
 from memoryd.memory.privacy import clipping
 from memoryd.memory.privacy.redaction import redact
-from memoryd.store.sessions import Copies, StoredMessage
+from memoryd.store.copies import Copies
+from memoryd.store.sessions import StoredMessage
 
 BOUNDARY_KINDS = frozenset({"compact_boundary", "compacted"})
 _BASE64_MIN = 200

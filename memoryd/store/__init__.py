@@ -7,6 +7,7 @@
     wal.py            the checkpointer that copies the log off the writer's path
     batches.py        values between the tailer and the store
     sessions.py       session status and `memory_sync_index`
+    copies.py         which stored messages repeat an earlier one of their session (`Copies`)
     queries.py        read-only queries (status, sessions, show, search)
     forgotten.py      what was forgotten, by content, so copies stay forgotten
     distill_queue.py  saved segments waiting for a model, queued as the index moves

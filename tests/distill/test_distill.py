@@ -21,7 +21,8 @@ from memoryd.distill.providers import make_provider
 from memoryd.distill.worker import BACKOFF_MAX, Distiller, DistillReport
 from memoryd.errors import ConfigError
 from memoryd.ingest.ingester import Ingester
-from memoryd.lifecycle.recovery import Recovery, recovery_policy
+from memoryd.lifecycle.recovery import Recovery
+from memoryd.lifecycle.sync_policy import recovery_policy
 from memoryd.memory import MemoryType, SQLiteMemoryBackend
 from memoryd.store.database import open_store
 from tests.distill.fake_model import FakeModel, items_text, serve

@@ -19,7 +19,8 @@ from memoryd.config import Settings, load_settings
 from memoryd.errors import BackendError, BackendUnavailable
 from memoryd.ingest.ingester import Ingester
 from memoryd.lifecycle.expiry import expire_stale_sessions, is_stale
-from memoryd.lifecycle.recovery import Recovery, RecoveryPolicy
+from memoryd.lifecycle.recovery import Recovery
+from memoryd.lifecycle.sync_policy import RecoveryPolicy
 from memoryd.memory import (
     ConversationSegment,
     MemoryBackend,

@@ -17,8 +17,8 @@ from memoryd.lifecycle.digest import (
     ERROR_CHARS,
     REQUEST_CHARS,
     DigestMessage,
-    build_digest,
 )
+from memoryd.lifecycle.digest_builder import build_digest
 from memoryd.lifecycle.segments import MESSAGE_CHARS, TOOL_CALL_CHARS, render_message
 from memoryd.memory.privacy import clipping
 from memoryd.store.sessions import StoredMessage

@@ -13,7 +13,8 @@ from helpers import fixture_files
 
 from memoryd.config import SourceKind
 from memoryd.ingest.parsers import parse_document, record_parser_for
-from memoryd.lifecycle.digest import DIGEST_CHARS, DigestMessage, build_digest
+from memoryd.lifecycle.digest import DIGEST_CHARS, DigestMessage
+from memoryd.lifecycle.digest_builder import build_digest
 from memoryd.lifecycle.segments import render_message
 from memoryd.store.sessions import parse_utc
 
@@ -579,7 +580,7 @@ def test_a_long_session_keeps_its_ending_and_names_the_files_it_worked_on_most()
 def test_decisions_are_read_in_their_own_words_wherever_they_are_said() -> None:
     """Issue 62.1: a decision stated mid-session, by the person or the agent, is kept in
     its words; templates, questions, code and an agent narrating its steps are not."""
-    from memoryd.lifecycle.digest import decisions_in
+    from memoryd.lifecycle.digest_builder import decisions_in
 
     stated = ("Decision: we deploy staging before prod because of the migration order: "
               "0041_create_accounts must be applied on staging before 0042_add_ledger")
