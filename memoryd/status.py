@@ -22,7 +22,8 @@ from memoryd.ingest.discovery import discover
 from memoryd.lifecycle.expiry import shown_as_of
 from memoryd.lifecycle.throughput import eta_seconds
 from memoryd.lock import read_lock_info
-from memoryd.memory.chain import ChainBackend, describe_depth
+from memoryd.memory.chain import ChainBackend
+from memoryd.memory.draining import describe_depth
 from memoryd.memory.opening import is_chain, memory_user, open_memory_backend
 from memoryd.memory.protocol import MemoryBackend, vector_queue
 from memoryd.store import queries

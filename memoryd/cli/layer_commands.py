@@ -18,7 +18,8 @@ from memoryd.clock import SystemClock
 from memoryd.config import Settings
 from memoryd.config_memory import BackendKind
 from memoryd.errors import BackendError
-from memoryd.memory.chain import ChainBackend, describe_depth
+from memoryd.memory.chain import ChainBackend
+from memoryd.memory.draining import describe_depth
 from memoryd.memory.models import DeletionRecord, ForgottenScope
 from memoryd.memory.opening import is_chain, open_memory_backend, opener
 from memoryd.memory.protocol import Capability, MemoryBackend, require

@@ -8,6 +8,8 @@ the backends.
     writes.py     the Memory values every backend stores: defaults, checks, masks
     export_format.py  export/import records
     chain.py      layers in order, with outbox.py holding what a layer missed
+    layers.py     a layer: its backend opened lazily, retried after a failed open
+    draining.py   the outbox replayed to the primary, parked entries resolved, its depth
     backends/     sqlite/ (the default), postgres/, jsonl.py, gateway.py
     recall/       chunks, words, gate, fusion, ranking, rerank, sessions, spoken_time,
                   context (the block)

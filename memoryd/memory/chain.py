@@ -33,7 +33,7 @@ import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -43,10 +43,10 @@ from memoryd.errors import (
     BackendOutcomeUnknown,
     BackendUnavailable,
     BackendUnsupported,
-    MemorydError,
 )
-from memoryd.memory import writes
-from memoryd.memory.export_format import from_utc_text, memory_to_record, to_utc_text
+from memoryd.memory import draining, writes
+from memoryd.memory.export_format import memory_to_record, to_utc_text
+from memoryd.memory.layers import Layer
 from memoryd.memory.models import (
     ConversationSegment,
     DeletionRecord,
@@ -59,7 +59,7 @@ from memoryd.memory.models import (
     SaveResult,
     SessionSummary,
 )
-from memoryd.memory.outbox import Depth, Entry, Outbox, decode, encode
+from memoryd.memory.outbox import Depth, Outbox, encode
 from memoryd.memory.privacy.masking import (
     masked_distilled,
     masked_record,
@@ -86,77 +86,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("memoryd.memory.chain")
 
-OPEN_RETRY = 10.0  # seconds between attempts to open a layer that could not be opened
 DRAIN_BATCH = 100
 
 T = TypeVar("T")
-Opener = Callable[[], Awaitable[MemoryBackend]]
-
-
-@runtime_checkable
-class UnknownOutcomes(Protocol):
-    """A layer that keeps writes whose outcome is unknown for a person (the gateway)."""
-
-    async def unknown(self) -> list[tuple[str, str]]: ...
-
-    async def resolve_unknown(self, *, applied: bool) -> int: ...
-
-
-class Layer:
-    """One backend of the chain, opened on first use and again after a failed open."""
-
-    def __init__(self, name: str, opener: Opener, clock: Clock) -> None:
-        self.name = name
-        self._opener = opener
-        self._clock = clock
-        self._backend: MemoryBackend | None = None
-        self._failed_at: float | None = None
-        self.last_error: str | None = None
-        self._lock = asyncio.Lock()
-
-    @property
-    def backend(self) -> MemoryBackend | None:
-        """The backend when it is open (None before the first use or while it cannot open)."""
-        return self._backend
-
-    async def get(self) -> MemoryBackend:
-        if self._backend is not None:
-            return self._backend
-        async with self._lock:
-            if self._backend is not None:
-                return self._backend
-            now = self._clock.monotonic()
-            if self._failed_at is not None and now - self._failed_at < OPEN_RETRY:
-                raise BackendUnavailable(f"not reachable ({self.last_error})", backend=self.name)
-            try:
-                self._backend = await self._opener()
-            except BackendUnavailable as exc:
-                self._failed_at, self.last_error = now, exc.detail
-                log.warning("memory_layer_unavailable", layer=self.name, error=exc.detail)
-                raise
-            except BackendError as exc:
-                self._failed_at, self.last_error = now, exc.detail
-                log.error("memory_layer_failed", layer=self.name, error=exc.detail)
-                raise BackendUnavailable(exc.detail, backend=self.name) from None
-            except (MemorydError, OSError) as exc:
-                # A layer's directory that cannot be made, a bad setting: that layer is out.
-                self._failed_at, self.last_error = now, str(exc)
-                log.error("memory_layer_failed", layer=self.name, error=str(exc))
-                raise BackendUnavailable(str(exc), backend=self.name) from None
-            self._failed_at = self.last_error = None
-            return self._backend
-
-    async def available(self) -> bool:
-        try:
-            backend = await self.get()
-        except BackendError:
-            return False
-        return await backend.is_available()
-
-    async def close(self) -> None:
-        backend, self._backend = self._backend, None
-        if backend is not None:
-            await backend.close()
 
 
 class ChainBackend:
@@ -538,74 +470,8 @@ class ChainBackend:
 
     async def drain(self, limit: int = DRAIN_BATCH) -> int:
         """Replay up to `limit` waiting entries to the primary, oldest first; how many landed."""
-        primary = self.primary
         async with self._drain_lock:
-            entries = await self.outbox.waiting(primary.name, limit)
-            if not entries:
-                return 0
-            try:
-                backend = await primary.get()
-            except BackendUnavailable:
-                return 0
-            if not await backend.is_available():
-                return 0
-            landed = 0
-            for entry in entries:
-                try:
-                    await self._replay(backend, entry)
-                except BackendOutcomeUnknown as exc:
-                    await self.outbox.failed(entry.seq, str(exc), park=True)
-                    log.error("outbox_entry_outcome_unknown", layer=primary.name,
-                              op=entry.op, key=entry.key, error=str(exc))
-                    continue
-                except BackendUnavailable as exc:
-                    log.info("outbox_drain_paused", layer=primary.name, error=exc.detail)
-                    break
-                except (BackendError, ValueError, TypeError, KeyError) as exc:
-                    # Refused for a reason of its own (or unreadable): retried at the next
-                    # drains, and parked after MAX_ATTEMPTS. The entries behind it wait, so
-                    # the primary never receives a session's saves out of order.
-                    parked = await self.outbox.failed(entry.seq, f"{type(exc).__name__}: {exc}")
-                    log.error("outbox_entry_failed", layer=primary.name, op=entry.op,
-                              key=entry.key, parked=parked, error=str(exc))
-                    if parked:
-                        continue
-                    break
-                await self.outbox.done(entry.seq)
-                landed += 1
-        if landed:
-            log.info("outbox_drained", layer=primary.name, count=landed)
-        return landed
-
-    async def _replay(self, backend: MemoryBackend, entry: Entry) -> None:
-        payload = entry.payload
-        if entry.op == "segment":
-            value = decode("segment", payload)
-            assert isinstance(value, ConversationSegment)
-            await backend.save_conversation_segment(value)
-        elif entry.op == "summary":
-            summary = decode("summary", payload)
-            assert isinstance(summary, SessionSummary)
-            await backend.save_session_summary(summary)
-        elif entry.op == "requested":
-            requested = decode("requested", payload)
-            assert isinstance(requested, RequestedMemory)
-            await backend.save_requested_memory(requested)
-        elif entry.op == "distilled":
-            distilled = decode("distilled", payload)
-            assert isinstance(distilled, DistilledMemory)
-            await backend.save_distilled_memory(distilled)
-        elif entry.op == "record":
-            await backend.import_records([payload])
-        elif entry.op == "forget":
-            await backend.forget(payload["memory_id"], hard=bool(payload["hard"]))
-        elif entry.op == "forget_where":
-            args = dict(payload)
-            as_of = args.pop("as_of", None)
-            await backend.forget_where(**args,
-                                       as_of=from_utc_text(as_of) if as_of else None)
-        else:
-            raise ValueError(f"unknown outbox operation {entry.op!r}")
+            return await draining.drain(self.primary, self.outbox, limit)
 
     async def depth(self) -> list[Depth]:
         return await self.outbox.depth()
@@ -615,17 +481,7 @@ class ChainBackend:
         (they arrived: drop them) or not (send them again at the next drain). Entries
         parked behind them (later saves of the same session, never sent) go again
         either way. Returns how many entries were resolved."""
-        lost: set[str] = set()
-        for layer in self.layers:
-            try:
-                backend = await layer.get()
-            except BackendError:
-                continue
-            if isinstance(backend, UnknownOutcomes):
-                lost |= {segment for _, segment in await backend.unknown()}
-                await backend.resolve_unknown(applied=applied)
-        dropped = await self.outbox.drop_parked(self.primary.name, lost) if applied else 0
-        return dropped + await self.outbox.unpark(self.primary.name)
+        return await draining.resolve_parked(self.layers, self.outbox, applied=applied)
 
     # -- background work of the layers --------------------------------------------------
 
@@ -683,14 +539,6 @@ class ChainBackend:
             except BackendError as exc:
                 log.warning("memory_layer_close_failed", layer=layer.name, error=str(exc))
         await self.outbox.close()
-
-
-def describe_depth(depths: Sequence[Depth], now: datetime) -> list[dict[str, Any]]:
-    """The outbox's depth per layer for status and doctor."""
-    return [{"layer": d.layer, "waiting": d.waiting, "parked": d.parked,
-             "oldest": d.oldest.isoformat() if d.oldest else None,
-             "oldest_age_seconds": (round((now - d.oldest).total_seconds())
-                                    if d.oldest else None)} for d in depths]
 
 
 def _browse(backend: MemoryBackend) -> MemoryBrowse:

@@ -28,9 +28,10 @@ from memoryd.errors import BackendError, EmbeddingError
 from memoryd.files import ensure_private_dir
 from memoryd.memory.backends.jsonl import JsonlMemoryBackend
 from memoryd.memory.backends.sqlite import SQLiteMemoryBackend
-from memoryd.memory.chain import ChainBackend, Layer
+from memoryd.memory.chain import ChainBackend
 from memoryd.memory.embeddings import make_embedder
 from memoryd.memory.embeddings.interface import Embedder
+from memoryd.memory.layers import Layer
 from memoryd.memory.outbox import Outbox
 from memoryd.memory.privacy.masking import MaskedBackend
 from memoryd.memory.protocol import Capability, MemoryBackend

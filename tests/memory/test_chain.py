@@ -15,7 +15,8 @@ from memoryd.errors import BackendUnavailable
 from memoryd.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
 from memoryd.memory.backends.jsonl import JsonlMemoryBackend
 from memoryd.memory.backends.postgres import Owner, PostgresMemoryBackend
-from memoryd.memory.chain import OPEN_RETRY, ChainBackend, Layer
+from memoryd.memory.chain import ChainBackend
+from memoryd.memory.layers import OPEN_RETRY, Layer
 from memoryd.memory.outbox import MAX_ATTEMPTS, Outbox
 from memoryd.memory.protocol import Capability
 from tests.pg import database_on, own_server, start, stop

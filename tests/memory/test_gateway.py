@@ -14,7 +14,8 @@ from memoryd.clock import FakeClock
 from memoryd.errors import BackendError, BackendOutcomeUnknown, BackendUnavailable
 from memoryd.memory import ConversationSegment, MemoryBackend, SQLiteMemoryBackend
 from memoryd.memory.backends.gateway import DOWN_FOR, GatewayConfig, GatewayMemoryBackend
-from memoryd.memory.chain import ChainBackend, Layer
+from memoryd.memory.chain import ChainBackend
+from memoryd.memory.layers import Layer
 from memoryd.memory.models import Turn
 from memoryd.memory.outbox import Outbox
 from memoryd.memory.protocol import Capability

@@ -181,14 +181,14 @@ async def test_recall_never_waits_for_a_large_index_to_load(
     (past INDEX_WAIT it answers by keywords), and uses vectors once they are in memory."""
     import asyncio
 
-    from memoryd.memory.backends.sqlite import backend as sqlite_backend
+    from memoryd.memory.backends.sqlite import vectors
 
     async with await open_hybrid(tmp_path, clock) as backend:
         wanted = await backend.remember("my kitten sleeps all day")
         await backend.remember("kitten food is on the shelf")
         await embed_all(backend)
-    monkeypatch.setattr(sqlite_backend, "INDEX_WAIT", 0.0)
-    real_add = sqlite_backend._add_rows
+    monkeypatch.setattr(vectors, "INDEX_WAIT", 0.0)
+    real_add = vectors._add_rows
 
     def slow_add(*args: Any) -> None:
         import time
@@ -196,7 +196,7 @@ async def test_recall_never_waits_for_a_large_index_to_load(
         time.sleep(0.5)  # a page of a large index, read in a worker thread
         real_add(*args)
 
-    monkeypatch.setattr(sqlite_backend, "_add_rows", slow_add)
+    monkeypatch.setattr(vectors, "_add_rows", slow_add)
     async with await open_hybrid(tmp_path, clock) as backend:
         assert await backend.recall("feline") == []  # keywords only, meanwhile
         await asyncio.sleep(1.0)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from memoryd.clock import FakeClock
 from memoryd.memory import ConversationSegment, DistilledMemory, MemoryType
-from memoryd.memory.backends.jsonl import NO_PROJECT, JsonlMemoryBackend
+from memoryd.memory.backends.jsonl import JsonlMemoryBackend
+from memoryd.memory.backends.jsonl_files import NO_PROJECT
 
 
 def segment(last: int, text: str = "we picked the blue green rollout") -> ConversationSegment:

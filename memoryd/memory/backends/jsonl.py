@@ -28,11 +28,7 @@ importance and recency. No vectors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import json
 import os
-import re
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -43,8 +39,15 @@ import structlog
 
 from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable, StoreOwnedElsewhere
-from memoryd.files import atomic_write, make_dirs
+from memoryd.files import make_dirs
 from memoryd.memory import writes
+from memoryd.memory.backends.jsonl_files import (
+    append_events,
+    cut_partial_tail,
+    file_name,
+    read_events,
+    rewrite_without,
+)
 from memoryd.memory.export_format import (
     from_utc_text,
     memory_to_record,
@@ -75,18 +78,9 @@ from memoryd.memory.recall.words import terms
 log = structlog.get_logger("memoryd.memory.jsonl")
 
 BACKEND_NAME = "jsonl"
-NO_PROJECT = "_no_project.jsonl"
 SCOPES = "_scopes.jsonl"
 OWNER = "_owner"
 _NEVER = datetime.min.replace(tzinfo=UTC)
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _file_name(project: str | None) -> str:
-    if project is None:
-        return NO_PROJECT
-    slug = _UNSAFE.sub("-", project).strip("-.")[-60:] or "project"
-    return f"{slug}-{hashlib.sha256(project.encode()).hexdigest()[:8]}.jsonl"
 
 
 class JsonlMemoryBackend:
@@ -126,8 +120,8 @@ class JsonlMemoryBackend:
     def _load(self) -> None:
         make_dirs(self._dir)
         for path in sorted(self._dir.glob("*.jsonl")):
-            _cut_partial_tail(path)
-            for number, event in enumerate(self._events(path), 1):
+            cut_partial_tail(path)
+            for number, event in enumerate(read_events(path), 1):
                 try:
                     self._apply(event)
                 except (KeyError, ValueError, TypeError):
@@ -152,20 +146,6 @@ class JsonlMemoryBackend:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-    def _events(self, path: Path) -> Iterable[dict[str, Any]]:
-        with path.open("rb") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.endswith(b"\n"):
-                    log.warning("jsonl_partial_line_skipped", path=str(path), line=number)
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    log.warning("jsonl_bad_line_skipped", path=str(path), line=number)
-                    continue
-                if isinstance(event, dict):
-                    yield event
 
     def _apply(self, event: Mapping[str, Any]) -> None:
         op = event.get("op")
@@ -214,45 +194,16 @@ class JsonlMemoryBackend:
             key, at = (event["kind"], event["value"]), from_utc_text(event["at"])
             self._scopes[key] = max(at, self._scopes.get(key, at))
 
-    def _append(self, name: str, events: Sequence[Mapping[str, Any]]) -> None:
-        data = b"".join(json.dumps(e, sort_keys=True, ensure_ascii=False).encode() + b"\n"
-                        for e in events)
-        fd = os.open(self._dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            size = os.fstat(fd).st_size
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            except OSError:
-                # A full disk mid-line: cut what was written, or the next append would be
-                # glued onto it and lost with it.
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, size)
-                raise
-        finally:
-            os.close(fd)
-
     async def _write(self, name: str, events: Sequence[Mapping[str, Any]]) -> None:
         if self._closed:
             raise BackendError("the memory backend is closed", backend=BACKEND_NAME)
         try:
-            await asyncio.to_thread(self._append, name, events)
+            await asyncio.to_thread(append_events, self._dir, name, events)
         except OSError as exc:
             raise BackendUnavailable(f"{self._dir / name}: {exc.strerror or exc}",
                                      backend=BACKEND_NAME) from exc
         for event in events:
             self._apply(event)
-
-    def _rewrite_without(self, name: str, ids: set[str]) -> None:
-        """The file again, without the `add` lines of `ids` (a hard forget)."""
-        path = self._dir / name
-        if not path.exists():
-            return
-        kept = [line for line in path.read_bytes().splitlines(keepends=True)
-                if not (line.endswith(b"\n") and _adds_one_of(line, ids))]
-        atomic_write(path, b"".join(kept))
 
     # -- protocol -----------------------------------------------------------------------
 
@@ -262,7 +213,7 @@ class JsonlMemoryBackend:
     async def _add(self, memory: Memory) -> bool:
         if memory.id in self._memories or memory.id in self._hard:
             return False
-        await self._write(_file_name(memory.project),
+        await self._write(file_name(memory.project),
                           [{"op": "add", "record": memory_to_record(memory)}])
         return True
 
@@ -345,7 +296,7 @@ class JsonlMemoryBackend:
             async with self._lock:
                 for memory_id in ids:
                     memory = self._memories[memory_id]
-                    await self._write(_file_name(memory.project), [
+                    await self._write(file_name(memory.project), [
                         {"op": "use", "id": memory_id, "at": to_utc_text(self._clock.now())}])
         except BackendError as exc:
             log.warning("memory_use_not_recorded", backend=BACKEND_NAME, error=str(exc))
@@ -359,7 +310,7 @@ class JsonlMemoryBackend:
             added = writes.grow_evidence(have, message_uuids)[len(have):]
             if not added:
                 return False
-            await self._write(_file_name(memory.project), [
+            await self._write(file_name(memory.project), [
                 {"op": "evidence", "id": memory_id, "messages": added,
                  "at": to_utc_text(self._clock.now())}])
         return True
@@ -385,7 +336,7 @@ class JsonlMemoryBackend:
         mode = DeletionMode.HARD if hard else DeletionMode.SOFT
         by_file: dict[str, list[Memory]] = {}
         for memory in chosen:
-            by_file.setdefault(_file_name(memory.project), []).append(memory)
+            by_file.setdefault(file_name(memory.project), []).append(memory)
         for name, memories in by_file.items():
             await self._write(name, [
                 {"op": "forget", "id": m.id, "mode": mode.value, "type": m.type.value,
@@ -394,7 +345,7 @@ class JsonlMemoryBackend:
                 for m in memories])
             if hard:
                 try:
-                    await asyncio.to_thread(self._rewrite_without, name,
+                    await asyncio.to_thread(rewrite_without, self._dir, name,
                                             {m.id for m in memories})
                 except OSError as exc:
                     raise BackendUnavailable(f"{self._dir / name}: {exc.strerror or exc}",
@@ -444,7 +395,7 @@ class JsonlMemoryBackend:
             new = writes.correction(self._memories.get(memory_id), memory_id, new_content,
                                     reason=reason, provenance=provenance, now=now,
                                     backend=BACKEND_NAME)
-            await self._write(_file_name(new.project), [
+            await self._write(file_name(new.project), [
                 {"op": "add", "record": memory_to_record(new)},
                 {"op": "supersede", "id": memory_id, "by": new.id, "at": to_utc_text(now)}])
         return self._memories[new.id]
@@ -460,7 +411,7 @@ class JsonlMemoryBackend:
             if created and memory.type is MemoryType.SESSION_DIGEST:
                 await self._supersede_digests(memory)
             if created and memory.type is MemoryType.OBSERVATION and memory.supersedes:
-                await self._write(_file_name(memory.project), [
+                await self._write(file_name(memory.project), [
                     {"op": "supersede", "id": memory.supersedes, "by": memory.id,
                      "at": to_utc_text(self._clock.now()),
                      "reason": "a later observation replaces it"}])
@@ -476,7 +427,7 @@ class JsonlMemoryBackend:
                     key=lambda m: m.provenance.last_index or 0)
                 if shorter:
                     at = to_utc_text(self._clock.now())
-                    await self._write(_file_name(memory.project), [
+                    await self._write(file_name(memory.project), [
                         {"op": "supersede", "id": m.id, "by": memory.id, "at": at,
                          "reason": "extended by a later save of the same messages"}
                         for m in shorter])
@@ -494,10 +445,10 @@ class JsonlMemoryBackend:
         at = to_utc_text(self._clock.now())
         newer = [m for m in live if (m.provenance.last_index or -1) > (p.last_index or -1)]
         if newer:
-            await self._write(_file_name(new.project), [
+            await self._write(file_name(new.project), [
                 {"op": "supersede", "id": new.id, "by": newer[-1].id, "at": at}])
         elif live:
-            await self._write(_file_name(new.project), [
+            await self._write(file_name(new.project), [
                 {"op": "supersede", "id": m.id, "by": new.id, "at": at,
                  "reason": "a later digest of the same session"} for m in live])
 
@@ -567,7 +518,7 @@ class JsonlMemoryBackend:
         fresh = [r for r in records if (r.memory_id, r.mode, r.deleted_at) not in known]
         async with self._lock:
             for r in fresh:
-                await self._write(_file_name(r.project), [{
+                await self._write(file_name(r.project), [{
                     "op": "forget", "id": r.memory_id, "mode": r.mode.value,
                     "type": r.type.value, "project": r.project, "session_id": r.session_id,
                     "session_external_id": r.session_external_id,
@@ -590,33 +541,6 @@ class JsonlMemoryBackend:
     async def close(self) -> None:
         self._closed = True
 
-
-def _cut_partial_tail(path: Path) -> None:
-    """Drop a last line cut short by a crash (never acknowledged), so the next append
-    starts on a line of its own instead of gluing onto it."""
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with path.open("r+b") as handle:
-        handle.seek(size - 1)
-        if handle.read(1) == b"\n":
-            return
-        handle.seek(0)
-        data = handle.read()
-        keep = data.rfind(b"\n") + 1
-        log.warning("jsonl_partial_line_dropped", path=str(path), bytes=size - keep)
-        handle.truncate(keep)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _adds_one_of(line: bytes, ids: set[str]) -> bool:
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return False
-    return (isinstance(event, dict) and event.get("op") == "add"
-            and isinstance(event.get("record"), dict) and event["record"].get("id") in ids)
 
 
 def _relevance(words: list[str], memory: Memory) -> float:

@@ -1,6 +1,12 @@
 """The embedded memory backend: one SQLite file, FTS5 keyword search, optional vectors.
 
-backend.py       SQLiteMemoryBackend: the protocol's operations, transactions
+backend.py       SQLiteMemoryBackend: the protocol's operations, delegating to:
+connection.py    the one connection: its lock, BEGIN IMMEDIATE writes, errors; the owner
+batches.py       rows written in one step: chunks, segment batches, imports
+forgetting.py    deletions with their audit rows, forgotten scopes, the scrub
+edits.py         memories changed in place: superseded, rewritten, evidence, relabelled
+vectors.py       ChunkVectors: the index loaded in the background, query vectors, embedding
+results.py       recall's rows and hybrid hits made RecallResult values
 schema.py        versioned migrations, connection set-up, error translation
 rows.py          rows <-> Memory values
 recall.py        recall without words, and in time order: filters and the weight in SQL

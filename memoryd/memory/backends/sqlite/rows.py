@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aiosqlite
 import orjson
 
 from memoryd.memory.export_format import from_utc_text, opt_from_utc_text, opt_utc_text, to_utc_text
@@ -47,7 +48,7 @@ def insert_many(rows: int) -> str:
             " ORDER BY column1 ON CONFLICT (id) DO NOTHING")
 
 
-__all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "insert_many",
+__all__ = ["CHAIN", "COLUMNS", "INSERT_ONCE", "chain_order", "fetch_all", "insert_many",
            "row_memory", "row_params", "row_provenance", "values"]
 
 # The versions of one correction chain, walked both ways from one id.
@@ -119,3 +120,10 @@ def row_memory(row: sqlite3.Row) -> Memory:
         last_accessed_at=opt_from_utc_text(row["last_accessed_at"]),
         private_to=row["private_to"],
     )
+
+
+async def fetch_all(conn: aiosqlite.Connection, sql: str,
+                    params: Sequence[Any] | Mapping[str, Any] = ()) -> list[sqlite3.Row]:
+    """Every row of `sql` on `conn`, its cursor closed."""
+    async with conn.execute(sql, params) as cur:
+        return list(await cur.fetchall())
