@@ -15,7 +15,7 @@ from typing import Literal
 AGENTS: tuple[Agent, ...] = ("claude", "codex", "gemini")
 #: The same, as a type (kept equal to AGENTS; a test checks).
 Agent = Literal["claude", "codex", "gemini"]
-#: memoryd's own session events (`domain.sessions.Sessions.event`).
+#: memoryd's own session events (`domain.session_events.SessionEvents.event`).
 EVENTS = ("start", "prompt", "pre_compact", "end", "stop")
 #: Each agent's hook events, in the order `hooks install` writes them -> memoryd's event.
 AGENT_EVENTS: dict[str, dict[str, str]] = {

@@ -4,10 +4,10 @@ each interface says in its own terms (the API as an HTTP status).
 
     requests.py    what each operation is asked (typed; the interfaces build these)
     core.py        what every part works over (`Core`), the runtime protocol, shared rules
-    recall.py      recall as every interface gets it (`Recaller`)
+    recaller.py    recall as every interface gets it (`Recaller`)
     blocks.py      what an agent is told: the start block (the briefing), the prompt block
     memories.py    recall, context blocks, remember, correct, forget, get
     governance.py  forgetting a user, retention, the raw archive, holds, project links
-    sessions.py    the stored sessions and the hooks' events
+    session_events.py  the stored sessions and the hooks' events
     assembly.py    the parts over one core (`Domain`)
 """

@@ -10,8 +10,8 @@ from memoryd.domain.blocks import Blocks
 from memoryd.domain.core import Core, Runtime
 from memoryd.domain.governance import Governance
 from memoryd.domain.memories import Memories
-from memoryd.domain.recall import Recaller
-from memoryd.domain.sessions import Sessions
+from memoryd.domain.recaller import Recaller
+from memoryd.domain.session_events import SessionEvents
 from memoryd.memory import MemoryBackend
 
 
@@ -26,4 +26,4 @@ class Domain:
         self.blocks = Blocks(self.core, self.recaller)
         self.memories = Memories(self.core, self.recaller)
         self.governance = Governance(self.core)
-        self.sessions = Sessions(self.core, self.blocks)
+        self.sessions = SessionEvents(self.core, self.blocks)

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from memoryd.briefing import project_state, render
 from memoryd.domain.core import MAX_LIMIT, Core
-from memoryd.domain.recall import Recaller
+from memoryd.domain.recaller import Recaller
 from memoryd.domain.requests import Scope
 from memoryd.lifecycle.markup import without_injected
 from memoryd.memory import MemoryType, RecallResult

@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 
 from memoryd.domain.core import Core, refuse_everything_from_tools, refuse_if_held
-from memoryd.domain.recall import Recaller
+from memoryd.domain.recaller import Recaller
 from memoryd.domain.requests import (
     Caller,
     ContextRequest,

@@ -15,7 +15,7 @@ from memoryd.clock import FakeClock
 from memoryd.errors import BackendError, BackendUnavailable
 from memoryd.memory import ConversationSegment, SQLiteMemoryBackend
 from memoryd.memory.backends.sqlite import backend as sqlite_module
-from memoryd.memory.backends.sqlite import batches
+from memoryd.memory.backends.sqlite import bulk
 from memoryd.memory.backends.sqlite.schema import LATEST_VERSION, translate
 from memoryd.memory.protocol import save_segments
 
@@ -370,18 +370,18 @@ def test_statements_come_in_few_sizes() -> None:
     try:
         sizes: set[int] = set()
         for width in (9, 26):
-            limit = min(batches.MAX_VARIABLES,
+            limit = min(bulk.MAX_VARIABLES,
                         conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
             for count in range(0, 1500):
-                cuts = list(batches._cuts(conn, width, count))
+                cuts = list(bulk._cuts(conn, width, count))
                 assert [at for at, _ in cuts] == [sum(s for _, s in cuts[:i])
                                                   for i in range(len(cuts))]
                 assert sum(size for _, size in cuts) == count
                 for _, size in cuts:
                     assert size & (size - 1) == 0 and size * width <= limit
-                    assert size <= batches.MAX_ROWS
+                    assert size <= bulk.MAX_ROWS
                 sizes |= {size for _, size in cuts}
-        assert len(sizes) <= batches.MAX_ROWS.bit_length()
+        assert len(sizes) <= bulk.MAX_ROWS.bit_length()
     finally:
         conn.close()
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from memoryd.clock import FakeClock
 from memoryd.memory import ConversationSegment, SQLiteMemoryBackend
-from memoryd.memory.backends.sqlite import batches
+from memoryd.memory.backends.sqlite import bulk
 
 _TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300) | \
     st.sampled_from(['"\\u0000"', "a\x00b", "\\", '{"x": [1, 2.5]}', "\U0001f600 é",
@@ -61,7 +61,7 @@ async def _save(path: Path, segments: list[ConversationSegment], *, mode: str
                 saved = [await backend.save_conversation_segment(s) for s in segments]
             else:
                 if mode == "cut":  # two memories, or six chunks, a statement
-                    patch.setattr(batches, "MAX_VARIABLES", 60)
+                    patch.setattr(bulk, "MAX_VARIABLES", 60)
                 saved = await backend.save_conversation_segments(segments)
     return [r.created for r in saved], _rows(path)
 

@@ -6,7 +6,7 @@ mentions a week. `spoken_time` reads such a phrase into a span of time, relative
 to when the query is asked, and gives the query without it. Recall then weighs
 more of its results than it returns and prefers those of that span (scores of the
 one query, so comparable); a query that is only a time ("what did we do
-yesterday?") gets that span's memories (`memoryd/domain/recall.py`).
+yesterday?") gets that span's memories (`memoryd/domain/recaller.py`).
 
 Read: dates as people write them ("October 13, 2023", "13 October 2023", "the
 13th of October", "2023-10-13", without a year the latest such day that has begun;

@@ -2,7 +2,7 @@
 
 backend.py       SQLiteMemoryBackend: the protocol's operations, delegating to:
 connection.py    the one connection: its lock, BEGIN IMMEDIATE writes, errors; the owner
-batches.py       rows written in one step: chunks, segment batches, imports
+bulk.py          rows written in one step: chunks, segment batches, imports
 forgetting.py    deletions with their audit rows, forgotten scopes, the scrub
 edits.py         memories changed in place: superseded, rewritten, evidence, relabelled
 vectors.py       ChunkVectors: the index loaded in the background, query vectors, embedding

@@ -46,7 +46,7 @@ import structlog
 from memoryd.clock import Clock
 from memoryd.errors import BackendError, BackendUnavailable
 from memoryd.memory import writes
-from memoryd.memory.backends.sqlite import batches, edits, forgetting, fts
+from memoryd.memory.backends.sqlite import bulk, edits, forgetting, fts
 from memoryd.memory.backends.sqlite import hybrid as sqlite_hybrid
 from memoryd.memory.backends.sqlite import recall as sqlite_recall
 from memoryd.memory.backends.sqlite.connection import (
@@ -157,7 +157,7 @@ class SQLiteMemoryBackend:
                 if owner is not None:
                     await check_owner(conn, owner, path)
                 return
-            await batches.chunk_missing(conn)
+            await bulk.chunk_missing(conn)
             if owner is not None:
                 await claim_owner(conn, owner, to_utc_text(clock.now()), path)
 
@@ -210,7 +210,7 @@ class SQLiteMemoryBackend:
                                    tags=tags, provenance=provenance, now=self._clock.now(),
                                    private_to=private_to)
         async with self._db.write() as conn:
-            await batches.insert_once(conn, memory)
+            await bulk.insert_once(conn, memory)
         log.info("memory_remembered", memory_id=memory.id, type=memory.type.value,
                  project=memory.project)
         return memory
@@ -367,7 +367,7 @@ class SQLiteMemoryBackend:
             old = await self._fetch_memory(conn, memory_id)
             new = writes.correction(old, memory_id, new_content, reason=reason,
                                     provenance=provenance, now=now, backend=BACKEND_NAME)
-            await batches.insert_once(conn, new)
+            await bulk.insert_once(conn, new)
             await conn.execute(
                 "UPDATE memories SET superseded_by = ?, updated_at = ? WHERE id = ?",
                 (new.id, to_utc_text(now), memory_id),
@@ -378,7 +378,7 @@ class SQLiteMemoryBackend:
     async def _save_once(self, memory: Memory) -> SaveResult:
         async with self._db.write() as conn:
             created = (not await forgetting.forgotten(conn, memory)
-                       and await batches.insert_once(conn, memory))
+                       and await bulk.insert_once(conn, memory))
             if created and memory.type is MemoryType.SESSION_DIGEST:
                 await edits.supersede_digests(conn, memory, self._clock.now())
             if created and memory.type is MemoryType.OBSERVATION and memory.supersedes:
@@ -404,14 +404,14 @@ class SQLiteMemoryBackend:
         one commit, one fsync, for a page of segments), and in one call on the store's
         thread: a page of segments is several hundred statements, and a round trip
         through the event loop for each cost more than the statements."""
-        prepared = (segments if isinstance(segments, batches.PreparedSegments)
+        prepared = (segments if isinstance(segments, bulk.PreparedSegments)
                     and segments.owner is self
                     else self.prepare_conversation_segments(segments))
         batch, now = prepared.rows, prepared.now
         async with self._db.lock:
             with self._db.translated():
                 outcome = await call_on_connection(
-                    self._db.connection(), batches.save_segments, batch, to_utc_text(now))
+                    self._db.connection(), bulk.save_segments, batch, to_utc_text(now))
         results = []
         for (segment, memory, _spans), (created, forgotten, superseded) in zip(
                 batch, outcome, strict=True):
@@ -426,12 +426,12 @@ class SQLiteMemoryBackend:
         return results
 
     def prepare_conversation_segments(
-            self, segments: Sequence[ConversationSegment]) -> batches.PreparedSegments:
+            self, segments: Sequence[ConversationSegment]) -> bulk.PreparedSegments:
         """`segments` with their memories and chunks made (Python on the caller's thread;
         recovery makes a batch's while the one before is written)."""
         now = self._clock.now()
-        return batches.PreparedSegments(segments, owner=self, now=now, rows=[
-            (segment, memory, batches.chunk_spans(memory)) for segment in segments
+        return bulk.PreparedSegments(segments, owner=self, now=now, rows=[
+            (segment, memory, bulk.chunk_spans(memory)) for segment in segments
             for memory in (writes.segment_memory(segment, now),)])
 
     async def save_session_summary(self, summary: SessionSummary) -> SaveResult:
@@ -477,7 +477,7 @@ class SQLiteMemoryBackend:
 
     async def import_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         async with self._db.write() as conn:
-            number, created = await batches.import_records(conn, records)
+            number, created = await bulk.import_records(conn, records)
         log.info("memories_imported", records=number, created=created)
         return created
 

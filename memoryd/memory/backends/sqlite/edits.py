@@ -13,7 +13,7 @@ import aiosqlite
 import structlog
 
 from memoryd.memory import writes
-from memoryd.memory.backends.sqlite.batches import insert_chunks
+from memoryd.memory.backends.sqlite.bulk import insert_chunks
 from memoryd.memory.backends.sqlite.rows import fetch_all, row_memory
 from memoryd.memory.export_format import to_utc_text
 from memoryd.memory.models import Memory

@@ -70,7 +70,7 @@ def _timestamp(moment: datetime | None) -> str | None:
     return utc_text(moment, "auto", zulu=False) if moment is not None else None
 
 
-class Sessions:
+class SessionEvents:
     """The stored sessions, and what a hook asks at each event of an agent's session."""
 
     def __init__(self, core: Core, blocks: Blocks) -> None:
