@@ -177,11 +177,11 @@ class Digest:
         this session's. Its prompt and its report are the agents' words, not the
         person's, and not how the session ended."""
         for path in subagent.created:
-            _add(self.created, path, self.edited, self.deleted)
+            add_path(self.created, path, self.edited, self.deleted)
         for path in subagent.edited:
-            _add(self.edited, path, self.created, self.deleted)
+            add_path(self.edited, path, self.created, self.deleted)
         for path in subagent.deleted:
-            _add(self.deleted, path, self.created, self.edited)
+            add_path(self.deleted, path, self.created, self.edited)
         done = sum(self.work.values())
         for path, changes in subagent.work.items():
             self.work[path] = self.work.get(path, 0) + changes
@@ -257,7 +257,7 @@ def _fitted(label: str, items: list[str], limit: int) -> str:
 #: quotes what was said or run passes here, so a secret is masked before it is cut.
 _clip = clipping.clip
 
-def _add(paths: list[str], path: str, *already: list[str]) -> None:
+def add_path(paths: list[str], path: str, *already: list[str]) -> None:
     if agents_own(path):
         return
     if path and path not in paths and not any(path in other for other in already):

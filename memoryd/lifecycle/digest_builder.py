@@ -40,18 +40,18 @@ from memoryd.lifecycle.digest import (
     Command,
     Digest,
     Readable,
-    _add,
+    add_path,
 )
 from memoryd.lifecycle.digest_tools import (
-    _Call,
-    _calls_of,
-    _commit_message,
-    _matters,
-    _outcome,
-    _results_of,
-    _shown,
-    _Tasks,
-    _todo_items,
+    Tasks,
+    ToolCall,
+    calls_of,
+    command_matters,
+    command_shown,
+    commit_message,
+    outcome_of,
+    results_of,
+    todo_items,
 )
 from memoryd.lifecycle.markup import SYNTHETIC_REPLIES, api_error_text, without_injected
 from memoryd.memory.privacy import clipping
@@ -154,14 +154,14 @@ def _changed_by_patch(patch: str, digest: Digest, project: Roots) -> None:
     for match in _PATCH.finditer(patch):
         verb, path, moved = match.group(1), match.group(2), match.group(3)
         if moved:
-            _add(digest.created, _where(moved.strip(), project))
+            add_path(digest.created, _where(moved.strip(), project))
             _touch(digest, _where(moved.strip(), project))
         elif verb == "Add":
-            _add(digest.created, _where(path.strip(), project))
+            add_path(digest.created, _where(path.strip(), project))
         elif verb == "Delete":
-            _add(digest.deleted, _where(path.strip(), project))
+            add_path(digest.deleted, _where(path.strip(), project))
         else:
-            _add(digest.edited, _where(path.strip(), project), digest.created)
+            add_path(digest.edited, _where(path.strip(), project), digest.created)
         if not moved:
             _touch(digest, _where(path.strip(), project))
 
@@ -195,8 +195,8 @@ class DigestBuilder:
         self._digest = Digest(source=source, session=session, project=project)
         self._roots: Roots = (worktree, project)
         self._requests: list[str] = []
-        self._calls: dict[str, _Call] = {}
-        self._ordered: list[_Call] = []
+        self._calls: dict[str, ToolCall] = {}
+        self._ordered: list[ToolCall] = []
         self._last_assistant_text: str | None = None
         self._api_error = ""
         self._pending_request: str | None = None
@@ -229,13 +229,13 @@ class DigestBuilder:
             self._last_kind = "request"
             return
         if kind == "tool_call":
-            for call in _calls_of(message, record):
+            for call in calls_of(message, record):
                 self._ordered.append(call)
                 if call.call_id:
                     self._calls[call.call_id] = call
             self._last_kind = "tool_call"
         elif kind == "tool_result":
-            for call_id, text, failed in _results_of(message, record):
+            for call_id, text, failed in results_of(message, record):
                 found = self._calls.get(call_id) if call_id else next(
                     (c for c in reversed(self._ordered) if c.result is None), None)
                 if found is not None:
@@ -281,10 +281,10 @@ class DigestBuilder:
         digest.asked = _choose_requests(self._requests)
         todos: list[str] | None = None
         had_todo_items = False
-        tasks = _Tasks()
+        tasks = Tasks()
         for call in self._ordered:
             _apply_call(call, digest, self._roots)
-            written = _todo_items(call.args) if call.name in TODO_TOOLS else None
+            written = todo_items(call.args) if call.name in TODO_TOOLS else None
             if written is not None:
                 todos, had_todo_items = written
             tasks.apply(call)
@@ -315,7 +315,7 @@ def build_digest(messages: Iterable[Readable], *, source: str, session: str,
     return digest
 
 
-def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
+def _apply_call(call: ToolCall, digest: Digest, project: Roots) -> None:
     args = call.args
     if call.name == "apply_patch":
         patch = args if isinstance(args, str) else (
@@ -326,7 +326,7 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
     if call.name in EDIT_TOOLS and isinstance(args, dict):
         path = args.get(EDIT_TOOLS[call.name])
         if isinstance(path, str):
-            _add(digest.edited, _where(path, project), digest.created)
+            add_path(digest.edited, _where(path, project), digest.created)
             _touch(digest, _where(path, project))
         return
     if call.name in WRITE_TOOLS and isinstance(args, dict):
@@ -335,9 +335,9 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
             where = _where(path, project)
             created = call.result is not None and "created" in call.result.lower()[:200]
             if created:
-                _add(digest.created, where)
+                add_path(digest.created, where)
             else:
-                _add(digest.edited, where, digest.created)
+                add_path(digest.edited, where, digest.created)
             _touch(digest, where)
         return
     if call.name not in SHELL_TOOLS:
@@ -347,18 +347,18 @@ def _apply_call(call: _Call, digest: Digest, project: Roots) -> None:
         return
     for match in _REDIRECT.finditer(command):
         if not match.group(1).startswith("/dev/"):
-            _add(digest.edited, _where(match.group(1), project))
+            add_path(digest.edited, _where(match.group(1), project))
     for match in _REMOVE.finditer(command):
         for path in match.group(1).split():
             if not path.startswith("-") and not path.isdigit():
-                _add(digest.deleted, _where(path, project))
-    message = _commit_message(command, call.result)
+                add_path(digest.deleted, _where(path, project))
+    message = commit_message(command, call.result)
     if message:
         digest.committed.append(message)  # `_clip`ped
-    if _matters(command):
-        outcome = _outcome(call)
+    if command_matters(command):
+        outcome = outcome_of(call)
         # An idle part is said only when it failed: its passing, or no answer, tells nothing.
-        shown = _shown(relative_in(command, project), passed=outcome in ("passed", ""),
+        shown = command_shown(relative_in(command, project), passed=outcome in ("passed", ""),
                        committed=message is not None)
         if not shown:
             return

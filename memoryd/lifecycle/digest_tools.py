@@ -64,11 +64,11 @@ def _bare(part: str) -> str:
     return _FILTER_PIPE.sub("", part).strip()
 
 
-def _matters(command: str) -> bool:
+def command_matters(command: str) -> bool:
     return any(_MATTERS.match(part) for part in _parts(command))
 
 
-def _shown(command: str, passed: bool = False, committed: bool = False) -> str:
+def command_shown(command: str, passed: bool = False, committed: bool = False) -> str:
     """The parts of a command line that matter (`cd x && FOO=1 mix test 2>&1 | tail`
     reads `mix test`), each clipped: what was run, not the whole script. When it passed,
     the parts that change and check nothing are left out (`git status`, `docker ps`,
@@ -132,7 +132,7 @@ def _first_line(text: str) -> str:
 
 
 @dataclass(slots=True)
-class _Call:
+class ToolCall:
     name: str
     args: Any
     call_id: str | None
@@ -140,7 +140,7 @@ class _Call:
     failed: bool | None = None
 
 
-def _calls_of(message: Readable, record: Any) -> list[_Call]:
+def calls_of(message: Readable, record: Any) -> list[ToolCall]:
     """The tool calls a message made (`record`: its line, parsed), with their ids where the
     line has them."""
     if isinstance(record, dict) and isinstance(record.get("toolCalls"), list):  # Gemini
@@ -150,7 +150,7 @@ def _calls_of(message: Readable, record: Any) -> list[_Call]:
                 continue
             status = call.get("status")
             output = _gemini_output(call)
-            calls.append(_Call(str(call.get("name") or "tool"), call.get("args"),
+            calls.append(ToolCall(str(call.get("name") or "tool"), call.get("args"),
                                call.get("id") if isinstance(call.get("id"), str) else None,
                                output, None if status is None else status != "success"))
         return calls
@@ -160,15 +160,15 @@ def _calls_of(message: Readable, record: Any) -> list[_Call]:
         if payload is not None:  # Codex
             call_id = payload.get("call_id")
             if payload.get("type") == "custom_tool_call":
-                return [_Call(message.tool_name or "tool", payload.get("input"), call_id)]
+                return [ToolCall(message.tool_name or "tool", payload.get("input"), call_id)]
         content = (record.get("message") or {}).get("content") if isinstance(
             record.get("message"), dict) else None
         if isinstance(content, list):  # Claude: one tool_use block a line
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
-                    return [_Call(str(block.get("name") or "tool"), block.get("input"),
+                    return [ToolCall(str(block.get("name") or "tool"), block.get("input"),
                                   block.get("id") if isinstance(block.get("id"), str) else None)]
-    return [_Call(message.tool_name or "tool", parse_json(message.tool_input), call_id)]
+    return [ToolCall(message.tool_name or "tool", parse_json(message.tool_input), call_id)]
 
 
 def _gemini_output(call: dict[str, Any]) -> str | None:
@@ -183,7 +183,7 @@ def _gemini_output(call: dict[str, Any]) -> str | None:
     return display if isinstance(display, str) else None
 
 
-def _results_of(message: Readable,
+def results_of(message: Readable,
                 record: Any) -> list[tuple[str | None, str, bool | None]]:
     """(call id, text, failed) for each tool result a message holds (`record`: its line)."""
     if isinstance(record, dict):
@@ -217,7 +217,7 @@ def _results_of(message: Readable,
     return [(None, message.content, failed)]
 
 
-def _outcome(call: _Call) -> str:
+def outcome_of(call: ToolCall) -> str:
     if call.result is None and call.failed is None:
         return ""
     text = call.result or ""
@@ -235,7 +235,7 @@ def _outcome(call: _Call) -> str:
     return f"failed: {detail}" if detail else "failed"
 
 
-def _commit_message(command: str, result: str | None) -> str | None:
+def commit_message(command: str, result: str | None) -> str | None:
     if result:
         found = _COMMIT_RESULT.search(result)
         if found:
@@ -252,7 +252,7 @@ def _commit_message(command: str, result: str | None) -> str | None:
     return None
 
 
-def _todo_items(args: Any) -> tuple[list[str], bool] | None:
+def todo_items(args: Any) -> tuple[list[str], bool] | None:
     """The unfinished items of a todo list or plan a call wrote, and whether the list had
     any item at all; None if it wrote none."""
     if not isinstance(args, dict):
@@ -275,7 +275,7 @@ def _todo_items(args: Any) -> tuple[list[str], bool] | None:
 _TASK_MADE = re.compile(r"\bTask #(\w+) created")
 
 
-class _Tasks:
+class Tasks:
     """Claude Code's tasks as its TaskCreate and TaskUpdate calls leave them."""
 
     def __init__(self) -> None:
@@ -283,7 +283,7 @@ class _Tasks:
         self._subjects: dict[str, str] = {}
         self._done: set[str] = set()
 
-    def apply(self, call: _Call) -> None:
+    def apply(self, call: ToolCall) -> None:
         args = call.args if isinstance(call.args, dict) else {}
         if call.name == TASK_CREATE:
             subject = args.get("subject") or args.get("description") or args.get("title")

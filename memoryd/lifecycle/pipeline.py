@@ -1,8 +1,8 @@
 """Recovery's two stages, overlapped: the next page of messages read on the store's
 thread while this one is cut, and a batch's memories written while the next is prepared.
 
-`_Candidates` reads the sessions to save a page at a time, `_Pages` reads a session's
-messages ahead, `_Saving` keeps each session's batches in order (`Recovery` drives them).
+`Candidates` reads the sessions to save a page at a time, `PageReader` reads a session's
+messages ahead, `Saving` keeps each session's batches in order (`Recovery` drives them).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from memoryd.store.copies import Copies
 from memoryd.store.sessions import SessionSyncState
 
 
-class _Saving:
+class Saving:
     """The batches being saved while recovery prepares the next.
 
     Preparing a batch (cutting, rendering, masking) is Python on the event loop's
@@ -43,10 +43,10 @@ class _Saving:
         self.touched: set[int] = set()
 
     async def start(self, session_id: int,
-                    saving: Callable[[_Turn], Coroutine[Any, Any, bool]]) -> None:
+                    saving: Callable[[Turn], Coroutine[Any, Any, bool]]) -> None:
         """Start `saving(turn)`; it sets `turn.written` once its memories are written and
         awaits `turn.before` (the batch before it, None if none) before moving its index."""
-        turn = _Turn(asyncio.get_running_loop().create_future(),
+        turn = Turn(asyncio.get_running_loop().create_future(),
                      self._tasks[-1][0] if self._tasks else None, self._session == session_id)
         task = asyncio.ensure_future(saving(turn))
         self._session, self._newest = session_id, (task, turn.written)
@@ -96,8 +96,8 @@ class _Saving:
 
 
 @dataclass(slots=True)
-class _Turn:
-    """A batch's place in `_Saving`'s order."""
+class Turn:
+    """A batch's place in `Saving`'s order."""
 
     #: Set by the batch: True once its memories are written, False if it stopped before.
     written: asyncio.Future[bool]
@@ -111,10 +111,10 @@ class _Turn:
             self.written.set_result(ok)
 
 
-_PageKey = tuple[int, int, bool]  # session, first message index, with the digest's lines
+PageKey = tuple[int, int, bool]  # session, first message index, with the digest's lines
 
 
-class _Pages:
+class PageReader:
     """Pages of messages read on the store's thread while the event loop's thread cuts
     and saves the page before: the next page of a session, and at a session's last page
     the first page of the session after it (most sessions are a page or two)."""
@@ -125,9 +125,9 @@ class _Pages:
         self._page = page
         #: Each session's `Copies`, from page to page (and pass to pass).
         self._copies = {} if copies is None else copies
-        self._ahead: dict[_PageKey, asyncio.Future[list[store.StoredMessage]]] = {}
+        self._ahead: dict[PageKey, asyncio.Future[list[store.StoredMessage]]] = {}
         #: The first page the pass will read after the current session's last, if any.
-        self.next_up: _PageKey | None = None
+        self.next_up: PageKey | None = None
 
     def read(self, session_id: int, start: int, raw: bool,
              ) -> asyncio.Future[list[store.StoredMessage]]:
@@ -155,7 +155,7 @@ class _Pages:
                 await page
 
 
-class _Candidates:
+class Candidates:
     """The sessions a pass saves, oldest first, read a page at a time, and those read
     already that come next (where the pass looks ahead for the page to read next)."""
 

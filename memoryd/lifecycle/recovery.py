@@ -35,7 +35,7 @@ from memoryd.errors import BackendError
 from memoryd.lifecycle.digest import Digest
 from memoryd.lifecycle.digest_builder import DigestBuilder
 from memoryd.lifecycle.extraction import Request, extract_requests
-from memoryd.lifecycle.pipeline import _Candidates, _PageKey, _Pages, _Saving, _Turn
+from memoryd.lifecycle.pipeline import Candidates, PageKey, PageReader, Saving, Turn
 from memoryd.lifecycle.segments import SegmentPlan, new_copies, plan_segments
 from memoryd.lifecycle.sync_policy import RecoveryPolicy, answered_up_to, retrying, tail_due
 from memoryd.memory import (
@@ -138,9 +138,9 @@ class Recovery:
         report = SyncReport()
         self._built = {}
         self._absorbed = {}
-        candidates = _Candidates(self._conn, session_id, SESSIONS_PAGE)
-        saving = _Saving()
-        pages = _Pages(self._conn, self._copies, PAGE)
+        candidates = Candidates(self._conn, session_id, SESSIONS_PAGE)
+        saving = Saving()
+        pages = PageReader(self._conn, self._copies, PAGE)
         try:
             while (session := await candidates.next()) is not None:
                 if self._stopping():
@@ -169,7 +169,7 @@ class Recovery:
         return report
 
     def _first_page(self, later: Iterable[SessionSyncState], *,
-                    force: bool) -> _PageKey | None:
+                    force: bool) -> PageKey | None:
         """The page `_read_and_save` reads first for the next of `later` it will save."""
         for session in later:
             if self._waits(session, force=force):
@@ -180,8 +180,8 @@ class Recovery:
         return None
 
     async def _sync_session(
-        self, session: SessionSyncState, *, force: bool, report: SyncReport, saving: _Saving,
-        settle: bool, pages: _Pages,
+        self, session: SessionSyncState, *, force: bool, report: SyncReport, saving: Saving,
+        settle: bool, pages: PageReader,
     ) -> None:
         index = session.memory_sync_index
         if self.policy.passes_over(session):
@@ -202,7 +202,7 @@ class Recovery:
 
     async def _read_and_save(
         self, session: SessionSyncState, index: int, *, force: bool, report: SyncReport,
-        saving: _Saving, settle: bool, building: DigestBuilder | None, pages: _Pages,
+        saving: Saving, settle: bool, building: DigestBuilder | None, pages: PageReader,
     ) -> int:
         """Save the session's messages from `index` on, batch by batch, feeding `building`
         the messages of each batch it starts saving; the index past the last of those."""
@@ -273,7 +273,7 @@ class Recovery:
     async def _store_batch(
         self, session: SessionSyncState, index: int, batch: list[SegmentPlan],
         segments: Sequence[ConversationSegment], requests: list[list[Request]],
-        report: SyncReport, saving: _Saving, turn: _Turn,
+        report: SyncReport, saving: Saving, turn: Turn,
     ) -> bool:
         """Save one batch in one memory transaction, then move the index past all of it: a
         crash in between saves the same ids again, stored once. False if the session
@@ -327,7 +327,7 @@ class Recovery:
 
     async def _start_batch(
         self, session: SessionSyncState, index: int, batch: list[SegmentPlan], *,
-        report: SyncReport, saving: _Saving, building: DigestBuilder | None,
+        report: SyncReport, saving: Saving, building: DigestBuilder | None,
     ) -> bool:
         """Prepare `batch` and start saving it (`_store_batch`) once the batch before has
         written its memories, then feed `building` its messages; False (nothing started)
@@ -342,7 +342,7 @@ class Recovery:
                                      if not m.passed_over)
                     if plan.text else [] for plan in batch]
         # This one starts once that one's memories are written (its index
-        # moves meanwhile, see `_Saving`).
+        # moves meanwhile, see `Saving`).
         if not await saving.hand_over(session.id):
             return False
         await saving.start(session.id, functools.partial(

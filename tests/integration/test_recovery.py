@@ -951,14 +951,14 @@ async def test_a_pass_stopped_midway_leaves_no_read_behind_and_the_next_finishes
     shutil.copytree(tmp_path / "state", tmp_path / "state-2")
     policy = RecoveryPolicy(retry_attempts=2, sync_max_lag=NEVER)
     # Every pass's pages, to see that none is left holding a read it began.
-    made: list[recovery_module._Pages] = []
+    made: list[recovery_module.PageReader] = []
 
-    class Pages(recovery_module._Pages):
+    class Pages(recovery_module.PageReader):
         def __init__(self, conn: Any, *args: Any) -> None:
             super().__init__(conn, *args)
             made.append(self)
 
-    monkeypatch.setattr(recovery_module, "_Pages", Pages)
+    monkeypatch.setattr(recovery_module, "PageReader", Pages)
     saved = []
     for state, stop in ((settings, None), (stopped, stop_after)):
         asked = 0

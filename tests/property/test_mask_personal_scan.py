@@ -16,20 +16,20 @@ from memoryd.memory.privacy import redaction as r
 def _scanned(text: str) -> str:
     """mask_personal as written before: each pattern's `sub` over the whole text."""
     if "@" in text:
-        text = r._EMAIL.sub("[REDACTED:email]", text)
+        text = r.EMAIL_RE.sub("[REDACTED:email]", text)
     digits = sum(map(text.count, "0123456789"))
     if digits < 7:
         return text
     if digits >= 13:
-        text = r._CARD.sub(r._mask_card, text)
-        text = r._IBAN.sub(r._mask_iban, text)
+        text = r.CARD_RE.sub(r.mask_card, text)
+        text = r.IBAN_RE.sub(r.mask_iban, text)
     if "-" in text:
-        text = r._SSN.sub("[REDACTED:ssn]", text)
-    text = r._PHONE.sub("[REDACTED:phone]", text)
+        text = r.SSN_RE.sub("[REDACTED:ssn]", text)
+    text = r.PHONE_RE.sub("[REDACTED:phone]", text)
     if text.count(".") >= 3:
-        text = r._IPV4.sub(r._mask_ip, text)
+        text = r._IPV4.sub(r.mask_ip, text)
     if "::" in text or text.count(":") >= 7:
-        text = r._IPV6.sub(r._mask_ip, text)
+        text = r._IPV6.sub(r.mask_ip, text)
     return text
 
 
@@ -66,12 +66,12 @@ def test_a_match_begins_only_at_a_run_or_a_sign() -> None:
     opens a run of digits, or is a phone number's "+" or "("."""
     text = ("x4111111111111111 a 078-05-1120 b +49 30 1234567 (555) 123-4567 "
             "10.0.0.1 555.123.4567 ١٢٣-٤٥-٦٧٨٩")
-    for pattern in (r._CARD, r._SSN, r._PHONE, r._IPV4):
+    for pattern in (r.CARD_RE, r.SSN_RE, r.PHONE_RE, r._IPV4):
         for match in pattern.finditer(text):
             at = match.start()
             assert text[at] in "+(" or (text[at].isdigit() and (
                 at == 0 or not re.match(r"\d", text[at - 1])))
     text = "GB82 WEST 1234 5698 7654 32, 2001:db8::1, FE80::1 and fe80:0:0:0:0:0:0:1"
-    for pattern, start in ((r._IBAN, r._IBAN_START), (r._IPV6, r._IPV6_START)):
+    for pattern, start in ((r.IBAN_RE, r._IBAN_START), (r._IPV6, r._IPV6_START)):
         found = [m.start() for m in pattern.finditer(text)]
         assert found and set(found) <= set(r._starts(start, text))

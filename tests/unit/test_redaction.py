@@ -227,7 +227,7 @@ def test_detect_secrets_rules_load_without_its_http_client() -> None:
     import sys
 
     code = ("import sys; from memoryd.memory.privacy import redaction as r;"
-            " rules = r._plugin_rules();"
+            " rules = r.plugin_rules();"
             " print(len(rules), 'requests' in sys.modules, 'urllib3' in sys.modules,"
             " r.redact('ghp_' + 'a' * 36))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

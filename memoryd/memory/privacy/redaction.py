@@ -9,7 +9,7 @@ by every write to memory (segments, summaries, extracted facts, `remember`,
 
 Two rule sets, applied in order:
 
-1. memoryd's own rules (`_OWN`): whole blocks (PEM and PGP private keys), then
+1. memoryd's own rules (`OWN_RULES`): whole blocks (PEM and PGP private keys), then
    secrets that need context to find (NAME=value and `"name": "value"`
    assignments, a password said in prose, `mysql -p…`, `Authorization: Basic`,
    URL passwords, a bare AWS secret key next to an access key id), then token
@@ -44,39 +44,39 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
 from memoryd.memory.privacy.personal import (
-    _AADHAAR,
-    _CARD,
-    _CPF,
-    _DNI,
-    _EMAIL,
-    _FISCAL_CODE,
-    _IBAN,
     _IPV4,
     _IPV6,
-    _NINO,
-    _NOT_DIGITS,
-    _PHONE,
-    _SIN,
-    _SSN,
-    _mask_aadhaar,
-    _mask_card,
-    _mask_cpf,
-    _mask_dni,
-    _mask_iban,
-    _mask_ip,
-    _mask_sin,
+    AADHAAR_RE,
+    CARD_RE,
+    CPF_RE,
+    DNI_RE,
+    EMAIL_RE,
+    FISCAL_CODE_RE,
+    IBAN_RE,
+    NINO_RE,
+    NOT_DIGITS_RE,
+    PHONE_RE,
+    SIN_RE,
+    SSN_RE,
+    mask_aadhaar,
+    mask_card,
+    mask_cpf,
+    mask_dni,
+    mask_iban,
+    mask_ip,
+    mask_sin,
 )
 from memoryd.memory.privacy.scanner import Found, Scanner, characters_before
 from memoryd.memory.privacy.secret_rules import (
-    _AWS_CONTEXT,
-    _AWS_ID,
-    _AWS_SECRET,
-    _CASED,
-    _OWN,
-    _all_markers,
-    _mask,
-    _plugin_rules,
-    _unmarked,
+    AWS_CONTEXT,
+    AWS_ID,
+    AWS_SECRET,
+    CASED,
+    OWN_RULES,
+    all_markers,
+    mask_secret,
+    plugin_rules,
+    unmarked,
 )
 from memoryd.private import TAG as PRIVATE_TAG
 from memoryd.private import mask_private
@@ -84,7 +84,7 @@ from memoryd.private import mask_private
 _DIGIT_RUN = re.compile(r"\d+")
 
 
-#: What an IBAN, and an IPv6 address, open with: every match of `_IBAN` and `_IPV6`
+#: What an IBAN, and an IPv6 address, open with: every match of `IBAN_RE` and `_IPV6`
 #: begins one of these, and none can begin inside one (those characters are all word
 #: characters, which both patterns refuse before them).
 _IBAN_START = re.compile(r"[A-Z]{2}\d{2}")
@@ -128,10 +128,10 @@ def _sub_at(pattern: re.Pattern[str], starts: Iterable[int], text: str,
 
 def _mask_national(text: str, possible: _Possible) -> str:
     steps: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
-        (_SIN, _mask_sin), (_AADHAAR, _mask_aadhaar), (_DNI, _mask_dni),
-        (_NINO, "[REDACTED:national_id]"), (_FISCAL_CODE, "[REDACTED:national_id]")]
+        (SIN_RE, mask_sin), (AADHAAR_RE, mask_aadhaar), (DNI_RE, mask_dni),
+        (NINO_RE, "[REDACTED:national_id]"), (FISCAL_CODE_RE, "[REDACTED:national_id]")]
     if "." in text and "-" in text:
-        steps.insert(0, (_CPF, _mask_cpf))
+        steps.insert(0, (CPF_RE, mask_cpf))
     for pattern, repl in steps:
         if possible.may(pattern, text):
             masked = pattern.sub(repl, text)
@@ -148,11 +148,11 @@ def mask_personal(text: str) -> str:
 
 
 def _mask_personal(text: str, possible: _Possible) -> str:
-    if "@" in text and possible.may(_EMAIL, text):
-        text = _EMAIL.sub("[REDACTED:email]", text)
+    if "@" in text and possible.may(EMAIL_RE, text):
+        text = EMAIL_RE.sub("[REDACTED:email]", text)
     # One pass in C (ten `count`s were a tenth of a backfill's masking): most text has
     # few digits.
-    digits = len(text.encode("utf-8", "surrogatepass").translate(None, _NOT_DIGITS))
+    digits = len(text.encode("utf-8", "surrogatepass").translate(None, NOT_DIGITS_RE))
     if digits < 6:
         return text
     text = _mask_national(text, possible)
@@ -162,18 +162,18 @@ def _mask_personal(text: str, possible: _Possible) -> str:
     # lookbehinds refuse a digit before them), or a phone number its "+" or "(": a match
     # is tried only there, and only near where the scanner found one may end.
     if digits >= 13:
-        if possible.may(_CARD, text):
-            text = possible.masked_at(_CARD, text, _mask_card)
-        if possible.may(_IBAN, text):
-            text = possible.masked_at(_IBAN, text, _mask_iban)
-    if "-" in text and possible.may(_SSN, text):
-        text = possible.masked_at(_SSN, text, "[REDACTED:ssn]")
-    if possible.may(_PHONE, text):
-        text = possible.masked_at(_PHONE, text, "[REDACTED:phone]")
+        if possible.may(CARD_RE, text):
+            text = possible.masked_at(CARD_RE, text, mask_card)
+        if possible.may(IBAN_RE, text):
+            text = possible.masked_at(IBAN_RE, text, mask_iban)
+    if "-" in text and possible.may(SSN_RE, text):
+        text = possible.masked_at(SSN_RE, text, "[REDACTED:ssn]")
+    if possible.may(PHONE_RE, text):
+        text = possible.masked_at(PHONE_RE, text, "[REDACTED:phone]")
     if text.count(".") >= 3 and possible.may(_IPV4, text):
-        text = possible.masked_at(_IPV4, text, _mask_ip)
+        text = possible.masked_at(_IPV4, text, mask_ip)
     if ("::" in text or text.count(":") >= 7) and possible.may(_IPV6, text):
-        text = possible.masked_at(_IPV6, text, _mask_ip)
+        text = possible.masked_at(_IPV6, text, mask_ip)
     return text
 
 
@@ -288,28 +288,28 @@ def _mask_secrets(text: str, possible: _Possible) -> str:
     lowered = _Lowered()
     # A rule with no markers (a plugin of a newer detect-secrets) runs in any text that
     # holds some rule's marker, and only there.
-    if _unmarked() and not _holds(_all_markers(), text, lowered):
+    if unmarked() and not _holds(all_markers(), text, lowered):
         return text
     # (Asked of the text as it came: whether it speaks of AWS is read from it, not from
     # what the rules below leave of it.)
-    aws_said = possible.may(_AWS_CONTEXT, original)
-    for kind, markers, pattern, group in _OWN:
+    aws_said = possible.may(AWS_CONTEXT, original)
+    for kind, markers, pattern, group in OWN_RULES:
         if possible.may(pattern, text) and _holds(markers, text, lowered):
-            masked = _mask(text, kind, pattern, group)
+            masked = mask_secret(text, kind, pattern, group)
             if masked != text:
                 text = masked
     # A bare AWS secret key is told from a hash only by what is around it: an access key
     # id, or the text speaking of AWS.
-    if (aws_said or possible.may(_AWS_CONTEXT, text)) and possible.may(_AWS_SECRET, text):
+    if (aws_said or possible.may(AWS_CONTEXT, text)) and possible.may(AWS_SECRET, text):
         low = original.lower()
         if ("AKIA" in text or "ASIA" in text or "aws_access_key]" in text
-                or "aws" in low) and (_AWS_ID.search(text) or "aws" in low):
-            masked = _AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
+                or "aws" in low) and (AWS_ID.search(text) or "aws" in low):
+            masked = AWS_SECRET.sub("[REDACTED:aws_secret_key]", text)
             if masked != text:
                 text = masked
-    for kind, markers, pattern, group in _plugin_rules():
+    for kind, markers, pattern, group in plugin_rules():
         if possible.may(pattern, text) and _holds(markers, text, lowered):
-            masked = _mask(text, kind, pattern, group)
+            masked = mask_secret(text, kind, pattern, group)
             if masked != text:
                 text = masked
     return text
@@ -333,7 +333,7 @@ class _Lowered:
 def _holds(markers: tuple[str, ...], text: str, lowered: _Lowered) -> bool:
     """Whether the text holds one of a rule's markers (capitalised ones as written; ""
     is in every text)."""
-    return any(marker in (text if marker in _CASED else lowered.of(text))
+    return any(marker in (text if marker in CASED else lowered.of(text))
                for marker in markers)
 
 #: Text a process masks before the scanner is built for it: the build takes a few tenths
@@ -345,8 +345,8 @@ SCANNER_AFTER = 256 * 1024
 #: given these starts (every match of the pattern begins at one of them, and none can
 #: begin inside one: each pattern refuses a character of its start class before it).
 _START_OF: dict[re.Pattern[str], re.Pattern[str]] = {
-    _CARD: _DIGIT_RUN, _SSN: _DIGIT_RUN, _IPV4: _DIGIT_RUN, _IBAN: _IBAN_START,
-    _PHONE: _PHONE_START, _IPV6: _IPV6_START}
+    CARD_RE: _DIGIT_RUN, SSN_RE: _DIGIT_RUN, _IPV4: _DIGIT_RUN, IBAN_RE: _IBAN_START,
+    PHONE_RE: _PHONE_START, _IPV6: _IPV6_START}
 
 
 class _Scan:
@@ -357,11 +357,11 @@ class _Scan:
     for where)."""
 
     def __init__(self) -> None:
-        secrets = [p for _k, _m, p, _g in _OWN] + [_AWS_CONTEXT, PRIVATE_TAG] + \
-            [p for _k, _m, p, _g in _plugin_rules()]
-        national = [_CPF, _SIN, _AADHAAR, _DNI, _NINO, _FISCAL_CODE]
+        secrets = [p for _k, _m, p, _g in OWN_RULES] + [AWS_CONTEXT, PRIVATE_TAG] + \
+            [p for _k, _m, p, _g in plugin_rules()]
+        national = [CPF_RE, SIN_RE, AADHAAR_RE, DNI_RE, NINO_RE, FISCAL_CODE_RE]
         numbers = list(_START_OF)
-        groups = [secrets, [_AWS_SECRET], [_EMAIL], national + numbers]
+        groups = [secrets, [AWS_SECRET], [EMAIL_RE], national + numbers]
         patterns = [p for g in groups for p in g]
         self.index = {p: i for i, p in enumerate(patterns)}
         self.group = {p: number for number, g in enumerate(groups) for p in g}
@@ -452,7 +452,7 @@ class _Possible:
                                  and self._scan.index[pattern] in found.possible)
 
     def any_secret(self, text: str) -> bool:
-        found = self._of(_AWS_CONTEXT, text)
+        found = self._of(AWS_CONTEXT, text)
         return found is None or bool(found.possible)
 
     def masked_at(self, pattern: re.Pattern[str], text: str,

@@ -1,6 +1,6 @@
-"""The secret rules: memoryd's own (`_OWN`) and detect-secrets' regex plugins (loaded on
+"""The secret rules: memoryd's own (`OWN_RULES`) and detect-secrets' regex plugins (loaded on
 first use, without `requests`), each with the markers a text must hold for it to run,
-and how a rule's match is masked (`_mask`).
+and how a rule's match is masked (`mask_secret`).
 
 Each rule is (kind, markers, pattern, what to mask): None (the whole match), a group's
 number, LONGEST_GROUP or ANY_GROUP. Applied by `redaction`.
@@ -31,7 +31,7 @@ _NAME = (r"[A-Za-z0-9_.\-]*(?:api[_-]?key|secret|token|passw(?:or)?d|passphrase|
 # and a substring test costs a fraction of one regex search.
 _Rule = tuple[str, tuple[str, ...], re.Pattern[str], int | None]
 
-_OWN: list[_Rule] = [
+OWN_RULES: list[_Rule] = [
     ("private_key", ("PRIVATE KEY",), re.compile(
         r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?"
         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)"), None),
@@ -130,11 +130,11 @@ _OWN: list[_Rule] = [
 ]
 # A bare AWS secret key is 40 characters of base64; alone it is indistinguishable from a
 # hash, so it is masked only in text that also holds an access key id.
-_AWS_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b|\[REDACTED:aws_access_key\]")
+AWS_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b|\[REDACTED:aws_access_key\]")
 #: What the text must hold for a bare key to be looked for (a superset of the test in
 #: `_mask_secrets`: an access key id, its mask, or the word).
-_AWS_CONTEXT = re.compile(r"(?i:aws)|AKIA|ASIA")
-_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
+AWS_CONTEXT = re.compile(r"(?i:aws)|AKIA|ASIA")
+AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[A-Z])"
                          r"(?=[A-Za-z0-9/+]*[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
 
 # Not used: keywords (the assignment rule above), entropy and public IPs (not secrets), the
@@ -193,7 +193,7 @@ def _without_requests() -> Iterator[None]:
 
 
 @cache
-def _plugin_rules() -> tuple[_Rule, ...]:
+def plugin_rules() -> tuple[_Rule, ...]:
     """detect-secrets' regex rules (imported on first use, without `requests`)."""
     with _without_requests():
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -213,7 +213,7 @@ def _plugin_rules() -> tuple[_Rule, ...]:
     return tuple(rules)
 
 
-def _mask(text: str, kind: str, pattern: re.Pattern[str], group: int | None) -> str:
+def mask_secret(text: str, kind: str, pattern: re.Pattern[str], group: int | None) -> str:
     if group is None:
         return pattern.sub(f"[REDACTED:{kind}]", text)
 
@@ -240,15 +240,15 @@ def _keep_span(match: re.Match[str], start: int, end: int, kind: str) -> str:
     return f"{text[:start - base]}[REDACTED:{kind}]{text[end - base:]}"
 
 @cache
-def _all_markers() -> tuple[str, ...]:
-    return tuple(sorted({m for _k, markers, _p, _g in (*_OWN, *_plugin_rules())
+def all_markers() -> tuple[str, ...]:
+    return tuple(sorted({m for _k, markers, _p, _g in (*OWN_RULES, *plugin_rules())
                          for m in markers if m}))
 
 
 @cache
-def _unmarked() -> bool:
-    return any(markers == ("",) for _k, markers, _p, _g in _plugin_rules())
+def unmarked() -> bool:
+    return any(markers == ("",) for _k, markers, _p, _g in plugin_rules())
 
 # Markers looked for as written (they hold a capital letter).
-_CASED = frozenset(m for _k, markers, _p, _g in _OWN for m in markers if m != m.lower()) | \
+CASED = frozenset(m for _k, markers, _p, _g in OWN_RULES for m in markers if m != m.lower()) | \
     frozenset(m for markers in _PLUGIN_MARKERS.values() for m in markers if m != m.lower())
