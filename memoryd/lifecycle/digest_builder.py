@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from memoryd.ingest.parsers import tool_reader_for
 from memoryd.lifecycle.agent_tools import (
     EDIT_TOOLS,
     SHELL_TOOLS,
@@ -178,14 +178,6 @@ def _touch(digest: Digest, path: str) -> None:
         digest.last_touched[path] = sum(digest.work.values())
 
 
-def _branch(record: Any) -> str | None:
-    if isinstance(record, dict):
-        branch = record.get("gitBranch")
-        if isinstance(branch, str) and branch not in ("", "HEAD") and not branch.startswith("["):
-            return branch
-    return None
-
-
 class DigestBuilder:
     """A session's digest built as its messages arrive, in order (`add`), then `finish`ed:
     recovery feeds it the messages it saves, so a session's messages are read once."""
@@ -193,6 +185,7 @@ class DigestBuilder:
     def __init__(self, *, source: str, session: str, project: str | None,
                  worktree: str | None = None) -> None:
         self._digest = Digest(source=source, session=session, project=project)
+        self._tools = tool_reader_for(source)
         self._roots: Roots = (worktree, project)
         self._requests: list[str] = []
         self._calls: dict[str, ToolCall] = {}
@@ -220,7 +213,7 @@ class DigestBuilder:
         record = parse_json(message.raw) if message.raw and (
             tool_row or digest.branch is None) else None
         if digest.branch is None and record is not None:
-            digest.branch = _branch(record)
+            digest.branch = self._tools.branch(record) if isinstance(record, dict) else None
         words = _own_words(message)
         if words is not None:
             self._decide(without_injected(message.content), person=True)
@@ -229,13 +222,13 @@ class DigestBuilder:
             self._last_kind = "request"
             return
         if kind == "tool_call":
-            for call in calls_of(message, record):
+            for call in calls_of(message, record, self._tools):
                 self._ordered.append(call)
                 if call.call_id:
                     self._calls[call.call_id] = call
             self._last_kind = "tool_call"
         elif kind == "tool_result":
-            for call_id, text, failed in results_of(message, record):
+            for call_id, text, failed in results_of(message, record, self._tools):
                 found = self._calls.get(call_id) if call_id else next(
                     (c for c in reversed(self._ordered) if c.result is None), None)
                 if found is not None:

@@ -1,6 +1,7 @@
 """Tool calls as a session's digest reads them: the calls a message made and their
-results (from each row's transcript line: Claude Code, Codex, Gemini CLI), the commands
-that matter and their outcome, commit messages, todo lists and tasks (pure)."""
+results (what each agent's line says of them is read by that agent's parser,
+`ingest.parsers.tool_reader_for`), the commands that matter and their outcome, commit
+messages, todo lists and tasks (pure)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from memoryd.ingest.parsers import ToolReader
 from memoryd.lifecycle.agent_tools import EXIT_STATUS, TASK_CREATE, TASK_UPDATE, parse_json
 from memoryd.lifecycle.digest import COMMAND_PART_CHARS, ERROR_CHARS, REQUEST_CHARS, Readable
 from memoryd.memory.privacy import clipping
@@ -140,79 +142,23 @@ class ToolCall:
     failed: bool | None = None
 
 
-def calls_of(message: Readable, record: Any) -> list[ToolCall]:
-    """The tool calls a message made (`record`: its line, parsed), with their ids where the
-    line has them."""
-    if isinstance(record, dict) and isinstance(record.get("toolCalls"), list):  # Gemini
-        calls = []
-        for call in record["toolCalls"]:
-            if not isinstance(call, dict):
-                continue
-            status = call.get("status")
-            output = _gemini_output(call)
-            calls.append(ToolCall(str(call.get("name") or "tool"), call.get("args"),
-                               call.get("id") if isinstance(call.get("id"), str) else None,
-                               output, None if status is None else status != "success"))
-        return calls
-    call_id = None
-    if isinstance(record, dict):
-        payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
-        if payload is not None:  # Codex
-            call_id = payload.get("call_id")
-            if payload.get("type") == "custom_tool_call":
-                return [ToolCall(message.tool_name or "tool", payload.get("input"), call_id)]
-        content = (record.get("message") or {}).get("content") if isinstance(
-            record.get("message"), dict) else None
-        if isinstance(content, list):  # Claude: one tool_use block a line
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_use":
-                    return [ToolCall(str(block.get("name") or "tool"), block.get("input"),
-                                  block.get("id") if isinstance(block.get("id"), str) else None)]
-    return [ToolCall(message.tool_name or "tool", parse_json(message.tool_input), call_id)]
+def calls_of(message: Readable, record: Any, reader: ToolReader) -> list[ToolCall]:
+    """The tool calls a message made, with their ids and outcomes where its agent's line
+    (`record`, parsed) has them (`reader`, the agent's own)."""
+    uses = reader.uses(record, message.tool_name, message.tool_input) if isinstance(
+        record, dict) else []
+    if uses:
+        return [ToolCall(u.name, u.args, u.call_id, u.output, u.failed) for u in uses]
+    return [ToolCall(message.tool_name or "tool", parse_json(message.tool_input), None)]
 
 
-def _gemini_output(call: dict[str, Any]) -> str | None:
-    for item in call.get("result") or []:
-        if isinstance(item, dict):
-            response = (item.get("functionResponse") or {}).get("response")
-            if isinstance(response, dict):
-                output = response.get("output", response.get("error"))
-                if isinstance(output, str):
-                    return output
-    display = call.get("resultDisplay")
-    return display if isinstance(display, str) else None
-
-
-def results_of(message: Readable,
-                record: Any) -> list[tuple[str | None, str, bool | None]]:
-    """(call id, text, failed) for each tool result a message holds (`record`: its line)."""
-    if isinstance(record, dict):
-        payload = record.get("payload") if isinstance(record.get("payload"), dict) else None
-        if payload is not None:  # Codex
-            output = payload.get("output")
-            failed = None
-            text = message.content
-            decoded = (parse_json(output)
-                       if isinstance(output, str) and output.startswith("{") else None)
-            if isinstance(decoded, dict) and isinstance(decoded.get("metadata"), dict):
-                code = decoded["metadata"].get("exit_code")
-                failed = code != 0 if isinstance(code, int) else None
-            return [(payload.get("call_id"), text, failed)]
-        content = (record.get("message") or {}).get("content") if isinstance(
-            record.get("message"), dict) else None
-        if isinstance(content, list):  # Claude: tool_result blocks
-            found = []
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    body = block.get("content")
-                    if isinstance(body, list):
-                        body = "\n".join(b.get("text", "") for b in body if isinstance(b, dict))
-                    text = body if isinstance(body, str) else ""
-                    error = block.get("is_error")
-                    found.append((block.get("tool_use_id"), text,
-                                  True if error is True else None))
-            if found:
-                return found
+def results_of(message: Readable, record: Any,
+               reader: ToolReader) -> list[tuple[str | None, str, bool | None]]:
+    """(call id, text, failed) for each tool result a message holds, as its agent's line
+    (`record`) says where it says more than the message."""
+    found = reader.outcomes(record, message.content) if isinstance(record, dict) else []
+    if found:
+        return [(o.call_id, o.text, o.failed) for o in found]
     failed = True if message.content.startswith("[tool error]") else None
     return [(None, message.content, failed)]
 

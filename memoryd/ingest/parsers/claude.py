@@ -12,6 +12,9 @@ from typing import Any
 from memoryd.ingest.parsers.common import (
     ParsedMessage,
     RecordOutcome,
+    ToolOutcome,
+    ToolReader,
+    ToolUse,
     as_str,
     clip,
     image_placeholder,
@@ -187,3 +190,45 @@ class ClaudeParser:
         content = envelope.get("content") if isinstance(envelope, dict) else None
         text = _content_text(content)
         return ("compact_summary", text) if text else None
+
+
+def tool_uses(record: dict[str, Any], tool_name: str | None,
+              tool_input: str | None) -> list[ToolUse]:
+    """The tool call a line made (one `tool_use` block a line), with its id."""
+    envelope = record.get("message")
+    content = envelope.get("content") if isinstance(envelope, dict) else None
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                call_id = block.get("id")
+                return [ToolUse(str(block.get("name") or "tool"), block.get("input"),
+                                call_id if isinstance(call_id, str) else None)]
+    return []
+
+
+def tool_outcomes(record: dict[str, Any], content: str) -> list[ToolOutcome]:
+    """Each `tool_result` block of a line: the call it answers, its text, `is_error`."""
+    envelope = record.get("message")
+    blocks = envelope.get("content") if isinstance(envelope, dict) else None
+    found = []
+    for block in blocks if isinstance(blocks, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            body = block.get("content")
+            if isinstance(body, list):
+                body = "\n".join(b.get("text", "") for b in body if isinstance(b, dict))
+            found.append(ToolOutcome(block.get("tool_use_id"),
+                                     body if isinstance(body, str) else "",
+                                     True if block.get("is_error") is True else None))
+    return found
+
+
+def git_branch(record: dict[str, Any]) -> str | None:
+    """The branch a line was written on (`gitBranch`), unless detached or unknown."""
+    branch = record.get("gitBranch")
+    if isinstance(branch, str) and branch not in ("", "HEAD") and not branch.startswith("["):
+        return branch
+    return None
+
+
+#: What Claude Code's lines say of its tools.
+TOOLS = ToolReader(uses=tool_uses, outcomes=tool_outcomes, branch=git_branch)

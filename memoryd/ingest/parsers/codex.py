@@ -16,10 +16,15 @@ import orjson
 from memoryd.ingest.parsers.common import (
     ParsedMessage,
     RecordOutcome,
+    ToolOutcome,
+    ToolReader,
+    ToolUse,
     as_str,
     clip,
     image_placeholder,
+    input_args,
     json_text,
+    no_branch,
     utc_timestamp,
 )
 
@@ -218,3 +223,35 @@ class CodexParser:
                 timestamp=timestamp,
             )
         return None
+
+
+def tool_uses(record: dict[str, Any], tool_name: str | None,
+              tool_input: str | None) -> list[ToolUse]:
+    """The call a rollout line made, with its `call_id` (a custom tool's input as written)."""
+    payload = record.get("payload")
+    if not isinstance(payload, dict):
+        return []
+    call_id = payload.get("call_id")
+    if payload.get("type") == "custom_tool_call":
+        return [ToolUse(tool_name or "tool", payload.get("input"), call_id)]
+    return [ToolUse(tool_name or "tool", input_args(tool_input), call_id)]
+
+
+def tool_outcomes(record: dict[str, Any], content: str) -> list[ToolOutcome]:
+    """A call's output, with its `call_id` and, where the output's metadata says, whether
+    the command exited non-zero."""
+    payload = record.get("payload")
+    if not isinstance(payload, dict):
+        return []
+    output = payload.get("output")
+    failed = None
+    decoded = (input_args(output)
+               if isinstance(output, str) and output.startswith("{") else None)
+    if isinstance(decoded, dict) and isinstance(decoded.get("metadata"), dict):
+        code = decoded["metadata"].get("exit_code")
+        failed = code != 0 if isinstance(code, int) else None
+    return [ToolOutcome(payload.get("call_id"), content, failed)]
+
+
+#: What Codex's rollout lines say of its tools.
+TOOLS = ToolReader(uses=tool_uses, outcomes=tool_outcomes, branch=no_branch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -40,6 +41,63 @@ class RecordParser(Protocol):
     replaces_by_id: bool
 
     def parse(self, record: dict[str, Any]) -> RecordOutcome: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """A tool call as its agent's line records it: its name, arguments and id, and, where
+    the agent writes the outcome beside the call (Gemini CLI), its output and whether it
+    failed."""
+
+    name: str
+    args: Any
+    call_id: str | None
+    output: str | None = None
+    failed: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """A tool's result as its agent's line records it: the call it answers, its text and
+    whether it failed (None: the line does not say)."""
+
+    call_id: str | None
+    text: str
+    failed: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReader:
+    """What an agent's lines say of its tools beyond the stored message: `uses(record,
+    tool_name, tool_input)` and `outcomes(record, content)` ([] when the line says nothing
+    more than the message), and the git branch a line names (`branch`)."""
+
+    uses: Callable[[dict[str, Any], str | None, str | None], list[ToolUse]]
+    outcomes: Callable[[dict[str, Any], str], list[ToolOutcome]]
+    branch: Callable[[dict[str, Any]], str | None]
+
+
+def no_uses(record: dict[str, Any], tool_name: str | None,
+            tool_input: str | None) -> list[ToolUse]:
+    return []
+
+
+def no_outcomes(record: dict[str, Any], content: str) -> list[ToolOutcome]:
+    return []
+
+
+def no_branch(record: dict[str, Any]) -> str | None:
+    return None
+
+
+def input_args(tool_input: str | None) -> Any:
+    """A stored tool input (JSON text) as its value; None when it is not JSON."""
+    if not tool_input:
+        return None
+    try:
+        return orjson.loads(tool_input)
+    except orjson.JSONDecodeError:
+        return None
 
 
 _CANONICAL = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII)

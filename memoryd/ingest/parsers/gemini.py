@@ -16,10 +16,14 @@ import orjson
 from memoryd.ingest.parsers.common import (
     ParsedMessage,
     RecordOutcome,
+    ToolReader,
+    ToolUse,
     as_str,
     clip,
     image_placeholder,
     json_text,
+    no_branch,
+    no_outcomes,
     utc_timestamp,
 )
 
@@ -171,3 +175,37 @@ def parse_document(data: bytes) -> GeminiDocument:
 def _dicts(items: object) -> Iterator[dict[str, Any]]:
     if isinstance(items, list):
         yield from (item for item in items if isinstance(item, dict))
+
+
+def tool_uses(record: dict[str, Any], tool_name: str | None,
+              tool_input: str | None) -> list[ToolUse]:
+    """The calls a message made (`toolCalls`), each with its output and status."""
+    calls = record.get("toolCalls")
+    if not isinstance(calls, list):
+        return []
+    found = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        status = call.get("status")
+        call_id = call.get("id")
+        found.append(ToolUse(str(call.get("name") or "tool"), call.get("args"),
+                             call_id if isinstance(call_id, str) else None,
+                             _call_output(call), None if status is None else status != "success"))
+    return found
+
+
+def _call_output(call: dict[str, Any]) -> str | None:
+    for item in call.get("result") or []:
+        if isinstance(item, dict):
+            response = (item.get("functionResponse") or {}).get("response")
+            if isinstance(response, dict):
+                output = response.get("output", response.get("error"))
+                if isinstance(output, str):
+                    return output
+    display = call.get("resultDisplay")
+    return display if isinstance(display, str) else None
+
+
+#: What Gemini CLI's lines say of its tools (outcomes are written beside the calls).
+TOOLS = ToolReader(uses=tool_uses, outcomes=no_outcomes, branch=no_branch)
